@@ -1,0 +1,210 @@
+"""The training run's options: frozen dataclasses addressed by dotted names.
+
+Search spaces, the CLI's ``--set`` and the Parquet ``config.*`` columns all share these names, e.g.
+``lr``, ``memory.ratio``, ``normaliser.lambda_mu``, ``miner.pos_margin``. ``TrainConfig.from_dict``
+takes a flat dotted dict (or nested dicts), coerces strings from the command line to each field's
+type, and rejects unknown keys listing the valid ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, get_type_hints
+
+from xbm.normalisers.config import NormaliserConfig
+
+MINER_KINDS = ("pair_margin", "none")
+MINER_DISTANCES = ("lp", "lp_raw", "cosine")
+AMP_MODES = ("off", "fp16", "bf16", "auto")
+
+
+def _check(ok: bool, name: str, rule: str, value) -> None:
+    if not ok:
+        raise ValueError(f"{name} must satisfy {rule}, but got {value!r}")
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Cross-batch memory: size = ceil(ratio x training samples), used from ``start_epoch`` (0-based) on.
+
+    ``enabled=False`` is the no-memory baseline: plain in-batch SupCon (with the miner) in every epoch, the
+    other memory fields being ignored.
+    """
+
+    enabled: bool = True
+    ratio: float = 0.5
+    start_epoch: int = 0
+    batch_loss_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.ratio <= 1.0, "memory.ratio", "0 < ratio <= 1", self.ratio)
+        _check(self.start_epoch >= 0, "memory.start_epoch", ">= 0", self.start_epoch)
+        _check(self.batch_loss_weight >= 0.0, "memory.batch_loss_weight", ">= 0", self.batch_loss_weight)
+
+
+@dataclass(frozen=True)
+class MinerConfig:
+    """PML PairMarginMiner. With ``cosine`` the margins are similarities: positives below pos_margin
+    and negatives above neg_margin are mined (the direction flips)."""
+
+    kind: str = "pair_margin"
+    distance: str = "lp"
+    pos_margin: float = 0.2
+    neg_margin: float = 0.8
+
+    def __post_init__(self) -> None:
+        _check(self.kind in MINER_KINDS, "miner.kind", f"one of {list(MINER_KINDS)}", self.kind)
+        _check(self.distance in MINER_DISTANCES, "miner.distance", f"one of {list(MINER_DISTANCES)}", self.distance)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """SupCon (PML SupConLoss)."""
+
+    temperature: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check(self.temperature > 0.0, "loss.temperature", "> 0", self.temperature)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run (thesis 5.2, AXBN paper 5.1). ``epochs`` counts main epochs after the
+    ``warmup_epochs`` of head-only training."""
+
+    dataset: str = "toy"
+    data_root: str = ""
+    val_fraction: float = 0.0
+    evaluate_test: bool = False
+    model: str = "resnet50"
+    embedding_size: int = 512
+    pretrained: bool = False
+    pretrained_path: str = ""
+    image_size: int = 224
+    epochs: int = 50
+    warmup_epochs: int = 2
+    batch_size: int = 64
+    samples_per_class: int = 4
+    lr: float = 1e-4
+    weight_decay: float = 1e-4
+    lr_step: int = 15
+    lr_gamma: float = 0.33
+    amp: str = "auto"
+    clip_grad: float = 10.0
+    seed: int = 0
+    num_workers: int = 0
+    device: str = "auto"
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    normaliser: NormaliserConfig = field(default_factory=NormaliserConfig)
+    miner: MinerConfig = field(default_factory=MinerConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.val_fraction < 1.0, "val_fraction", "0 <= val_fraction < 1", self.val_fraction)
+        for name in ("embedding_size", "image_size", "epochs", "batch_size", "samples_per_class", "lr_step"):
+            _check(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
+        for name in ("warmup_epochs", "num_workers", "weight_decay", "clip_grad"):
+            _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
+        _check(self.lr > 0.0, "lr", "> 0", self.lr)
+        _check(0.0 < self.lr_gamma <= 1.0, "lr_gamma", "0 < lr_gamma <= 1", self.lr_gamma)
+        _check(self.amp in AMP_MODES, "amp", f"one of {list(AMP_MODES)}", self.amp)
+        _check(self.batch_size % self.samples_per_class == 0, "batch_size",
+               f"a multiple of samples_per_class={self.samples_per_class}", self.batch_size)
+        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+               "device", "'auto', 'cpu' or 'cuda[:N]'", self.device)
+
+    # ---- dotted-name interface -------------------------------------------------------------
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """Every valid dotted name, e.g. ('dataset', ..., 'memory.ratio', 'normaliser.kind', ...)."""
+        return tuple(_flat_types(cls))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
+        """Build from a flat dotted dict or nested dicts; unknown keys raise ValueError naming the valid ones."""
+        types = _flat_types(cls)
+        groups: dict[str, dict[str, Any]] = {}
+        top: dict[str, Any] = {}
+        for key, value in _flatten(values).items():
+            if key not in types:
+                close = difflib.get_close_matches(key, types, n=3)
+                hint = f" Did you mean {', '.join(close)}?" if close else ""
+                raise ValueError(f"unknown config key {key!r}.{hint} Valid keys: {', '.join(types)}")
+            value = coerce(key, value, types[key])
+            if "." in key:
+                group, name = key.split(".", 1)
+                groups.setdefault(group, {})[name] = value
+            else:
+                top[key] = value
+        hints = get_type_hints(cls)
+        for group, kwargs in groups.items():
+            top[group] = hints[group](**kwargs)
+        return cls(**top)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as a flat dotted dict of plain Python values (YAML/JSON/Parquet ready)."""
+        return _flatten(dataclasses.asdict(self))
+
+    def replace(self, **dotted: Any) -> "TrainConfig":
+        """A copy with some dotted values changed: ``cfg.replace(**{"memory.ratio": 0.1})``."""
+        return TrainConfig.from_dict({**self.to_dict(), **dotted})
+
+
+def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{name}."))
+        else:
+            out[name] = value
+    return out
+
+
+def _flat_types(cls) -> dict[str, type]:
+    out: dict[str, type] = {}
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            sub = get_type_hints(hint)
+            out.update({f"{f.name}.{g.name}": sub[g.name] for g in fields(hint)})
+        else:
+            out[f.name] = hint
+    return out
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def coerce(key: str, value: Any, kind: type) -> Any:
+    """Convert ``value`` (often a string from ``--set``) to the field's type, or say why not."""
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+                return value.lower() in _TRUE
+            if isinstance(value, (int, float)) and value in (0, 1):
+                return bool(value)
+            raise ValueError
+        if kind is int:
+            if isinstance(value, bool):
+                raise ValueError
+            as_float = float(value)
+            if not as_float.is_integer():
+                raise ValueError
+            return int(as_float)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind is str:
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be of type {kind.__name__}, but got {value!r}") from None
+    return value

@@ -1,0 +1,62 @@
+"""The normaliser's options: one frozen dataclass, validated on construction."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+KINDS = ("none", "xbn", "axbn", "ema", "pcxbn", "scxbn")
+ABSENT = ("global", "skip")
+
+
+def _check(ok: bool, name: str, rule: str, value) -> None:
+    if not ok:
+        raise ValueError(f"normaliser.{name} must satisfy {rule}, but got {value!r}")
+
+
+@dataclass(frozen=True)
+class NormaliserConfig:
+    """How the memory's stored embeddings are adapted to the current batch.
+
+    kind: none (XBM), xbn, axbn (Kalman-filtered moments), ema, pcxbn (per class), scxbn (per super-class).
+    centre_only: shift means only, no scaling (thesis Eq. 4.5). unit_norm: L2-normalise adapted rows
+    (thesis 4.3.5). delay_epochs: no adaptation while epoch < delay_epochs (thesis 4.3.3).
+    lambda_mu, lambda_sigma: blend of whole-batch and per-group target moments (thesis Eq. 4.3).
+    absent: rows whose group lacks two rows in memory or batch get the global xbn transform ("global")
+    or stay untouched ("skip"). kalman_*: AXBN's scalar filter (AXBN paper Algorithm 1).
+    ema_momentum: weight of the old estimate in the EMA variant. eps: floor of the standard deviation.
+    """
+
+    kind: str = "none"
+    centre_only: bool = False
+    unit_norm: bool = False
+    delay_epochs: int = 0
+    lambda_mu: float = 0.5
+    lambda_sigma: float = 1.0
+    absent: str = "global"
+    kalman_r: float = 0.01
+    kalman_q: float = 1.0
+    kalman_p0: float = 1.0
+    kalman_interval: int = 1
+    ema_momentum: float = 0.1
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        _check(self.kind in KINDS, "kind", f"one of {list(KINDS)}", self.kind)
+        _check(self.absent in ABSENT, "absent", f"one of {list(ABSENT)}", self.absent)
+        for name in ("centre_only", "unit_norm"):
+            _check(isinstance(getattr(self, name), bool), name, "a boolean", getattr(self, name))
+        for name in ("delay_epochs", "kalman_interval"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and not isinstance(value, bool), name, "an integer", value)
+        _check(self.delay_epochs >= 0, "delay_epochs", ">= 0", self.delay_epochs)
+        _check(self.kalman_interval >= 1, "kalman_interval", ">= 1", self.kalman_interval)
+        _check(0.0 <= self.lambda_mu <= 1.0, "lambda_mu", "0 <= lambda_mu <= 1", self.lambda_mu)
+        _check(0.0 <= self.lambda_sigma <= 1.0, "lambda_sigma", "0 <= lambda_sigma <= 1", self.lambda_sigma)
+        _check(self.kalman_r >= 0.0, "kalman_r", ">= 0", self.kalman_r)
+        _check(self.kalman_q > 0.0, "kalman_q", "> 0", self.kalman_q)
+        _check(self.kalman_p0 > 0.0, "kalman_p0", "> 0", self.kalman_p0)
+        _check(0.0 <= self.ema_momentum < 1.0, "ema_momentum", "0 <= ema_momentum < 1", self.ema_momentum)
+        _check(self.eps > 0.0, "eps", "> 0", self.eps)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
