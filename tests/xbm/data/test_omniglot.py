@@ -1,0 +1,70 @@
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from xbm.data import build_dataset
+from xbm.errors import DatasetNotFoundError
+
+SMALL = Path(__file__).resolve().parents[3] / ".." / "shared" / "datasets" / "omniglot_small"
+needs_small = pytest.mark.skipif(not (SMALL / "images_background_small1.zip").is_file(),
+                                 reason=f"real Omniglot copy absent at {SMALL}")
+
+
+@needs_small
+def test_omniglot_small_from_zips(config, check_splits):
+    splits = build_dataset(config(dataset="omniglot", data_root=str(SMALL), image_size=28))
+    check_splits(splits)
+    assert splits.num_classes == 242 and len(splits.superclass_of.unique()) == 8
+    assert len(splits.train) + len(splits.test.query) == 242 * 20
+    assert torch.equal(torch.bincount(splits.train_labels), torch.full((splits.num_train_classes,), 20))
+    # half the characters of each alphabet train: each alphabet on both sides, within one character
+    train_sup = torch.bincount(splits.superclass_of[splits.train_labels.unique()], minlength=8)
+    test_sup = torch.bincount(splits.superclass_of[splits.test.query.labels.unique()], minlength=8)
+    assert (train_sup - test_sup).abs().max() <= 1 and test_sup.min() >= 1
+    x, label, index = splits.test.query[len(splits.test.query) - 1]
+    assert x.shape == (3, 28, 28) and index == len(splits.test.query) - 1
+
+
+@needs_small
+def test_omniglot_small_val_split(config, check_splits):
+    splits = build_dataset(config(dataset="omniglot", data_root=str(SMALL), val_fraction=0.2))
+    check_splits(splits)
+    assert splits.val.query.labels.unique().numel() == round(0.2 * 122)
+
+
+def make_omniglot_folder(root, write_image):
+    for alphabet, n_chars in (("Alpha", 3), ("Beta", 2)):
+        for c in range(1, n_chars + 1):
+            for drawer in (1, 2):
+                write_image(root / "images_evaluation" / alphabet / f"character{c:02d}" / f"0{c}_{drawer:02d}.png",
+                            size=(6, 6), value=c, mode="1")
+
+
+def test_omniglot_folders_zips_and_duplicates(tmp_path, write_image, config, check_splits):
+    make_omniglot_folder(tmp_path, write_image)
+    # the same alphabet in a zip too (read once), plus a new one only in a zip
+    with zipfile.ZipFile(tmp_path / "images_background.zip", "w") as archive:
+        archive.write(tmp_path / "images_evaluation/Beta/character01/01_01.png",
+                      "images_background/Beta/character01/01_01.png")
+        for c in (1, 2):
+            archive.write(tmp_path / "images_evaluation/Beta/character01/01_01.png",
+                          f"images_background/Gamma/character{c:02d}/x_01.png")
+            archive.write(tmp_path / "images_evaluation/Beta/character01/01_02.png",
+                          f"images_background/Gamma/character{c:02d}/x_02.png")
+        archive.writestr("images_background/README.txt", "not a drawing")
+    splits = build_dataset(config(dataset="omniglot", data_root=str(tmp_path)))
+    check_splits(splits)
+    assert splits.num_classes == 7 and len(splits.superclass_of.unique()) == 3
+    assert len(splits.train) + len(splits.test.query) == 14
+    # Alpha: characters 01, 02 train, 03 test; Beta and Gamma: 01 train, 02 test
+    assert splits.num_train_classes == 4 and splits.superclass_of.tolist() == [0, 0, 1, 2, 0, 1, 2]
+    assert all(splits.train[i][0].shape == (3, 16, 16) for i in range(len(splits.train)))
+
+
+def test_omniglot_without_drawings(tmp_path, config):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetNotFoundError) as info:
+        build_dataset(config(dataset="omniglot", data_root=str(tmp_path)))
+    assert "characterNN" in str(info.value) and "images_background.zip" in str(info.value)

@@ -1,0 +1,78 @@
+import numpy as np
+import pytest
+import torch
+
+from xbm.data import build_dataset
+from xbm.data.base import RawData
+from xbm.data.sources import VectorSource
+from xbm.data.splits import assemble, encode, pick_val_classes
+
+
+def raw(labels, train, query, gallery=None, supers=None):
+    labels = np.asarray(labels)
+    return RawData(name="t", source=VectorSource(torch.arange(len(labels) * 2.0).reshape(-1, 2)),
+                   labels=labels, train=np.asarray(train), query=np.asarray(query),
+                   gallery=None if gallery is None else np.asarray(gallery),
+                   superlabels=None if supers is None else np.asarray(supers))
+
+
+def test_encode_is_sorted_and_contiguous():
+    assert encode([("b", 2), ("a", 9), ("b", 2), ("a", 1)]).tolist() == [2, 1, 2, 0]
+
+
+@pytest.mark.parametrize("fraction, expected", [(0.0, 0), (0.01, 1), (0.25, 5), (0.5, 10), (0.9, 18)])
+def test_pick_val_classes_sizes(fraction, expected):
+    picked = pick_val_classes(np.arange(100, 120), fraction, "t")
+    assert len(picked) == expected and set(picked) <= set(range(100, 120))
+
+
+def test_pick_val_classes_refuses_to_empty_training():
+    with pytest.raises(ValueError, match="val_fraction=0.9 leaves no training class"):
+        pick_val_classes(np.arange(2), 0.9, "t")
+
+
+def test_val_split_is_class_disjoint_and_seed_independent(config, check_splits):
+    a = build_dataset(config(dataset="toy", val_fraction=0.25, seed=1))
+    b = build_dataset(config(dataset="toy", val_fraction=0.25, seed=2))
+    check_splits(a)
+    assert np.array_equal(a.val.query.indices, b.val.query.indices)  # same classes for every trial
+    assert len(a.train_labels.unique()) == 150 and len(a.val.query.labels.unique()) == 50
+    train_raw = set(a.train.source.vectors[a.train.indices][:, 0].tolist())
+    assert train_raw.isdisjoint(a.val.query.source.vectors[a.val.query.indices][:, 0].tolist())
+    # the validation classes were training classes: the union is the val_fraction=0 training set
+    full = build_dataset(config(dataset="toy"))
+    assert sorted(np.concatenate([a.train.indices, a.val.query.indices])) == sorted(full.train.indices)
+    assert torch.equal(a.test.query.labels, full.test.query.labels)
+
+
+def test_labels_order_train_then_val_then_test():
+    splits = assemble(raw([7, 7, 3, 3, 5, 5, 9, 9], train=[0, 1, 2, 3, 4, 5], query=[6, 7]), 0.0, 8)
+    assert splits.train_labels.tolist() == [2, 2, 0, 0, 1, 1] and splits.test.query.labels.tolist() == [3, 3]
+
+
+def test_unanswerable_queries_are_dropped_with_their_class():
+    splits = assemble(raw([0, 0, 1, 2, 2, 3], train=[0, 1], query=[2, 3, 5], gallery=[4]), 0.0, 8)
+    assert splits.test.query.indices.tolist() == [3] and splits.num_classes == 2
+
+
+def test_superclass_must_be_unique_per_class():
+    with pytest.raises(ValueError, match="exactly one super-class"):
+        assemble(raw([0, 0, 1, 1], train=[0, 1], query=[2, 3], supers=[0, 1, 1, 1]), 0.0, 8)
+
+
+def test_superclasses_become_contiguous():
+    splits = assemble(raw([0, 0, 1, 1, 2, 2], train=[0, 1, 2, 3], query=[4, 5], supers=[4, 4, 9, 9, 4, 4]),
+                      0.0, 8)
+    assert splits.superclass_of.tolist() == [0, 1, 0]
+
+
+def test_empty_parts_are_rejected():
+    with pytest.raises(ValueError, match="non-empty"):
+        assemble(raw([0, 0], train=[], query=[0, 1]), 0.0, 8)
+    with pytest.raises(ValueError, match="0 answerable query"):
+        assemble(raw([0, 0, 1, 2], train=[0, 1], query=[2], gallery=[3]), 0.0, 8)
+
+
+def test_negative_class_ids_are_rejected():
+    with pytest.raises(ValueError, match=">= 0"):
+        assemble(raw([0, 0, -1, -1], train=[0, 1], query=[2, 3]), 0.0, 8)

@@ -1,0 +1,89 @@
+"""Edge cases: tiny memories and batches, a class with one memory row, errors with rule and value."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from xbm.normalisers import NormaliserConfig, build_normaliser
+from xbm.normalisers.config import KINDS
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("n_memory,n_batch", [(0, 8), (1, 8), (6, 1)])
+def test_fewer_than_two_rows_leave_the_memory_unchanged(kind, n_memory, n_batch):
+    norm = build_normaliser(NormaliserConfig(kind=kind, unit_norm=True), superclass_of=torch.zeros(4, dtype=torch.long))
+    memory, batch = torch.randn(n_memory, 3), torch.randn(n_batch, 3)
+    out = norm(memory, torch.zeros(n_memory, dtype=torch.long), batch, torch.zeros(n_batch, dtype=torch.long))
+    torch.testing.assert_close(out, memory, rtol=0, atol=0)
+
+
+def test_class_with_one_memory_row_gets_the_global_transform_or_is_skipped():
+    torch.manual_seed(0)
+    memory = torch.randn(7, 4) * 2 + 1
+    memory_labels = torch.tensor([0, 0, 0, 1, 1, 1, 2])    # class 2: a single memory row
+    batch, batch_labels = torch.randn(6, 4), torch.tensor([0, 0, 1, 1, 2, 2])
+    xbn = build_normaliser(NormaliserConfig(kind="xbn"))(memory, memory_labels, batch, batch_labels)
+    pc = build_normaliser(NormaliserConfig(kind="pcxbn"))(memory, memory_labels, batch, batch_labels)
+    skip = build_normaliser(NormaliserConfig(kind="pcxbn", absent="skip"))(memory, memory_labels, batch, batch_labels)
+    torch.testing.assert_close(pc[6], xbn[6])
+    torch.testing.assert_close(skip[6], memory[6], rtol=0, atol=0)
+    assert not torch.allclose(pc[:6], xbn[:6])   # classes 0 and 1 were adapted per class
+
+
+def test_per_class_target_moments_are_the_lambda_blend():
+    """With lambda_mu = lambda_sigma = 0 each class is mapped exactly onto its batch moments."""
+    torch.manual_seed(1)
+    memory, memory_labels = torch.randn(40, 3) * 3 - 2, torch.arange(40) % 2
+    batch, batch_labels = torch.randn(10, 3), torch.arange(10) % 2
+    out = build_normaliser(NormaliserConfig(kind="pcxbn", lambda_mu=0.0, lambda_sigma=0.0))(
+        memory, memory_labels, batch, batch_labels)
+    for c in (0, 1):
+        torch.testing.assert_close(out[memory_labels == c].mean(0), batch[batch_labels == c].mean(0))
+        torch.testing.assert_close(out[memory_labels == c].std(0), batch[batch_labels == c].std(0))
+
+
+def test_scxbn_requires_superclasses_and_labels_in_range():
+    with pytest.raises(ValueError, match="superclass_of"):
+        build_normaliser(NormaliserConfig(kind="scxbn"))
+    with pytest.raises(ValueError, match="1-D integer"):
+        build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.zeros(3, 2, dtype=torch.long))
+    norm = build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]))
+    with pytest.raises(ValueError, match=r"\[0, 3\).*\[0, 5\]"):
+        norm(torch.randn(4, 2), torch.tensor([0, 1, 2, 5]), torch.randn(3, 2), torch.tensor([0, 1, 1]))
+
+
+def test_unknown_kind_lists_the_valid_ones():
+    cfg = NormaliserConfig()
+    object.__setattr__(cfg, "kind", "bogus")   # bypass the config's own check to reach the registry's
+    with pytest.raises(ValueError, match=r"one of \['axbn', 'ema', 'none', 'pcxbn', 'scxbn', 'xbn'\].*'bogus'"):
+        build_normaliser(cfg)
+
+
+@pytest.mark.parametrize("field,value,rule", [
+    ("kind", "pc-xbn", "one of"), ("absent", "drop", "one of"), ("lambda_mu", 1.5, "0 <= lambda_mu <= 1"),
+    ("lambda_sigma", -0.1, "0 <= lambda_sigma <= 1"), ("kalman_r", -1.0, ">= 0"), ("kalman_q", 0.0, "> 0"),
+    ("kalman_p0", 0.0, "> 0"), ("kalman_interval", 0, ">= 1"), ("ema_momentum", 1.0, "ema_momentum < 1"),
+    ("delay_epochs", -1, ">= 0"), ("eps", 0.0, "> 0"), ("centre_only", 1, "a boolean"),
+])
+def test_bad_configurations_raise_with_rule_and_value(field, value, rule):
+    with pytest.raises(ValueError, match=rf"normaliser\.{field} must satisfy .*{rule}.*{value!r}"):
+        NormaliserConfig(**{field: value})
+
+
+def test_mismatched_shapes_raise():
+    norm = build_normaliser(NormaliserConfig(kind="xbn"))
+    with pytest.raises(ValueError, match="same d"):
+        norm(torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.randn(2, 5), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match="one label per row"):
+        norm(torch.randn(4, 3), torch.zeros(3, dtype=torch.long), torch.randn(2, 3), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match="NormaliserConfig"):
+        build_normaliser.__globals__["XBN"](dataclasses.asdict(NormaliserConfig()))
+
+
+def test_out_must_match_the_memory():
+    norm = build_normaliser(NormaliserConfig(kind="xbn"))
+    memory, labels = torch.randn(4, 3), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ValueError, match="out must match"):
+        norm(memory, labels, memory, labels, out=torch.empty(4, 3, dtype=torch.float64))

@@ -1,0 +1,107 @@
+"""Every kind x centre_only x unit_norm (x absent for the group kinds) against the float64 reference."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from xbm.normalisers import NORMALISERS, NormaliserConfig, build_normaliser, stats
+from xbm.normalisers.config import KINDS
+
+# Non-default filter and blend settings, so every term of every formula matters.
+OPTIONS = dict(kalman_r=5.0, kalman_q=0.5, kalman_p0=2.0, kalman_interval=2, ema_momentum=0.6,
+               lambda_mu=0.3, lambda_sigma=0.7)
+COMBOS = [
+    (kind, centre, unit, absent)
+    for kind in KINDS
+    for centre, unit in itertools.product((False, True), repeat=2)
+    for absent in (("global", "skip") if kind in ("pcxbn", "scxbn") else ("global",))
+]
+
+
+@pytest.fixture(params=["one chunk", "chunks of 7 rows"])
+def chunking(request, monkeypatch):
+    """Also run the CPU chunked passes with many small chunks (tests' tensors fit in one)."""
+    if request.param != "one chunk":
+        monkeypatch.setattr(stats, "chunks", lambda x: 7)
+
+
+@pytest.mark.parametrize("kind,centre_only,unit_norm,absent", COMBOS)
+def test_matches_float64_reference_over_a_sequence(kind, centre_only, unit_norm, absent, reference, case, chunking):
+    cfg = NormaliserConfig(kind=kind, centre_only=centre_only, unit_norm=unit_norm, absent=absent, **OPTIONS)
+    norm = build_normaliser(cfg, superclass_of=case.superclass_of)
+    ref = reference(cfg, superclass_of=case.superclass_of)
+    for step in range(5):   # five calls: the Kalman gain is updated on calls 0, 2 and 4
+        memory, memory_labels = case.memory(step)
+        batch, batch_labels = case.batch(step)
+        before = memory.clone(), batch.clone()
+        got = norm(memory, memory_labels, batch, batch_labels, epoch=step)
+        want = ref(memory, memory_labels, batch, batch_labels, epoch=step)
+        assert got.dtype == memory.dtype and got.shape == memory.shape
+        torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)
+        torch.testing.assert_close((memory, batch), before, rtol=0, atol=0)   # inputs untouched
+        assert got.data_ptr() != memory.data_ptr()
+
+
+@pytest.mark.parametrize("kind", ["xbn", "axbn", "ema", "pcxbn", "scxbn"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_inputs_use_fp32_statistics(kind, dtype, reference, case):
+    cfg = NormaliserConfig(kind=kind, **OPTIONS)
+    norm = build_normaliser(cfg, superclass_of=case.superclass_of)
+    ref = reference(cfg, superclass_of=case.superclass_of)
+    for step in range(2):
+        memory, memory_labels = case.memory(step, dtype)
+        batch, batch_labels = case.batch(step, dtype)
+        got = norm(memory, memory_labels, batch, batch_labels, epoch=0)
+        want = ref(memory, memory_labels, batch, batch_labels)   # from the same rounded inputs
+        assert got.dtype == dtype
+        # Only the final rounding to the half type differs from the float64 result.
+        torch.testing.assert_close(got, want.to(dtype), rtol=1e-2, atol=1e-2)
+        assert (got.double() - want).abs().max() <= 2 * torch.finfo(dtype).eps * want.abs().max()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_output_is_detached_and_never_tracks_gradients(kind, case):
+    norm = build_normaliser(NormaliserConfig(kind=kind), superclass_of=case.superclass_of)
+    memory, memory_labels = case.memory(0)
+    batch, batch_labels = case.batch(0)
+    out = norm(memory.requires_grad_(), memory_labels, batch.requires_grad_(), batch_labels)
+    assert not out.requires_grad and out.grad_fn is None
+
+
+def test_registry_covers_every_configurable_kind():
+    assert set(NORMALISERS) == set(KINDS)
+    for kind, cls in NORMALISERS.items():
+        assert cls.kind == kind
+
+
+@pytest.mark.parametrize("kind,centre_only,unit_norm,absent", COMBOS)
+def test_out_argument_adapts_in_place_with_the_same_result(kind, centre_only, unit_norm, absent, case):
+    cfg = NormaliserConfig(kind=kind, centre_only=centre_only, unit_norm=unit_norm, absent=absent, **OPTIONS)
+    fresh = build_normaliser(cfg, superclass_of=case.superclass_of)
+    in_place = build_normaliser(cfg, superclass_of=case.superclass_of)
+    for step in range(3):
+        memory, memory_labels = case.memory(step)
+        batch, batch_labels = case.batch(step)
+        want = fresh(memory, memory_labels, batch, batch_labels)
+        got = in_place(memory, memory_labels, batch, batch_labels, out=memory)
+        assert got is memory
+        torch.testing.assert_close(memory, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["pcxbn", "scxbn"])
+@pytest.mark.parametrize("centre_only", [False, True])
+@pytest.mark.parametrize("absent", ["global", "skip"])
+def test_group_kinds_with_few_member_rows(kind, centre_only, absent, reference, chunking):
+    """Many classes, few of them in the batch: the per-group moments gather their rows first."""
+    gen = torch.Generator().manual_seed(7)
+    memory_labels = torch.arange(120) % 60                       # 60 classes, 2 rows each
+    memory = torch.randn(120, 4, generator=gen) * 2 + memory_labels.unsqueeze(1) / 30
+    batch_labels = torch.tensor([3, 3, 8, 8, 8, 11, 11, 50])      # class 50: a single batch row
+    batch = torch.randn(8, 4, generator=gen)
+    superclass_of = torch.arange(60) % 17                              # 17 super-classes
+    cfg = NormaliserConfig(kind=kind, centre_only=centre_only, absent=absent, lambda_mu=0.2, lambda_sigma=0.6)
+    got = build_normaliser(cfg, superclass_of=superclass_of)(memory, memory_labels, batch, batch_labels)
+    want = reference(cfg, superclass_of=superclass_of)(memory, memory_labels, batch, batch_labels)
+    torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)

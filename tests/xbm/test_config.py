@@ -1,0 +1,63 @@
+"""TrainConfig: dotted names, round trips, coercion of command-line strings, rejections."""
+import dataclasses
+
+import pytest
+
+from xbm.config import TrainConfig
+
+ISSUE_KEYS = (
+    "dataset", "data_root", "val_fraction", "model", "embedding_size", "pretrained", "pretrained_path",
+    "image_size", "epochs", "warmup_epochs", "batch_size", "samples_per_class", "lr", "weight_decay",
+    "lr_step", "lr_gamma", "amp", "clip_grad", "seed", "num_workers", "device", "memory.ratio",
+    "memory.start_epoch", "memory.batch_loss_weight", "miner.kind", "miner.distance", "miner.pos_margin",
+    "miner.neg_margin", "loss.temperature", "normaliser.kind", "normaliser.lambda_mu", "normaliser.kalman_r",
+)
+
+
+def test_issue_names_exist_with_the_issue_defaults():
+    keys = TrainConfig.keys()
+    assert set(ISSUE_KEYS) <= set(keys)
+    flat = TrainConfig().to_dict()
+    assert set(flat) == set(keys)
+    expected = {"embedding_size": 512, "epochs": 50, "warmup_epochs": 2, "batch_size": 64, "samples_per_class": 4,
+                "lr": 1e-4, "lr_step": 15, "lr_gamma": 0.33, "clip_grad": 10.0, "device": "auto", "model": "resnet50",
+                "memory.ratio": 0.5, "miner.kind": "pair_margin", "miner.distance": "lp", "miner.pos_margin": 0.2,
+                "miner.neg_margin": 0.8, "loss.temperature": 0.1, "memory.enabled": True}
+    assert {k: flat[k] for k in expected} == expected
+
+
+def test_round_trip_flat_and_nested():
+    cfg = TrainConfig.from_dict({"lr": 3e-4, "memory.ratio": 0.1, "normaliser": {"kind": "pcxbn", "lambda_mu": 0.2}})
+    assert cfg.memory.ratio == 0.1 and cfg.normaliser.kind == "pcxbn" and cfg.normaliser.lambda_mu == 0.2
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    assert cfg.replace(**{"miner.kind": "none"}).miner.kind == "none"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.lr = 1.0
+
+
+def test_strings_from_the_command_line_are_coerced():
+    cfg = TrainConfig.from_dict({"epochs": "5", "lr": "1e-3", "pretrained": "false", "memory.enabled": "no",
+                                 "normaliser.centre_only": "true", "normaliser.delay_epochs": "2.0"})
+    assert (cfg.epochs, cfg.lr, cfg.pretrained, cfg.memory.enabled) == (5, 1e-3, False, False)
+    assert cfg.normaliser.centre_only is True and cfg.normaliser.delay_epochs == 2
+
+
+def test_unknown_key_lists_valid_ones_and_suggests():
+    with pytest.raises(ValueError, match="unknown config key 'memory.ration'") as info:
+        TrainConfig.from_dict({"memory.ration": 0.3})
+    assert "memory.ratio" in str(info.value) and "Valid keys" in str(info.value)
+
+
+@pytest.mark.parametrize("values, fragment", [
+    ({"epochs": "five"}, "epochs must be of type int"),
+    ({"epochs": 2.5}, "epochs must be of type int"),
+    ({"memory.ratio": 0.0}, "memory.ratio"),
+    ({"batch_size": 30}, "multiple of samples_per_class"),
+    ({"miner.distance": "manhattan"}, "miner.distance"),
+    ({"normaliser.lambda_mu": 2.0}, "lambda_mu"),
+    ({"amp": "fp8"}, "amp"),
+    ({"device": "tpu"}, "device"),
+])
+def test_bad_values_state_the_rule_and_value(values, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        TrainConfig.from_dict(values)

@@ -1,0 +1,169 @@
+"""XBMLoss: PML CrossBatchMemory parity, adaptation order, batch loss, stats, precision, state."""
+from __future__ import annotations
+
+import pytest
+import torch
+from pytorch_metric_learning import losses, miners
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+
+from xbm.loss import XBMLoss
+from xbm.normalisers import NormaliserConfig, build_normaliser
+
+B, D = 8, 6
+
+
+def _batches(n, seed=0, classes=5):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randn(B, D, generator=gen), torch.randint(0, classes, (B,), generator=gen)) for _ in range(n)]
+
+
+def _miner():
+    return miners.PairMarginMiner(pos_margin=0.2, neg_margin=0.8)
+
+
+@pytest.mark.parametrize("memory_size", [B, B + 1, 2 * B + 3, 5 * B])
+@pytest.mark.parametrize("setup", ["supcon+miner", "supcon", "contrastive+miner"])
+@pytest.mark.parametrize("normaliser", [None, "none"])
+def test_matches_pml_cross_batch_memory_with_wrap_around(memory_size, setup, normaliser):
+    make_loss = losses.ContrastiveLoss if setup.startswith("contrastive") else (lambda: losses.SupConLoss(0.1))
+    use_miner = setup.endswith("miner")
+    pml = losses.CrossBatchMemory(make_loss(), D, memory_size, miner=_miner() if use_miner else None)
+    norm = None if normaliser is None else build_normaliser(NormaliserConfig(kind=normaliser))
+    ours = XBMLoss(make_loss(), D, memory_size, miner=_miner() if use_miner else None, normaliser=norm)
+    for step, (emb, labels) in enumerate(_batches(7, seed=memory_size)):
+        a, b = emb.clone().requires_grad_(), emb.clone().requires_grad_()
+        want, got = pml(a, labels), ours(b, labels, epoch=step)
+        want.backward()
+        got.backward()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7)
+    # The memory holds the same rows as PML's (whose unfilled tail never mattered: it wrapped).
+    torch.testing.assert_close(ours.memory.valid().embeddings, pml.embedding_memory, rtol=0, atol=0)
+
+
+def test_adapts_the_stored_rows_then_enqueues_then_scores_against_the_memory():
+    (e1, l1), (e2, l2) = _batches(2, seed=3, classes=3)
+    crit = XBMLoss(losses.SupConLoss(0.1), D, 40, normaliser=build_normaliser(NormaliserConfig(kind="xbn")))
+    crit(e1, l1)
+    assert crit.last_stats["adapted"] == 0.0   # nothing stored before the first batch
+    e2 = e2.clone().requires_grad_()
+    got = crit(e2, l2)
+    adapted = build_normaliser(NormaliserConfig(kind="xbn"))(e1, l1, e2.detach(), l2)
+    valid = crit.memory.valid()
+    torch.testing.assert_close(valid.embeddings[:B], adapted)          # written back
+    torch.testing.assert_close(valid.embeddings[B:], e2.detach(), rtol=0, atol=0)
+    refs, ref_labels = torch.cat([adapted, e2.detach()]), torch.cat([l1, l2])
+    a1, p, a2, n = lmu.get_all_pairs_indices(l2, ref_labels)
+    own = p == a1 + B                                                   # each query's own copy
+    want = losses.SupConLoss(0.1)(e2, l2, (a1[~own], p[~own], a2, n), refs, ref_labels)
+    torch.testing.assert_close(got, want)
+    assert crit.last_stats["memory_pos_pairs"] == float((~own).sum())
+    assert crit.last_stats["memory_neg_pairs"] == float(len(a2))
+
+
+def test_batch_loss_weight_adds_the_mined_in_batch_loss_and_stats_count_pairs():
+    batches = _batches(3, seed=4, classes=3)
+    plain = XBMLoss(losses.SupConLoss(0.1), D, 20, miner=_miner())
+    star = XBMLoss(losses.SupConLoss(0.1), D, 20, miner=_miner(), batch_loss_weight=0.5)
+    for emb, labels in batches:
+        base, total = plain(emb, labels), star(emb, labels)
+        in_batch = losses.SupConLoss(0.1)(emb, labels, _miner()(emb, labels))
+        torch.testing.assert_close(total, base + 0.5 * in_batch)
+        assert star.last_stats["batch_loss"] == pytest.approx(float(in_batch))
+        a1, _, a2, _ = _miner()(emb, labels)
+        assert star.last_stats["batch_neg_pairs"] == len(a2) and star.last_stats["batch_pos_pairs"] == len(a1)
+    assert plain.last_stats["memory_fill"] == 1.0 and plain.last_stats["batch_loss"] != plain.last_stats["batch_loss"]
+    assert set(plain.last_stats) >= {"memory_neg_pairs", "batch_neg_pairs", "memory_fill"}
+
+
+def test_batch_larger_than_memory_keeps_newest_rows_and_never_pairs_a_sample_with_itself():
+    emb, labels = torch.randn(B, D), torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])
+    crit = XBMLoss(losses.SupConLoss(0.1), D, 5)
+    crit(emb, labels)
+    valid = crit.memory.valid()
+    torch.testing.assert_close(valid.embeddings, emb[[5, 6, 7, 3, 4]], rtol=0, atol=0)
+    # Positive pairs: query j with the stored copy of its class partner only (never itself).
+    partners = [(j, s) for j in range(B) for s, k in enumerate([5, 6, 7, 3, 4]) if k != j and labels[k] == labels[j]]
+    assert crit.last_stats["memory_pos_pairs"] == len(partners) == 5
+    assert crit.last_stats["memory_fill"] == 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_embeddings_keep_an_fp32_memory(dtype):
+    ref = XBMLoss(losses.SupConLoss(0.1), D, 20, normaliser=build_normaliser(NormaliserConfig(kind="pcxbn")))
+    half = XBMLoss(losses.SupConLoss(0.1), D, 20, normaliser=build_normaliser(NormaliserConfig(kind="pcxbn")))
+    for emb, labels in _batches(3, seed=5, classes=3):
+        x = emb.to(dtype).requires_grad_()
+        got, want = half(x, labels), ref(x.detach().float(), labels)
+        got.backward()
+        assert half.memory.embeddings.dtype == torch.float32 and x.grad.dtype == dtype
+        assert torch.isfinite(x.grad.float()).all()
+        torch.testing.assert_close(got.float(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_autocast_bf16_trains_through_the_memory():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, D)
+    norm = build_normaliser(NormaliserConfig(kind="axbn"))
+    crit = XBMLoss(losses.SupConLoss(0.1), D, 30, miner=_miner(), normaliser=norm)
+    for _ in range(3):
+        x, labels = torch.randn(B, 4), torch.randint(0, 3, (B,))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            emb = model(x)
+            loss = crit(emb, labels)
+        assert emb.dtype == torch.bfloat16 and crit.memory.embeddings.dtype == torch.float32
+        model.zero_grad()
+        loss.backward()
+        assert torch.isfinite(loss) and torch.isfinite(model.weight.grad).all()
+
+
+def test_state_dict_round_trip_continues_identically():
+    cfg = NormaliserConfig(kind="axbn", kalman_r=1.0, kalman_interval=2)
+    batches = _batches(8, seed=6)
+    first = XBMLoss(losses.SupConLoss(0.1), D, 2 * B + 3, miner=_miner(), normaliser=build_normaliser(cfg))
+    for step, (emb, labels) in enumerate(batches[:5]):
+        first(emb, labels, epoch=step, indices=torch.arange(B) + step * B)
+    state = first.state_dict()
+    assert int(state["memory.pointer"]) == (5 * B) % (2 * B + 3) and int(state["memory.filled"]) == 2 * B + 3
+    assert int(state["iteration"]) == 5 and int(state["normaliser.calls"]) == 4
+    assert int(state["memory.indices"].max()) == 5 * B - 1 and int(state["memory.iterations"].max()) == 4
+    assert {"normaliser.p", "normaliser.gain", "normaliser.mu_hat", "normaliser.sigma_hat"} <= set(state)
+    second = XBMLoss(losses.SupConLoss(0.1), D, 2 * B + 3, miner=_miner(), normaliser=build_normaliser(cfg))
+    second.load_state_dict(state)
+    for emb, labels in batches[5:]:
+        torch.testing.assert_close(second(emb, labels), first(emb, labels), rtol=0, atol=0)
+    torch.testing.assert_close(second.state_dict(), first.state_dict(), rtol=0, atol=0)
+    assert first.memory.valid().iterations.max() == 7
+
+
+def test_delay_leaves_the_memory_raw():
+    (e1, l1), (e2, l2) = _batches(2, seed=7)
+    crit = XBMLoss(losses.SupConLoss(0.1), D, 40,
+                   normaliser=build_normaliser(NormaliserConfig(kind="xbn", delay_epochs=1)))
+    crit(e1, l1, epoch=0)
+    crit(e2, l2, epoch=0)
+    assert crit.last_stats["adapted"] == 0.0
+    torch.testing.assert_close(crit.memory.valid().embeddings, torch.cat([e1, e2]), rtol=0, atol=0)
+    crit(e1, l1, epoch=1)
+    assert crit.last_stats["adapted"] == 1.0
+
+
+@pytest.mark.parametrize("weight", [-0.1, float("nan"), True])
+def test_bad_batch_loss_weight_raises(weight):
+    with pytest.raises(ValueError, match="batch_loss_weight must be >= 0"):
+        XBMLoss(losses.SupConLoss(), D, 10, batch_loss_weight=weight)
+
+
+def test_bad_shapes_raise():
+    crit = XBMLoss(losses.SupConLoss(), D, 10)
+    with pytest.raises(ValueError, match="embeddings \\[B, d\\] and labels \\[B\\]"):
+        crit(torch.randn(4, D), torch.zeros(3, dtype=torch.long))
+
+
+def test_a_step_without_any_pair_gives_a_zero_loss_that_backpropagates():
+    emb = torch.randn(B, D, requires_grad=True)
+    crit = XBMLoss(losses.SupConLoss(0.1), D, 20, normaliser=build_normaliser(NormaliserConfig(kind="xbn")))
+    loss = crit(emb, torch.arange(B))   # distinct labels, memory = this batch: no positive pair
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and crit.last_stats["memory_pos_pairs"] == 0.0
+    assert crit.last_stats["memory_neg_pairs"] == B * (B - 1) and crit.last_stats["adapted"] == 0.0

@@ -1,0 +1,112 @@
+"""EmbeddingMemory: modulo writes against a naive ring, valid rows only, dtype, state_dict."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from xbm.memory import EmbeddingMemory
+
+BATCH = 8
+
+
+class NaiveRing:
+    """Writes rows one by one into Python lists: the obviously right ring buffer."""
+
+    def __init__(self, size):
+        self.size, self.pointer, self.rows = size, 0, [None] * size
+
+    def write(self, rows):
+        for row in rows:
+            self.rows[self.pointer] = row
+            self.pointer = (self.pointer + 1) % self.size
+
+    def filled(self):
+        return [r for r in self.rows if r is not None]
+
+
+@pytest.mark.parametrize("size", [BATCH - 1, BATCH, BATCH + 1, 2 * BATCH + 3, 3])
+def test_wrap_around_matches_a_naive_ring(size):
+    memory, ring = EmbeddingMemory(size, 4), NaiveRing(size)
+    gen = torch.Generator().manual_seed(size)
+    for step in range(7):
+        emb = torch.randn(BATCH, 4, generator=gen)
+        labels = torch.randint(0, 5, (BATCH,), generator=gen)
+        indices = torch.arange(BATCH) + 100 * step
+        slots = memory.enqueue(emb, labels, indices, iteration=step)
+        ring.write([(emb[j], int(labels[j]), int(indices[j]), step, j) for j in range(BATCH)])
+        rows = ring.filled()
+        valid = memory.valid()
+        assert len(memory) == len(rows) == min(size, BATCH * (step + 1))
+        assert int(memory.pointer) == ring.pointer
+        torch.testing.assert_close(valid.embeddings, torch.stack([r[0] for r in rows]), rtol=0, atol=0)
+        assert valid.labels.tolist() == [r[1] for r in rows]
+        assert valid.indices.tolist() == [r[2] for r in rows]
+        assert valid.iterations.tolist() == [r[3] for r in rows]
+        # Each surviving batch row's slot holds it; rows overwritten within the batch have slot -1.
+        survivors = {r[4]: slot for slot, r in enumerate(ring.rows) if r is not None and r[3] == step}
+        assert slots.tolist() == [survivors.get(j, -1) for j in range(BATCH)]
+
+
+def test_half_filled_memory_exposes_only_filled_rows():
+    memory = EmbeddingMemory(10, 3)
+    assert len(memory) == 0 and memory.valid().embeddings.shape == (0, 3)
+    memory.enqueue(torch.ones(4, 3), torch.full((4,), 7))
+    valid = memory.valid()
+    assert valid.embeddings.shape == (4, 3) and valid.labels.tolist() == [7] * 4
+    assert valid.indices.tolist() == [-1] * 4 and valid.iterations.tolist() == [-1] * 4
+    assert int(memory.filled) == 4 and int(memory.pointer) == 4
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_rows_are_stored_detached_in_fp32(dtype):
+    memory = EmbeddingMemory(5, 2)
+    emb = torch.randn(3, 2, dtype=dtype, requires_grad=True)
+    memory.enqueue(emb * 2, torch.arange(3))
+    stored = memory.valid().embeddings
+    assert stored.dtype == torch.float32 and not stored.requires_grad
+    torch.testing.assert_close(stored, (emb * 2).detach().float())
+
+
+def test_replace_valid_writes_only_the_filled_rows():
+    memory = EmbeddingMemory(6, 2)
+    memory.enqueue(torch.ones(4, 2), torch.arange(4))
+    memory.replace_valid(torch.full((4, 2), 3.0, dtype=torch.float16))
+    assert memory.embeddings[:4].eq(3).all() and memory.embeddings[4:].eq(0).all()
+    with pytest.raises(ValueError, match=r"\[4, 2\].*\(6, 2\)"):
+        memory.replace_valid(torch.zeros(6, 2))
+
+
+def test_state_dict_round_trip_keeps_pointer_and_fill():
+    first = EmbeddingMemory(11, 3)
+    for step in range(3):
+        first.enqueue(torch.randn(4, 3), torch.arange(4) + step, torch.arange(4), iteration=step)
+    state = first.state_dict()
+    assert int(state["pointer"]) == 1 and int(state["filled"]) == 11
+    second = EmbeddingMemory(11, 3)
+    second.load_state_dict(state)
+    batch = torch.randn(4, 3)
+    for mem in (first, second):
+        mem.enqueue(batch, torch.zeros(4, dtype=torch.long), iteration=9)
+    for name, value in first.state_dict().items():
+        torch.testing.assert_close(second.state_dict()[name], value, rtol=0, atol=0)
+
+
+def test_reset_empties_the_memory():
+    memory = EmbeddingMemory(4, 2)
+    memory.enqueue(torch.ones(3, 2), torch.ones(3, dtype=torch.long), torch.arange(3), iteration=1)
+    memory.reset()
+    assert len(memory) == 0 and int(memory.pointer) == 0 and memory.embeddings.eq(0).all()
+
+
+@pytest.mark.parametrize("size,dim", [(0, 3), (3, 0), (2.5, 3), (True, 3)])
+def test_bad_sizes_raise(size, dim):
+    with pytest.raises(ValueError, match="must be an integer >= 1"):
+        EmbeddingMemory(size, dim)
+
+
+def test_bad_batches_raise():
+    memory = EmbeddingMemory(4, 2)
+    with pytest.raises(ValueError, match=r"\[B, 2\]"):
+        memory.enqueue(torch.zeros(3, 5), torch.zeros(3, dtype=torch.long))
+    with pytest.raises(ValueError, match="indices must have shape"):
+        memory.enqueue(torch.zeros(3, 2), torch.zeros(3, dtype=torch.long), torch.zeros(2, dtype=torch.long))

@@ -1,0 +1,81 @@
+"""Embedding models: registry, L2-normalised output, pretrained weights offline and from a local file."""
+import pytest
+import timm
+import torch
+
+from xbm.config import TrainConfig
+from xbm.errors import PretrainedWeightsError
+from xbm.models import MODELS, create_embedding_model
+
+TINY_TIMM = "resnet10t"
+
+
+def cfg(**values):
+    return TrainConfig.from_dict({"embedding_size": 16, **values})
+
+
+def test_mlp_embeds_vectors_and_flattened_images_on_the_unit_sphere():
+    model = create_embedding_model(cfg(model="mlp"), (40,))
+    z = model(torch.randn(5, 40))
+    assert z.shape == (5, 16)
+    torch.testing.assert_close(z.norm(dim=1), torch.ones(5))
+    flat = create_embedding_model(cfg(model="mlp"), (3, 8, 8))
+    assert flat(torch.randn(2, 3, 8, 8)).shape == (2, 16)
+
+
+def test_timm_backbone_has_no_classifier_and_a_linear_head():
+    model = create_embedding_model(cfg(model=TINY_TIMM, image_size=32), (3, 32, 32))
+    assert model.backbone.num_classes == 0
+    assert model.head.in_features == model.backbone.num_features
+    z = model.eval()(torch.randn(2, 3, 32, 32))
+    torch.testing.assert_close(z.norm(dim=1), torch.ones(2))
+
+
+def test_unknown_model_and_wrong_input_kind_are_value_errors():
+    with pytest.raises(ValueError, match=r"model must be one of \['mlp'\] or a timm model name"):
+        create_embedding_model(cfg(model="resnet5000"), (3, 32, 32))
+    with pytest.raises(ValueError, match="needs image inputs"):
+        create_embedding_model(cfg(model=TINY_TIMM), (40,))
+    with pytest.raises(ValueError, match="pretrained must be false for model 'mlp'"):
+        create_embedding_model(cfg(model="mlp", pretrained=True), (40,))
+    assert "mlp" in MODELS
+
+
+def test_offline_pretrained_error_names_pretrained_path(monkeypatch):
+    def offline(*args, **kwargs):
+        raise OSError("no network")
+
+    import timm.models._builder as builder
+
+    monkeypatch.setattr(builder, "load_state_dict_from_hf", offline)
+    monkeypatch.setattr(builder, "load_state_dict_from_url", offline)
+    monkeypatch.setattr(builder, "download_cached_file", offline)
+    with pytest.raises(PretrainedWeightsError, match="pretrained_path") as info:
+        create_embedding_model(cfg(model=TINY_TIMM, pretrained=True), (3, 32, 32))
+    assert "no network" in str(info.value)
+
+
+@pytest.mark.parametrize("pretrained", [False, True])
+def test_pretrained_path_loads_a_local_file(tmp_path, pretrained, monkeypatch):
+    import timm.models._builder as builder
+
+    monkeypatch.setattr(builder, "load_state_dict_from_hf", pytest.fail)  # a local file never downloads
+    source = timm.create_model(TINY_TIMM, num_classes=7)  # with a classifier, as published checkpoints are
+    path = tmp_path / "weights.pth"
+    torch.save(source.state_dict(), path)
+    model = create_embedding_model(cfg(model=TINY_TIMM, pretrained=pretrained, pretrained_path=str(path)), (3, 32, 32))
+    loaded = model.backbone.state_dict()
+    for name, value in source.state_dict().items():
+        if not name.startswith("fc."):
+            torch.testing.assert_close(loaded[name], value)
+
+
+def test_pretrained_path_of_another_architecture_or_missing_file_fails(tmp_path):
+    path = tmp_path / "mlp.pth"
+    torch.save(create_embedding_model(cfg(model="mlp"), (40,)).backbone.state_dict(), path)
+    with pytest.raises(ValueError, match="must hold this backbone's weights"):
+        create_embedding_model(cfg(model=TINY_TIMM, pretrained_path=str(path)), (3, 32, 32))
+    mlp = create_embedding_model(cfg(model="mlp", pretrained_path=str(path)), (40,))
+    assert mlp.head.out_features == 16
+    with pytest.raises(FileNotFoundError, match="pretrained_path"):
+        create_embedding_model(cfg(model="mlp", pretrained_path=str(tmp_path / "absent.pth")), (40,))

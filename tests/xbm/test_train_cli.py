@@ -1,0 +1,71 @@
+"""``xbm-tune train`` / ``python -m xbm.train_cli``: files written, exit codes, YAML under --set."""
+import json
+
+import pytest
+import torch
+import yaml
+
+from xbm import train_cli
+from xbm.config import TrainConfig
+
+TOY = ["--set", "dataset=toy", "--set", "model=mlp", "--set", "embedding_size=16", "--set", "warmup_epochs=0",
+       "--set", "lr=1e-3", "--no-progress"]
+
+
+def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"epochs": 5, "memory.ratio": 0.25, "normaliser": {"kind": "xbn"}}))
+    out = tmp_path / "out"
+    assert train_cli.main([*TOY, "--config", str(config), "--set", "epochs=2", "--output", str(out)]) == 0
+    resolved = TrainConfig.from_dict(yaml.safe_load((out / "config.yaml").read_text()))
+    assert (resolved.epochs, resolved.memory.ratio, resolved.normaliser.kind) == (2, 0.25, "xbn")  # --set wins
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2] and rows[0]["drift_mean"] is None  # NaN written as null
+    csv_lines = (out / "metrics.csv").read_text().splitlines()
+    assert csv_lines[0].split(",")[:3] == ["epoch", "loss", "lr"] and len(csv_lines) == 3
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 2
+    printed = capsys.readouterr().out
+    assert "epoch 1/2" in printed and "recall_at_1" in printed
+    # A folder holding a run is never overwritten.
+    assert train_cli.main([*TOY, "--output", str(out)]) == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "memory.ration=0.3"], "unknown config key 'memory.ration'"),
+    (["--set", "epochs"], "--set must look like key=value"),
+    (["--set", "lr=fast"], "lr must be of type float"),
+    (["--config", "/nonexistent/run.yaml"], "--config must name a readable YAML file"),
+    (["--set", "dataset=sop", "--set", "data_root=/nonexistent"], "data set 'sop': missing"),
+])
+def test_bad_input_exits_2_with_the_message_and_no_traceback(tmp_path, capsys, args, message):
+    assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_finite_loss_exits_1_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
+    from xbm.training import epoch as epoch_module
+
+    real = epoch_module.run_epoch
+
+    def nan_in_epoch_2(step, batches, runtime, epoch, epoch_index):
+        if epoch == 2:
+            step.model.head.bias.data.fill_(float("nan"))
+        return real(step, batches, runtime, epoch, epoch_index)
+
+    monkeypatch.setattr("xbm.trainer.run_epoch", nan_in_epoch_2)
+    out = tmp_path / "out"
+    assert train_cli.main([*TOY, "--set", "epochs=3", "--output", str(out)]) == 1
+    assert "non-finite loss" in capsys.readouterr().err
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 1 and all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_help_lists_the_flags(capsys):
+    with pytest.raises(SystemExit):
+        train_cli.main(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("--set", "--config", "--output", "examples:"):
+        assert flag in text

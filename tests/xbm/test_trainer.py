@@ -1,0 +1,150 @@
+"""The training run on the CPU toy (tiny MLP): learning, every normaliser, exact resume, NaN handling,
+and one epoch of an image data set with a tiny timm backbone."""
+import io
+import math
+
+import pytest
+import torch
+
+from xbm.config import TrainConfig
+from xbm.data import build_dataset
+from xbm.errors import NonFiniteLossError
+from xbm.trainer import Trainer
+
+BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "epochs": 2, "warmup_epochs": 1, "lr": 1e-3,
+        "batch_size": 64, "samples_per_class": 4, "seed": 3}
+METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1", "recall_at_10", "map_at_r",
+           "r_precision", "eval_split", "drift_mean", "drift_max", "staleness_mean", "inter_distance_mean",
+           "intra_distance_mean", "superclass_top_k", "memory_neg_pairs", "batch_neg_pairs", "memory_fill")
+TIMINGS = ("epoch_time_s", "images_per_s")
+
+
+def config(**values):
+    return TrainConfig.from_dict({**BASE, **values})
+
+
+def train(**values):
+    return list(Trainer(config(**values)).fit())
+
+
+def same(a, b):
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def test_toy_recall_rises_and_every_contract_metric_is_reported():
+    history = train(epochs=4)
+    assert [m["epoch"] for m in history] == [1, 2, 3, 4]
+    for m in history:
+        assert set(METRICS) <= set(m), set(METRICS) - set(m)
+        assert m["eval_split"] == "test" and math.isfinite(m["loss"])
+    assert math.isnan(history[0]["drift_mean"]) and history[1]["drift_mean"] > 0
+    assert history[-1]["recall_at_1"] > history[0]["recall_at_1"] + 0.03, [m["recall_at_1"] for m in history]
+    assert history[-1]["memory_fill"] == 1.0 and history[-1]["memory_neg_pairs"] > history[-1]["batch_neg_pairs"]
+    assert history[0]["staleness_mean"] > 0
+
+
+@pytest.mark.parametrize("normaliser", [
+    {"normaliser.kind": "none"},
+    {"normaliser.kind": "xbn"},
+    {"normaliser.kind": "axbn", "normaliser.kalman_r": 0.1},
+    {"normaliser.kind": "ema", "normaliser.ema_momentum": 0.5},
+    {"normaliser.kind": "pcxbn", "normaliser.lambda_mu": 0.2},
+    {"normaliser.kind": "scxbn", "normaliser.absent": "skip"},
+    {"normaliser.kind": "xbn", "normaliser.centre_only": True},
+    {"normaliser.kind": "pcxbn", "normaliser.unit_norm": True},
+], ids=lambda d: "-".join(str(v) for v in d.values()))
+def test_every_normaliser_kind_trains_end_to_end(normaliser):
+    history = train(**normaliser, epochs=1, warmup_epochs=0)
+    m = history[-1]
+    assert math.isfinite(m["loss"]) and 0.0 <= m["recall_at_1"] <= 1.0 and m["memory_fill"] > 0
+
+
+def test_normaliser_delay_is_plain_xbm_until_its_epoch():
+    plain = train(**{"normaliser.kind": "none"})
+    delayed = train(**{"normaliser.kind": "xbn", "normaliser.delay_epochs": 1})
+    assert delayed[0]["loss"] == plain[0]["loss"] and delayed[0]["recall_at_1"] == plain[0]["recall_at_1"]
+    assert delayed[1]["loss"] != plain[1]["loss"]
+
+
+def test_memory_start_epoch_and_disabled_memory():
+    late = train(**{"memory.start_epoch": 1})
+    assert late[0]["memory_fill"] == 0 and late[0]["memory_neg_pairs"] == 0 and late[1]["memory_fill"] > 0
+    none = train(**{"memory.enabled": False}, epochs=1)
+    assert none[0]["memory_fill"] == 0 and math.isnan(none[0]["staleness_mean"])
+    # The same run without memory in its first epoch: identical trajectory until the memory starts.
+    assert none[0]["loss"] == late[0]["loss"]
+
+
+def test_scxbn_needs_super_classes():
+    splits = build_dataset(config())
+    splits.superclass_of = None
+    with pytest.raises(ValueError, match="scxbn needs a data set with super-classes"):
+        Trainer(config(**{"normaliser.kind": "scxbn"}), splits=splits)
+
+
+def test_resume_after_epoch_k_repeats_the_uninterrupted_run_exactly():
+    values = {"epochs": 4, "normaliser.kind": "axbn", "memory.start_epoch": 1, "lr_step": 2, "val_fraction": 0.2,
+              "evaluate_test": True}
+    full = train(**values)
+    first = Trainer(config(**values))
+    fit = first.fit()
+    resumed = [next(fit), next(fit)]
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    second = Trainer(config(**values))
+    second.load_state_dict(torch.load(buffer, weights_only=True))
+    resumed += list(second.fit())
+    assert [m["epoch"] for m in resumed] == [1, 2, 3, 4]
+    assert "test_recall_at_1" in full[-1] and full[-1]["eval_split"] == "val"
+    for a, b in zip(full, resumed):
+        assert set(a) == set(b)
+        diffs = {k: (a[k], b[k]) for k in a if k not in TIMINGS and not same(a[k], b[k])}
+        assert not diffs, f"epoch {a['epoch']}: {diffs}"
+
+
+def test_resume_refuses_another_config():
+    state = Trainer(config()).state_dict()
+    with pytest.raises(ValueError, match="lr \\(saved 0.001, now 0.01\\)"):
+        Trainer(config(lr=1e-2)).load_state_dict(state)
+    longer = Trainer(config(epochs=5))
+    longer.load_state_dict(state)  # more epochs is a valid continuation
+    assert longer.epoch == 0
+
+
+class PoisonAt(torch.nn.Module):
+    """Wraps a criterion; its loss becomes NaN at the n-th call."""
+
+    def __init__(self, inner, n):
+        super().__init__()
+        self.inner, self.n, self.calls = inner, n, 0
+
+    @property
+    def last_stats(self):
+        return self.inner.last_stats
+
+    def forward(self, *args, **kwargs):
+        self.calls += 1
+        loss = self.inner(*args, **kwargs)
+        return loss * float("nan") if self.calls == self.n else loss
+
+
+def test_non_finite_loss_names_epoch_and_iteration_before_any_step_uses_it():
+    trainer = Trainer(config(warmup_epochs=0))
+    trainer.xbm = PoisonAt(trainer.xbm, 3)
+    with pytest.raises(NonFiniteLossError) as info:
+        next(trainer.fit())
+    assert (info.value.epoch, info.value.iteration) == (1, 3) and math.isnan(info.value.value)
+    assert "epoch 1, iteration 3" in str(info.value)
+    steps = {int(s["step"]) for s in trainer.optimizer.state.values()}
+    assert steps == {2}  # the NaN step never reached the optimiser
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert trainer.epoch == 0  # nothing to checkpoint from the failed epoch
+
+
+@pytest.mark.slow
+def test_image_data_set_trains_an_epoch_with_a_tiny_timm_backbone():
+    history = train(dataset="digits", model="test_resnet", image_size=32, epochs=1, warmup_epochs=1,
+                    batch_size=20, samples_per_class=4, embedding_size=32)  # digits trains on 5 classes
+    m = history[0]
+    assert math.isfinite(m["loss"]) and m["recall_at_1"] > 0.5 and m["images_per_s"] > 0

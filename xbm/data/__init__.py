@@ -1,0 +1,8 @@
+"""Offline data sets in their official layouts: ``build_dataset(cfg) -> DatasetSplits``.
+
+See docs/readme/data.md for the contract, the layouts and the protocols.
+"""
+from xbm.data.base import DatasetSplits, EvalSplit, RawData, SampleDataset
+from xbm.data.registry import DATASETS, build_dataset
+
+__all__ = ["DATASETS", "DatasetSplits", "EvalSplit", "RawData", "SampleDataset", "build_dataset"]

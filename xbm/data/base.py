@@ -1,0 +1,135 @@
+"""What every data set hands the trainer: samples, datasets over them, and the split containers.
+
+A builder (one file per data set) returns a :class:`RawData`: one :class:`~xbm.data.sources.SampleSource`
+holding every sample, the builder's own class id per sample, optional super-class ids, and which samples
+form the training, query and gallery parts. :func:`xbm.data.splits.assemble` turns it into the
+:class:`DatasetSplits` the trainer codes against (global contiguous labels, optional validation classes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from xbm.data.sources import SampleSource
+from xbm.data.transforms import default_image_transform
+
+INPUT_KINDS = ("image", "vector")
+
+
+@dataclass
+class RawData:
+    """A data set as its builder reads it, before relabelling.
+
+    ``labels[j]`` / ``superlabels[j]``: the builder's class / super-class id of sample ``j`` of ``source``
+    (non-negative ints). ``train``, ``query``, ``gallery``: sample indices into ``source``; ``gallery`` None
+    means leave-one-out retrieval on ``query``.
+    """
+
+    name: str
+    source: SampleSource
+    labels: np.ndarray
+    train: np.ndarray
+    query: np.ndarray
+    gallery: Optional[np.ndarray] = None
+    superlabels: Optional[np.ndarray] = None
+
+
+class Transforms:
+    """The (train, eval) transform pair shared by every dataset of one :class:`DatasetSplits`.
+
+    Mutable on purpose: ``DatasetSplits.set_transforms`` swaps both at once for all splits. ``None`` means
+    the default plain resize to ``image_size`` + ToTensor + ImageNet normalisation.
+    """
+
+    def __init__(self, image_size: int) -> None:
+        self.image_size = image_size
+        self.train: Optional[Callable] = None
+        self.eval: Optional[Callable] = None
+        self._default: Optional[Callable] = None
+
+    def get(self, role: str) -> Callable:
+        chosen = self.train if role == "train" else self.eval
+        if chosen is not None:
+            return chosen
+        if self._default is None:
+            self._default = default_image_transform(self.image_size)
+        return self._default
+
+
+class SampleDataset(Dataset):
+    """Samples ``indices`` of ``source`` with global labels; item ``i`` -> ``(x, label, i)``.
+
+    ``x`` is the image (PIL RGB) passed through the role's transform, or the raw float vector for vector
+    data sets (transforms ignored). ``labels`` (LongTensor) lets samplers and evaluators read the classes
+    without decoding any image.
+    """
+
+    def __init__(self, source: SampleSource, indices: np.ndarray, labels: np.ndarray,
+                 transforms: Transforms, role: str) -> None:
+        if len(indices) != len(labels):
+            raise ValueError(f"indices and labels must have one entry per sample, but got "
+                             f"{len(indices)} indices and {len(labels)} labels")
+        self.source = source
+        self.indices = np.asarray(indices, dtype=np.int64)
+        self.labels = torch.as_tensor(np.asarray(labels, dtype=np.int64))
+        self.transforms = transforms
+        self.role = role
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int):
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} out of range for a {self.role} split of {len(self)} samples")
+        i = int(i) % len(self)
+        x = self.source.load(int(self.indices[i]))
+        if self.source.input_kind == "image":
+            x = self.transforms.get(self.role)(x)
+        return x, int(self.labels[i]), i
+
+
+@dataclass
+class EvalSplit:
+    """Retrieval split: ``query`` against ``gallery``, or leave-one-out on ``query`` when gallery is None."""
+
+    query: SampleDataset
+    gallery: Optional[SampleDataset] = None
+
+
+@dataclass
+class DatasetSplits:
+    """The trainer's view of a data set (see docs/readme/data.md for the contract).
+
+    Class ids are global and contiguous over every split: training classes ``0..T-1``, then validation
+    classes, then test-only classes; ``num_classes`` counts them all. ``superclass_of[c]`` is the
+    contiguous super-class id of class ``c`` (None when the data set has no super-classes).
+    """
+
+    name: str
+    train: SampleDataset
+    val: Optional[EvalSplit]
+    test: EvalSplit
+    superclass_of: Optional[torch.Tensor]
+    num_classes: int
+    input_kind: str
+    input_shape: tuple
+    transforms: Transforms
+
+    @property
+    def train_labels(self) -> torch.Tensor:
+        """LongTensor [n_train] of training class ids (for PML MPerClassSampler)."""
+        return self.train.labels
+
+    @property
+    def num_train_classes(self) -> int:
+        return int(torch.unique(self.train.labels).numel())
+
+    def set_transforms(self, train_transform: Optional[Callable], eval_transform: Optional[Callable]) -> None:
+        """Use ``train_transform`` for the training split and ``eval_transform`` for val/test (None: default).
+        Ignored by vector data sets. Call before building DataLoaders (workers copy the datasets)."""
+        self.transforms.train = train_transform
+        self.transforms.eval = eval_transform

@@ -1,0 +1,89 @@
+"""``omniglot``: hand-drawn characters (Lake, Salakhutdinov and Tenenbaum, "Human-level concept learning
+through probabilistic program induction", Science 350, 2015). 50 alphabets, 1,623 characters, 20 drawings
+each, 105x105 1-bit PNG.
+
+Reads the official ``<Alphabet>/characterNN/<drawing>_<drawer>.png`` layout anywhere under ``data_root``:
+from the release's zip files (images_background.zip, images_evaluation.zip, images_background_small1/2.zip)
+without extracting, and from extracted folders. A drawing present twice (Greek and Latin are in both small
+zips; a zip next to its extracted folder) is read once. Class = (alphabet, character); super-class =
+alphabet. Classes, never drawings, are split: in each alphabet the first half of the characters (in
+character order, the larger half when odd) trains, the rest is the test split (leave-one-out retrieval).
+"""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from xbm.data.base import RawData
+from xbm.data.layout import require_root
+from xbm.data.sources import ZipImageSource
+from xbm.data.splits import encode
+from xbm.errors import DatasetNotFoundError
+
+LAYOUT = """\
+<data_root>/
+  images_background.zip          (and/or images_evaluation.zip, images_background_small1.zip, ...)
+    images_background/Alphabet_of_the_Magi/character01/0709_01.png
+  images_evaluation/             (extracted folders work too)
+    Angelic/character01/0965_01.png
+    ..."""
+
+
+def _drawing_key(path: PurePosixPath):
+    """(alphabet, character, file name) for an official-layout PNG path, else None."""
+    parts = path.parts
+    if len(parts) < 3 or path.suffix.lower() != ".png" or not parts[-2].startswith("character"):
+        return None
+    return parts[-3], parts[-2], parts[-1]
+
+
+def scan(root: Path) -> tuple[list, np.ndarray, list, list]:
+    """Every distinct drawing under ``root``: (archives, archive index, member or file path, key), sorted
+    by key. Zips come first, so a drawing in both a zip and a folder is read from the zip."""
+    archives: list = []
+    found: dict[tuple, tuple[int, str]] = {}
+    for zip_path in sorted(root.rglob("*.zip")):
+        with zipfile.ZipFile(zip_path) as archive:
+            names = archive.namelist()
+        archives.append(str(zip_path))
+        for name in names:
+            key = _drawing_key(PurePosixPath(name))
+            if key is not None:
+                found.setdefault(key, (len(archives) - 1, name))
+    archives.append(None)  # plain files
+    for png in sorted(root.rglob("*.png")):
+        key = _drawing_key(PurePosixPath(png.relative_to(root).as_posix()))
+        if key is not None:
+            found.setdefault(key, (len(archives) - 1, str(png)))
+    keys = sorted(found)
+    return archives, np.array([found[k][0] for k in keys], dtype=np.int64), [found[k][1] for k in keys], keys
+
+
+def _character_number(character: str):
+    digits = character[len("character"):]
+    return (int(digits), character) if digits.isdigit() else (10**9, character)
+
+
+def build_omniglot(cfg) -> RawData:
+    root = require_root(cfg, "omniglot", LAYOUT)
+    archives, archive_of, members, keys = scan(root)
+    if not keys:
+        raise DatasetNotFoundError("omniglot", root / "images_background.zip", LAYOUT,
+                                   "No <Alphabet>/characterNN/*.png drawing was found in any zip or folder "
+                                   "under data_root: put the release's zip files (or their extracted "
+                                   "folders) there.")
+    characters: dict[str, set] = {}
+    for alphabet, character, _ in keys:
+        characters.setdefault(alphabet, set()).add(character)
+    train_classes = set()
+    for alphabet, chars in characters.items():
+        ordered = sorted(chars, key=_character_number)
+        train_classes.update((alphabet, c) for c in ordered[: (len(ordered) + 1) // 2])
+    classes = [(a, c) for a, c, _ in keys]
+    labels = encode(classes)
+    is_train = np.array([k in train_classes for k in classes])
+    return RawData(name="omniglot", source=ZipImageSource(archives, archive_of, members), labels=labels,
+                   train=np.flatnonzero(is_train), query=np.flatnonzero(~is_train),
+                   superlabels=encode([a for a, _ in classes]))

@@ -1,0 +1,42 @@
+"""One registry of data sets: name -> builder ``(cfg) -> RawData``, and :func:`build_dataset`."""
+from __future__ import annotations
+
+from typing import Callable
+
+from xbm.data.base import DatasetSplits, RawData
+from xbm.data.cars196 import build_cars196
+from xbm.data.cifar import build_cifar10, build_cifar100
+from xbm.data.cub200 import build_cub200
+from xbm.data.deepfashion2 import build_deepfashion2
+from xbm.data.digits import build_digits
+from xbm.data.inshop import build_inshop
+from xbm.data.omniglot import build_omniglot
+from xbm.data.sop import build_sop
+from xbm.data.splits import assemble
+from xbm.data.toy import build_toy
+
+DATASETS: dict[str, Callable[..., RawData]] = {
+    "sop": build_sop,
+    "inshop": build_inshop,
+    "deepfashion2": build_deepfashion2,
+    "cifar10": build_cifar10,
+    "cifar100": build_cifar100,
+    "cub200": build_cub200,
+    "cars196": build_cars196,
+    "omniglot": build_omniglot,
+    "digits": build_digits,
+    "toy": build_toy,
+}
+
+
+def build_dataset(cfg) -> DatasetSplits:
+    """Build ``cfg.dataset`` from ``cfg.data_root`` (never downloads) with ``cfg.val_fraction`` of the
+    training classes held out for validation; ``cfg.image_size`` sizes the default image transform.
+
+    Raises ValueError for an unknown name (listing the valid ones) and
+    :class:`xbm.errors.DatasetNotFoundError` for a missing root or file.
+    """
+    if cfg.dataset not in DATASETS:
+        raise ValueError(f"dataset must be one of {sorted(DATASETS)}, but got {cfg.dataset!r}")
+    raw = DATASETS[cfg.dataset](cfg)
+    return assemble(raw, cfg.val_fraction, cfg.image_size)

@@ -1,0 +1,132 @@
+"""Random access to raw samples: ``load(j)`` -> PIL RGB image (``input_kind == "image"``) or float tensor.
+
+Sources hold only cheap things (arrays, paths, boxes), so datasets pickle quickly into DataLoader workers;
+zip handles are reopened in each process.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from xbm.errors import DatasetNotFoundError
+
+
+class SampleSource:
+    """Base: ``len(source)`` samples, ``load(j)`` decodes sample ``j``."""
+
+    input_kind = "image"
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def load(self, j: int):
+        raise NotImplementedError
+
+
+class VectorSource(SampleSource):
+    """Rows of a float tensor [N, D]; ``load(j)`` returns row ``j`` (float32)."""
+
+    input_kind = "vector"
+
+    def __init__(self, vectors: torch.Tensor) -> None:
+        if vectors.ndim != 2:
+            raise ValueError(f"vectors must be 2-D [N, D], but got shape {tuple(vectors.shape)}")
+        self.vectors = vectors.to(torch.float32).contiguous()
+
+    def __len__(self) -> int:
+        return self.vectors.shape[0]
+
+    def load(self, j: int) -> torch.Tensor:
+        return self.vectors[j]
+
+
+class ArrayImageSource(SampleSource):
+    """In-memory uint8 images [N, H, W] (grey) or [N, H, W, 3] (RGB); ``load`` returns PIL RGB."""
+
+    def __init__(self, images: np.ndarray) -> None:
+        if images.dtype != np.uint8 or images.ndim not in (3, 4):
+            raise ValueError(f"images must be uint8 [N, H, W] or [N, H, W, 3], but got "
+                             f"{images.dtype} {images.shape}")
+        self.images = images
+
+    def __len__(self) -> int:
+        return self.images.shape[0]
+
+    def load(self, j: int) -> Image.Image:
+        return Image.fromarray(self.images[j]).convert("RGB")
+
+
+class ImageFileSource(SampleSource):
+    """Image files ``root / relpath``, optionally cropped to a box (x1, y1, x2, y2) in pixels."""
+
+    def __init__(self, root, relpaths: Sequence[str], boxes: Optional[np.ndarray] = None,
+                 dataset: str = "images", layout: str = "") -> None:
+        if boxes is not None and len(boxes) != len(relpaths):
+            raise ValueError(f"boxes must have one row per image, but got {len(boxes)} boxes for "
+                             f"{len(relpaths)} images")
+        self.root = Path(root)
+        self.relpaths = list(relpaths)
+        self.boxes = None if boxes is None else np.asarray(boxes, dtype=np.float64)
+        self.dataset, self.layout = dataset, layout
+
+    def __len__(self) -> int:
+        return len(self.relpaths)
+
+    def load(self, j: int) -> Image.Image:
+        path = self.root / self.relpaths[j]
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB")
+        except FileNotFoundError:
+            raise DatasetNotFoundError(self.dataset, path, self.layout or f"{self.root}/<listed images>",
+                                       "An image listed in the annotation files is missing: re-extract "
+                                       "the release's images.") from None
+        if self.boxes is not None:
+            x1, y1, x2, y2 = self.boxes[j]
+            # Clamp to the image and keep at least one pixel: some annotated boxes touch or cross the border.
+            x1, y1 = min(max(x1, 0), image.width - 1), min(max(y1, 0), image.height - 1)
+            x2, y2 = max(min(x2, image.width), x1 + 1), max(min(y2, image.height), y1 + 1)
+            image = image.crop((int(x1), int(y1), int(round(x2)), int(round(y2))))
+        return image
+
+
+class ZipImageSource(SampleSource):
+    """Images read from inside zip archives without extracting: sample ``j`` is ``members[j]`` of
+    ``archives[archive_of[j]]``; an archive of None means a plain file path in ``members[j]``."""
+
+    def __init__(self, archives: Sequence[Optional[str]], archive_of: np.ndarray, members: Sequence[str]) -> None:
+        self.archives = list(archives)
+        self.archive_of = np.asarray(archive_of, dtype=np.int64)
+        self.members = list(members)
+        self._handles: dict[int, zipfile.ZipFile] = {}
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_handles"] = {}  # zip handles do not cross processes; each worker reopens its own
+        return state
+
+    def _archive(self, a: int) -> zipfile.ZipFile:
+        if self._pid != os.getpid():  # forked worker: never share the parent's file offsets
+            self._handles, self._pid = {}, os.getpid()
+        if a not in self._handles:
+            self._handles[a] = zipfile.ZipFile(self.archives[a])
+        return self._handles[a]
+
+    def load(self, j: int) -> Image.Image:
+        a = int(self.archive_of[j])
+        if self.archives[a] is None:
+            with Image.open(self.members[j]) as image:
+                return image.convert("RGB")
+        with self._archive(a).open(self.members[j]) as handle:
+            with Image.open(handle) as image:
+                return image.convert("RGB")

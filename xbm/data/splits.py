@@ -1,0 +1,101 @@
+"""From a builder's :class:`RawData` to :class:`DatasetSplits`: global contiguous labels, super-classes,
+and the class-disjoint validation split carved from the training classes.
+
+Label order: training classes ``0..T-1``, validation classes ``T..T+V-1``, then test-only classes, each
+group sorted by the builder's id. Data sets whose train and test share classes (CIFAR) keep one id per class.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from xbm.data.base import DatasetSplits, EvalSplit, RawData, SampleDataset, Transforms
+
+# Fixed, independent of cfg.seed: every trial of a sweep selects on the same validation classes.
+VAL_SPLIT_SEED = 20_240_917
+
+
+def encode(keys: Sequence) -> np.ndarray:
+    """Contiguous int ids for hashable keys (tuples, strings, ints), in sorted-key order."""
+    keys = list(keys)
+    order = {k: i for i, k in enumerate(sorted(set(keys)))}
+    return np.fromiter((order[k] for k in keys), dtype=np.int64, count=len(keys))
+
+
+def pick_val_classes(train_classes: np.ndarray, val_fraction: float, dataset: str) -> np.ndarray:
+    """``round(val_fraction * T)`` (at least 1) of the ``T`` training classes, drawn with a fixed seed.
+    0 -> none (the papers' protocol)."""
+    if val_fraction <= 0.0:
+        return train_classes[:0]
+    n_val = max(1, int(round(val_fraction * len(train_classes))))
+    if n_val >= len(train_classes):
+        raise ValueError(f"val_fraction={val_fraction} leaves no training class in {dataset!r} "
+                         f"({len(train_classes)} training classes, {n_val} for validation); lower val_fraction")
+    rng = np.random.default_rng(VAL_SPLIT_SEED)
+    return np.sort(rng.permutation(np.sort(train_classes))[:n_val])
+
+
+def assemble(raw: RawData, val_fraction: float, image_size: int) -> DatasetSplits:
+    """Relabel, carve the validation classes, drop queries that cannot be answered, wrap in datasets."""
+    labels = np.asarray(raw.labels, dtype=np.int64)
+    if len(labels) != len(raw.source):
+        raise ValueError(f"{raw.name}: labels must have one entry per sample, but got {len(labels)} "
+                         f"for {len(raw.source)} samples")
+    if len(labels) and labels.min() < 0:
+        raise ValueError(f"{raw.name}: class ids must be >= 0, but got {labels.min()}")
+    train_part, query = np.asarray(raw.train, dtype=np.int64), np.asarray(raw.query, dtype=np.int64)
+    gallery_part = None if raw.gallery is None else np.asarray(raw.gallery, dtype=np.int64)
+    if gallery_part is not None:
+        # A query whose class has no gallery image cannot be retrieved; the official protocols drop it.
+        query = query[np.isin(labels[query], labels[gallery_part])]
+    if len(train_part) == 0 or len(query) == 0:
+        raise ValueError(f"{raw.name}: the training and query parts must be non-empty, but got "
+                         f"{len(train_part)} training and {len(query)} answerable query samples")
+    train_keys = np.unique(labels[train_part])
+    val_keys = pick_val_classes(train_keys, val_fraction, raw.name)
+    train_keys = np.setdiff1d(train_keys, val_keys)
+    eval_idx = query if gallery_part is None else np.concatenate([query, gallery_part])
+    other_keys = np.setdiff1d(np.unique(labels[eval_idx]), np.concatenate([train_keys, val_keys]))
+    order = np.concatenate([train_keys, val_keys, other_keys])
+    lookup = np.full(int(labels.max()) + 1, -1, dtype=np.int64)
+    lookup[order] = np.arange(len(order))
+    glabels = lookup[labels]  # -1 for samples in no split
+
+    transforms = Transforms(image_size)
+
+    def dataset(indices: np.ndarray, role: str) -> SampleDataset:
+        indices = np.asarray(indices, dtype=np.int64)
+        return SampleDataset(raw.source, indices, glabels[indices], transforms, role)
+
+    in_val = np.isin(labels[train_part], val_keys)
+    train = dataset(train_part[~in_val], "train")
+    val = EvalSplit(dataset(train_part[in_val], "eval")) if len(val_keys) else None
+    gallery = None if gallery_part is None else dataset(gallery_part, "eval")
+    test = EvalSplit(dataset(query, "eval"), gallery)
+
+    kind = raw.source.input_kind
+    shape = (3, image_size, image_size) if kind == "image" else tuple(raw.source.load(int(train_part[0])).shape)
+    return DatasetSplits(name=raw.name, train=train, val=val, test=test,
+                         superclass_of=_superclass_of(raw, lookup, len(order)), num_classes=len(order),
+                         input_kind=kind, input_shape=shape, transforms=transforms)
+
+
+def _superclass_of(raw: RawData, lookup: np.ndarray, num_classes: int) -> Optional[torch.Tensor]:
+    """Map every global class to a contiguous super-class id; each class must lie in one super-class."""
+    if raw.superlabels is None:
+        return None
+    supers = np.asarray(raw.superlabels, dtype=np.int64)
+    glabels = lookup[np.asarray(raw.labels, dtype=np.int64)]
+    used = glabels >= 0
+    pairs = np.unique(np.stack([glabels[used], supers[used]], axis=1), axis=0)
+    if len(pairs) != num_classes:
+        counts = np.bincount(pairs[:, 0], minlength=num_classes)
+        bad = int(np.flatnonzero(counts != 1)[0])
+        raise ValueError(f"{raw.name}: every class must belong to exactly one super-class, but class {bad} "
+                         f"has {counts[bad]}; check the annotation files")
+    _, contiguous = np.unique(pairs[:, 1], return_inverse=True)
+    out = np.empty(num_classes, dtype=np.int64)
+    out[pairs[:, 0]] = contiguous.reshape(-1)
+    return torch.as_tensor(out)

@@ -1,0 +1,178 @@
+"""Training diagnostics as plain floats: feature drift, memory staleness, embedding spread, super-class
+neighbourhoods and mined pair counts (names of the metrics they feed: docs/ARCHITECTURE.md).
+
+Pure functions of tensors: no model, no config, no global RNG (sampling uses its own seeded generator, so
+that calling a diagnostic never changes a training run). They accept CPU or CUDA tensors in any float dtype,
+compute in fp32 on the embeddings' device, and chunk whatever grows with N^2. Distances are Euclidean
+(``||a - b||_2``), the distance of ``xbm.evaluate``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+
+from xbm.evaluate import nearest_neighbours
+from xbm.evaluate.metrics import superclass_ids
+
+_CHUNK_ELEMENTS = 2**22  # floats per chunk of pairwise work (16 MiB in fp32)
+
+
+def feature_drift(previous, current) -> dict[str, float]:
+    """How far the embeddings of a fixed probe set moved in one epoch: ``drift_mean``, ``drift_max``.
+
+    drift_i = ||f(x_i; theta_k) - f(x_i; theta_{k-1})||_2 for the probe samples x_i (same rows, same order in
+    both), reported as the mean and the max over i. This is the feature drift of the XBM paper (Wang et al.
+    2020, Sec. 3.2, which plots the squared norm) measured between consecutive epochs, as seed 000 Sec. 5.4
+    and seed 002 Fig. 4 do: slow drift is what makes stored memory rows usable as negatives.
+    ``previous=None`` (the first epoch) gives NaN for both.
+    """
+    if previous is None:
+        return {"drift_mean": math.nan, "drift_max": math.nan}
+    distances = _row_distances("previous", previous, "current", current)
+    return {"drift_mean": float(distances.mean()), "drift_max": float(distances.max())}
+
+
+def memory_staleness(stored, current) -> float:
+    """``staleness_mean``: mean ||m_i - f(x_i; theta_now)||_2 over memory rows m_i and the current model's
+    embedding of the same training samples x_i (seed 001 Appendix C).
+
+    A memory row was written when its sample was last in a batch, by an older model; staleness is how far
+    that stored feature is from what the model computes now, i.e. the error the memory brings into the loss.
+    """
+    return float(_row_distances("stored", stored, "current", current).mean())
+
+
+def mean_inter_distance(embeddings, labels=None, *, max_pairs: int = 100_000, seed: int = 0) -> float:
+    """``inter_distance_mean``: mean ||z_i - z_j||_2 over pairs i != j (of different classes when ``labels``
+    is given): the spread of the embedding space. A collapse (every z alike) drives it to 0; on the unit
+    sphere it is at most 2, and sqrt(2) ~ 1.41 for uniformly spread points in high dimension.
+
+    Exact over every ordered pair when N (N - 1) <= ``max_pairs``; otherwise the mean of ``max_pairs``
+    pairs drawn uniformly with a generator seeded by ``seed`` (relative standard error ~ 1/sqrt(max_pairs)
+    of the distances' spread). NaN when no pair qualifies.
+    """
+    if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
+        raise ValueError(f"max_pairs must be a positive integer, but got {max_pairs!r}")
+    x = _embeddings("embeddings", embeddings)
+    y = None if labels is None else _labels(labels, x)
+    n = len(x)
+    if n * (n - 1) <= max_pairs:
+        total, count = 0.0, 0
+        rows = max(1, _CHUNK_ELEMENTS // n)
+        for start in range(0, n, rows):
+            # cdist without the |a|^2 + |b|^2 - 2ab shortcut: exact for the tiny distances of a collapse.
+            d = torch.cdist(x[start: start + rows], x, compute_mode="donot_use_mm_for_euclid_dist")
+            own = torch.arange(start, min(start + rows, n), device=x.device)
+            keep = own[:, None] != torch.arange(n, device=x.device)[None, :]
+            if y is not None:
+                keep &= y[start: start + rows, None] != y[None, :]
+            total += float(d[keep].double().sum())
+            count += int(keep.sum())
+        return total / count if count else math.nan
+    generator = torch.Generator().manual_seed(seed)  # CPU draws: the same pairs on every device
+    i, j = torch.randint(0, n, (2, max_pairs), generator=generator).to(x.device)
+    keep = i != j if y is None else y[i] != y[j]
+    i, j = i[keep], j[keep]
+    if len(i) == 0:
+        return math.nan
+    step = max(1, _CHUNK_ELEMENTS // x.shape[1])
+    total = sum(float((x[i[s: s + step]] - x[j[s: s + step]]).norm(dim=1).double().sum())
+                for s in range(0, len(i), step))
+    return total / len(i)
+
+
+def mean_intra_distance(embeddings, labels) -> float:
+    """``intra_distance_mean``: mean ||z_i - mu_{y_i}||_2, with mu_c the mean embedding of class c (not
+    re-normalised): how tight the classes are. Classes with one sample (distance 0 by construction) are
+    left out; NaN when no class has two samples. Read with ``mean_inter_distance``: their ratio is
+    scale-free."""
+    x = _embeddings("embeddings", embeddings)
+    _, ids = torch.unique(_labels(labels, x), return_inverse=True)
+    counts = torch.bincount(ids)
+    sums = torch.zeros(len(counts), x.shape[1], device=x.device).index_add_(0, ids, x)
+    means = sums / counts[:, None]
+    keep = counts[ids] > 1
+    if not bool(keep.any()):
+        return math.nan
+    return float((x[keep] - means[ids[keep]]).norm(dim=1).double().mean())
+
+
+def superclass_top_k(embeddings, labels, superclass_of, k: int = 10, *, gallery=None, gallery_labels=None,
+                     knn: str = "auto") -> float:
+    """``superclass_top_k``: the proportion of each query's k nearest neighbours that share its super-class,
+    averaged over queries (seed 000 Table 5.16). Neighbours of the query's own class count as sharing it,
+    so the value is at least the precision@k of the classes; the excess over it shows whether the wrong
+    neighbours are at least semantically close (e.g. another bicycle in SOP, another letter of the alphabet).
+
+    superclass_of: (C,) tensor (or sequence), ``superclass_of[c]`` = super-class of class id ``c`` (the
+    ``DatasetSplits.superclass_of`` of ``xbm.data``). Without a gallery, leave-one-out on ``embeddings``;
+    with one, neighbours come from ``gallery``. Fewer than k candidates: all of them are used.
+    ``retrieval_metrics(..., superclass_of=...)`` returns the same value from its own search, saving one.
+    """
+    query = _embeddings("embeddings", embeddings)
+    query_labels = _labels(labels, query)
+    if (gallery is None) != (gallery_labels is None):
+        raise ValueError("gallery and gallery_labels must be given together (or both None for leave-one-out)")
+    if gallery is not None:
+        gallery = _embeddings("gallery", gallery).to(query.device)
+        gallery_labels = _labels(gallery_labels, gallery)
+    query_super = superclass_ids(superclass_of, query_labels, "labels")
+    gallery_super = query_super if gallery is None else superclass_ids(superclass_of, gallery_labels, "gallery_labels")
+    neighbours = nearest_neighbours(query, k, gallery, knn=knn)
+    same = gallery_super[neighbours] == query_super[:, None]
+    return float(same.double().mean())
+
+
+def count_pairs(indices_tuple, labels=None, ref_labels=None) -> dict[str, float]:
+    """Distinct positive and negative pairs in a PML indices tuple: ``{"pos_pairs": ..., "neg_pairs": ...}``.
+
+    indices_tuple: a miner's output, pairs (a1, p, a2, n) or triplets (a, p, n), indices into the
+    embeddings (rows) and the reference embeddings (columns, e.g. the memory); or None, PML's "every pair",
+    which needs ``labels`` (and ``ref_labels`` when the reference set differs). Triplets sharing an
+    anchor-positive pair count that pair once. Averaged over iterations these give the valid negative pairs
+    per iteration from the memory vs the batch (seed 000 Sec. 5.4).
+    """
+    if indices_tuple is None and labels is None:
+        raise ValueError("count_pairs(None, ...) means every pair and needs labels (and ref_labels for a "
+                         "separate reference set), but got labels=None")
+    if indices_tuple is not None and len(indices_tuple) not in (3, 4):
+        raise ValueError(f"indices_tuple must be pairs (a1, p, a2, n) or triplets (a, p, n), but got "
+                         f"{len(indices_tuple)} tensors")
+    a1, p, a2, n = lmu.convert_to_pairs(indices_tuple, labels, ref_labels)
+    return {"pos_pairs": float(_distinct_pairs(a1, p)), "neg_pairs": float(_distinct_pairs(a2, n))}
+
+
+def _distinct_pairs(rows: torch.Tensor, cols: torch.Tensor) -> int:
+    if len(rows) == 0:
+        return 0
+    return len(torch.unique(rows.long() * (int(cols.max()) + 1) + cols.long()))
+
+
+def _row_distances(name_a: str, a, name_b: str, b) -> torch.Tensor:
+    """||a_i - b_i||_2 per row, in fp32 on b's device."""
+    b = _embeddings(name_b, b)
+    a = _embeddings(name_a, a).to(b.device)
+    if a.shape != b.shape:
+        raise ValueError(f"{name_a} and {name_b} must hold the same samples in the same order (equal shapes), "
+                         f"but got {tuple(a.shape)} and {tuple(b.shape)}")
+    return (a - b).norm(dim=1)
+
+
+def _embeddings(name: str, x) -> torch.Tensor:
+    x = torch.as_tensor(x)
+    if x.ndim != 2 or len(x) == 0:
+        raise ValueError(f"{name} must be a non-empty (N, D) matrix, but got shape {tuple(x.shape)}")
+    return x.detach().float()
+
+
+def _labels(labels, x: torch.Tensor) -> torch.Tensor:
+    y = torch.as_tensor(labels, device=x.device)
+    if y.shape != (len(x),):
+        raise ValueError(f"labels must have shape ({len(x)},) to match the embeddings, but got {tuple(y.shape)}")
+    return y
+
+
+__all__ = ["feature_drift", "memory_staleness", "mean_inter_distance", "mean_intra_distance",
+           "superclass_top_k", "count_pairs"]

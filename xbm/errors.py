@@ -1,0 +1,54 @@
+"""Errors the xbm layer raises on purpose, each naming the rule, the value and what to do."""
+from __future__ import annotations
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A data set's root or one of its files is missing under ``data_root``.
+
+    The message names the data set, the missing path, the official layout expected there (a short tree)
+    and what to do. Nothing is ever downloaded. Picklable with its arguments (Ray ships errors between
+    processes).
+    """
+
+    def __init__(self, dataset: str, path, layout: str, advice: str = "") -> None:
+        self.dataset = dataset
+        self.path = str(path)
+        self.layout = layout
+        self.advice = advice
+        todo = advice or (f"Download the official release yourself (xbm never downloads), extract it, and "
+                          f"pass its folder as data_root (--set data_root=/path/to/{dataset}).")
+        message = (f"data set {dataset!r}: missing {self.path}\n"
+                   f"Expected this official layout under data_root:\n{layout.rstrip()}\n{todo}")
+        super().__init__(message)
+        self.filename = self.path  # as FileNotFoundError's own attribute, for callers that read it
+
+    def __str__(self) -> str:
+        return self.args[0]  # OSError would print "[Errno None] None: <filename>" once filename is set
+
+    def __reduce__(self):
+        return type(self), (self.dataset, self.path, self.layout, self.advice)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite (raised before any optimiser step uses it, so the model
+    holds no non-finite weight and the last checkpoint stays the last good one).
+
+    ``epoch`` is the 1-based main epoch (0 during the head-only warm-up), ``iteration`` the 1-based batch
+    within it, ``value`` the loss. Picklable with its arguments (Ray ships errors between processes).
+    """
+
+    def __init__(self, epoch: int, iteration: int, value: float) -> None:
+        self.epoch = int(epoch)
+        self.iteration = int(iteration)
+        self.value = float(value)
+        super().__init__(
+            f"non-finite loss {self.value} at epoch {self.epoch}, iteration {self.iteration} "
+            f"(epoch 0 is the warm-up): the loss must stay finite. Lower lr, enable clip_grad, use amp=bf16 "
+            f"or amp=off instead of fp16, or raise loss.temperature")
+
+    def __reduce__(self):
+        return type(self), (self.epoch, self.iteration, self.value)
+
+
+class PretrainedWeightsError(RuntimeError):
+    """``pretrained=True`` could not obtain timm's weights (e.g. offline); the message names pretrained_path."""

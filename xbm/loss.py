@@ -1,0 +1,106 @@
+"""XBMLoss: a PML pair loss computed between the batch and a cross-batch memory, with adaptation."""
+from __future__ import annotations
+
+import torch
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+from torch import Tensor, nn
+
+from xbm.memory import EmbeddingMemory
+from xbm.normalisers.base import Normaliser
+
+
+class XBMLoss(nn.Module):
+    """Cross-batch memory loss (XBM, Wang et al. 2020, seed 002; the step order of the AXBN paper,
+    seed 001 §3.1, and of PML's ``CrossBatchMemory``). Per call ``crit(embeddings, labels, epoch=e)``:
+
+    1. adapt the stored rows (those from before this batch) with ``normaliser`` towards the detached
+       batch's statistics, and write them back into the memory (later steps see the adapted memory);
+    2. enqueue the batch (fp32, detached, modulo writes);
+    3. mine pairs between the batch (queries) and the filled memory rows (references) with
+       ``miner``, or take all pairs, and drop each sample's pair with its own stored copy;
+    4. ``loss(embeddings, labels, pairs, memory, memory_labels)``; with ``batch_loss_weight`` w > 0
+       add w x the plain in-batch loss with the same miner ("XBM*", seed 001 Table 2).
+
+    With no normaliser (or kind "none") and w = 0 this is PML ``CrossBatchMemory`` (same loss and
+    gradients, wrap-around included), but: the memory is an fp32 ``EmbeddingMemory`` whose pointer
+    and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
+    kept), and fp16/bf16 embeddings are compared with the memory in fp32.
+
+    After each call ``last_stats`` holds floats: ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs
+    mined against the memory, self pairs removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs
+    the same miner finds within the batch), ``memory_fill`` (filled fraction), ``memory_loss``,
+    ``batch_loss`` (NaN when w = 0) and ``adapted`` (1.0 when the normaliser changed the memory).
+    """
+
+    def __init__(self, loss: nn.Module, embedding_size: int, memory_size: int, miner: nn.Module | None = None,
+                 normaliser: Normaliser | None = None, batch_loss_weight: float = 0.0) -> None:
+        super().__init__()
+        if isinstance(batch_loss_weight, bool) or not batch_loss_weight >= 0.0:
+            raise ValueError(f"batch_loss_weight must be >= 0, but got {batch_loss_weight!r}")
+        self.loss = loss
+        self.miner = miner
+        self.normaliser = normaliser
+        self.batch_loss_weight = float(batch_loss_weight)
+        self.memory = EmbeddingMemory(memory_size, embedding_size)
+        self.register_buffer("iteration", torch.zeros((), dtype=torch.long))
+        self.last_stats: dict[str, float] = {}
+
+    def forward(self, embeddings: Tensor, labels: Tensor, epoch: int = 0, indices: Tensor | None = None) -> Tensor:
+        if embeddings.dim() != 2 or labels.shape != embeddings.shape[:1]:
+            raise ValueError(f"XBMLoss needs embeddings [B, d] and labels [B], but got "
+                             f"{tuple(embeddings.shape)} and {tuple(labels.shape)}")
+        labels = labels.to(embeddings.device)
+        adapted = self._adapt(embeddings, labels, epoch)
+        slots = self.memory.enqueue(embeddings, labels, indices, iteration=int(self.iteration))
+        self.iteration += 1
+        refs, ref_labels, _, _ = self.memory.valid()
+        # Compare in the memory's fp32: under autocast the matmul is cast down anyway.
+        queries = embeddings if embeddings.dtype == refs.dtype else embeddings.float()
+        pairs = self._pairs(queries, labels, refs, ref_labels)
+        pairs = _drop_self_pairs(pairs, slots)
+        memory_loss = self.loss(queries, labels, pairs, refs, ref_labels)
+        batch_pairs = self._pairs(queries, labels)
+        total, batch_loss = memory_loss, float("nan")
+        if self.batch_loss_weight > 0:
+            in_batch = self.loss(queries, labels, batch_pairs)
+            total = memory_loss + self.batch_loss_weight * in_batch
+            batch_loss = float(in_batch.detach())
+        self.last_stats = {
+            "memory_pos_pairs": float(len(pairs[0])),
+            "memory_neg_pairs": float(len(pairs[2])),
+            "batch_pos_pairs": float(len(batch_pairs[0])),
+            "batch_neg_pairs": float(len(batch_pairs[2])),
+            "memory_fill": len(self.memory) / self.memory.size,
+            "memory_loss": float(torch.as_tensor(memory_loss).detach()),
+            "batch_loss": batch_loss,
+            "adapted": float(adapted),
+        }
+        return total
+
+    def _adapt(self, embeddings: Tensor, labels: Tensor, epoch: int) -> bool:
+        """Step 1: adapt the rows stored before this batch and write them back."""
+        if self.normaliser is None or not self.normaliser.active(epoch) or len(self.memory) < 2 or len(labels) < 2:
+            return False   # (fewer than 2 rows: no standard deviation, the normaliser would not adapt)
+        stored, stored_labels, _, _ = self.memory.valid()
+        # In place (out=stored): a second [M, d] tensor per step would cost more than the arithmetic.
+        self.normaliser(stored, stored_labels, embeddings.detach(), labels, epoch=epoch, out=stored)
+        return True
+
+    def _pairs(self, queries: Tensor, labels: Tensor, refs: Tensor | None = None,
+               ref_labels: Tensor | None = None) -> tuple[Tensor, ...]:
+        """(a1, p, a2, n) pair indices: the miner's, or all pairs (PML's convention: without
+        references, the diagonal is not a positive pair)."""
+        if self.miner is not None:
+            return self.miner(queries, labels, refs, ref_labels)
+        return lmu.get_all_pairs_indices(labels, ref_labels)
+
+
+def _drop_self_pairs(pairs: tuple[Tensor, ...], slots: Tensor) -> tuple[Tensor, ...]:
+    """Remove positive pairs (a, p) where reference p is query a's own stored copy (slot[a]).
+
+    PML's ``lmu.remove_self_comparisons`` does the same from the batch's slot range but assumes the
+    batch fits in the memory; this form also holds when rows were overwritten (slot -1).
+    """
+    a1, p, a2, n = pairs
+    keep = slots.index_select(0, a1) != p
+    return a1[keep], p[keep], a2, n

@@ -1,0 +1,48 @@
+"""Kind "axbn": XBN towards Kalman-filtered batch moments."""
+from __future__ import annotations
+
+import torch
+
+from xbm.normalisers.base import StatefulNormaliser
+from xbm.normalisers.config import NormaliserConfig
+from xbm.normalisers.stats import Moments
+
+
+class AXBN(StatefulNormaliser):
+    """Adaptive XBN (Ajanthan et al. 2023, seed 001, §3.2.1 and Appendix E, Algorithm 1).
+
+    One scalar Kalman filter shared by all dimensions estimates the moments of the current model's
+    embeddings from the noisy batch moments. With p_0 = ``kalman_p0``, q = ``kalman_q``,
+    r = ``kalman_r`` and |B| the batch size, on the first call and then every
+    ``kalman_interval``-th call (0-based call c with c % interval == 0) the gain is updated:
+
+        p_pred = p + q;   K = p_pred / (p_pred + r / |B|);   p = (1 - K) p_pred
+
+    and on every call (mu_hat, sigma_hat start as the first batch's moments):
+
+        mu_hat    += K (E[B] - mu_hat)
+        sigma_hat += K (sigma[B] - sigma_hat)
+        z' = (z - E[R]) / sigma[R] * sigma_hat + mu_hat       (centre_only: z - E[R] + mu_hat)
+
+    r = 0 gives K = 1, i.e. exactly XBN. State (in ``state_dict``): ``p``, ``gain`` (K, kept between
+    gain updates), ``calls``, ``mu_hat``, ``sigma_hat``. The filter does not run during the delay.
+    """
+
+    kind = "axbn"
+
+    def __init__(self, cfg: NormaliserConfig) -> None:
+        super().__init__(cfg)
+        self.register_buffer("p", torch.tensor(float(cfg.kalman_p0), dtype=torch.float64))
+        self.register_buffer("gain", torch.tensor(0.0, dtype=torch.float64))
+
+    def target_moments(self, batch: Moments, batch_size: int) -> Moments:
+        call = self._start(batch)
+        if call % self.cfg.kalman_interval == 0:
+            p_pred = float(self.p) + self.cfg.kalman_q
+            gain = p_pred / (p_pred + self.cfg.kalman_r / batch_size)
+            self.p.fill_((1.0 - gain) * p_pred)
+            self.gain.fill_(gain)
+        gain = float(self.gain)
+        self.mu_hat.add_(batch.mean - self.mu_hat, alpha=gain)
+        self.sigma_hat.add_(batch.std - self.sigma_hat, alpha=gain)
+        return Moments(self.mu_hat.clone(), self.sigma_hat.clone())

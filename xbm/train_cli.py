@@ -1,0 +1,178 @@
+"""``xbm-tune train``: one training run from the command line (also ``python -m xbm.train_cli``).
+
+    xbm-tune train --set dataset=toy --set model=mlp --set epochs=5
+    xbm-tune train --config run.yaml --set lr=3e-4 --output runs/lr3e-4
+
+Options come from ``--config FILE.yaml`` (dotted keys such as ``memory.ratio: 0.2``, or nested mappings),
+overridden by each ``--set key=value``. The output folder receives ``config.yaml`` (the resolved config),
+``metrics.jsonl`` and ``metrics.csv`` (one row per epoch) and ``checkpoint.pt`` (``Trainer.state_dict()``
+after the last good epoch, replaced atomically). Exit status: 0 done, 2 bad input (unknown key, bad value,
+missing data set, occupied output folder), 1 failure (e.g. a non-finite loss, missing pretrained weights).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+TRAIN_EXAMPLES = """examples:
+  xbm-tune train --set dataset=toy --set model=mlp --set epochs=5 --set embedding_size=64
+  xbm-tune train --set dataset=omniglot --set data_root=../shared/datasets/omniglot_small \\
+      --set model=resnet18 --set image_size=64 --set normaliser.kind=xbn
+  xbm-tune train --config run.yaml --set memory.enabled=false --output runs/no_memory
+"""
+SHOWN = ("loss", "recall_at_1", "recall_at_10", "map_at_r", "drift_mean", "memory_fill", "images_per_s",
+         "epoch_time_s")
+
+
+class BadInput(ValueError):
+    """A problem with what the user gave (exit 2)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The train command's flags (``tune/cli.py`` adds them to its ``train`` sub-parser)."""
+    config = parser.add_argument_group("configuration (TrainConfig dotted names; see xbm/config.py)")
+    config.add_argument("--config", metavar="FILE.yaml", help="YAML file of dotted keys (--set overrides it)")
+    config.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                        help="one config value, repeatable, e.g. --set normaliser.kind=xbn --set lr=3e-4")
+    output = parser.add_argument_group("output")
+    output.add_argument("--output", metavar="DIR", help="output folder (default: runs/<UTC timestamp>)")
+    output.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no per-epoch progress bar (the metrics lines stay)")
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"--set must look like key=value, but got {item!r}")
+        values[key.strip()] = value
+    return values
+
+
+def load_yaml(path: Optional[str]) -> dict[str, Any]:
+    if not path:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise BadInput(f"--config must name a readable YAML file, but got {path!r} ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise BadInput(f"--config {path!r} must be valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BadInput(f"--config {path!r} must hold a mapping of config keys, but holds a {type(data).__name__}")
+    return data
+
+
+def resolve_config(args: argparse.Namespace):
+    from xbm.config import TrainConfig
+
+    return TrainConfig.from_dict({**load_yaml(args.config), **parse_overrides(args.overrides)})
+
+
+def output_folder(path: Optional[str]) -> Path:
+    """The folder to write (created later, once the run could be built): never one holding a run."""
+    folder = Path(path) if path else Path("runs") / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    if (folder / "metrics.jsonl").exists() or (folder / "checkpoint.pt").exists():
+        raise BadInput(f"--output must not hold a previous run, but {folder} has metrics.jsonl or "
+                       "checkpoint.pt; choose another folder")
+    return folder
+
+
+class RunWriter:
+    """Writes config.yaml, appends metrics.jsonl / metrics.csv rows, replaces checkpoint.pt atomically."""
+
+    def __init__(self, folder: Path, config: dict[str, Any]) -> None:
+        import yaml
+
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        self.columns: Optional[list[str]] = None
+
+    def metrics(self, row: dict[str, Any]) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+        with open(self.folder / "metrics.jsonl", "a") as handle:
+            handle.write(json.dumps(clean) + "\n")
+        if self.columns is None:
+            self.columns = list(row)
+            with open(self.folder / "metrics.csv", "w", newline="") as handle:
+                csv.writer(handle).writerow(self.columns)
+        with open(self.folder / "metrics.csv", "a", newline="") as handle:
+            csv.DictWriter(handle, self.columns, extrasaction="ignore").writerow(row)
+
+    def checkpoint(self, state: dict[str, Any]) -> None:
+        import torch
+
+        tmp = self.folder / "checkpoint.pt.tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, self.folder / "checkpoint.pt")
+
+
+def format_line(metrics: dict[str, Any], epochs: int) -> str:
+    parts = [f"epoch {metrics['epoch']}/{epochs}"]
+    for name in SHOWN:
+        value = metrics.get(name)
+        if isinstance(value, float):
+            parts.append(f"{name} {value:.4g}" if name != "images_per_s" else f"{name} {value:.0f}")
+    return "  ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train as the arguments say; return the exit status (0 done, 2 bad input, 1 failure)."""
+    from xbm.errors import DatasetNotFoundError, NonFiniteLossError, PretrainedWeightsError
+
+    try:
+        cfg = resolve_config(args)
+        folder = output_folder(args.output)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from tqdm import tqdm
+
+    from xbm.trainer import Trainer
+
+    progress = (lambda batches, desc: tqdm(batches, desc=desc, leave=False, dynamic_ncols=True)) \
+        if getattr(args, "progress", True) else None
+    try:
+        trainer = Trainer(cfg, progress=progress)
+    except (ValueError, DatasetNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except PretrainedWeightsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    writer = RunWriter(folder, cfg.to_dict())
+    print(f"output: {folder}")
+    try:
+        for metrics in trainer.fit():
+            writer.metrics(metrics)
+            writer.checkpoint(trainer.state_dict())
+            tqdm.write(format_line(metrics, cfg.epochs))
+    except NonFiniteLossError as exc:
+        print(f"error: {exc} (checkpoint.pt holds the last good epoch)", file=sys.stderr)
+        return 1
+    print(f"done: {folder / 'metrics.jsonl'}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="xbm-tune train", description="Train one XBM run (no Ray).",
+                                     epilog=TRAIN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""One training run of the protocol (thesis seed 000 §5.2, AXBN paper seed 001 §5.1), no Ray:
+
+    trainer = Trainer(TrainConfig.from_dict({"dataset": "toy", "model": "mlp", "epochs": 5}))
+    for metrics in trainer.fit():          # one flat dict per main epoch, epoch = 1, 2, ...
+        state = trainer.state_dict()       # everything needed to continue exactly
+
+1. ``warmup_epochs`` of head-only training (backbone frozen, in eval mode) with SGD lr 1e-3 and in-batch
+   SupCon (no miner, no memory);
+2. ``epochs`` main epochs: AdamW + StepLR, AMP and clipping, SupCon with the PairMarginMiner in the batch
+   before ``memory.start_epoch`` (0-based) and against the cross-batch memory (``XBMLoss``, with the
+   configured normaliser) from then on; ``memory.enabled=False`` never uses the memory;
+3. after each main epoch: retrieval metrics on the selection split (val when ``val_fraction > 0``, else
+   test), test metrics as ``test_*`` when ``evaluate_test``, and the diagnostics (xbm.training.evaluation).
+
+Resuming: ``Trainer(cfg).load_state_dict(state)`` then ``fit()`` continues after the saved epoch with the
+same model, optimisers, scheduler, scaler, memory (buffers, pointer, fill), normaliser state, sampler
+order, Python/NumPy/torch RNG states and drift probe, so its metrics equal an uninterrupted run's on CPU.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import torch
+
+from xbm.config import TrainConfig
+from xbm.data import DatasetSplits, SampleDataset, build_dataset
+from xbm.loss import XBMLoss
+from xbm.models import create_embedding_model
+from xbm.normalisers import build_normaliser
+from xbm.training import evaluation
+from xbm.training.criteria import BatchLoss, build_miner, build_supcon, memory_size
+from xbm.training.epoch import EpochResult, Step, run_epoch
+from xbm.training.loaders import Embedder, image_transforms, train_loader
+from xbm.training.optim import main_optimizer, main_scheduler, warmup_optimizer
+from xbm.training.rng import rng_state, seed_everything, set_rng_state
+from xbm.training.runtime import Runtime
+
+STATE_VERSION = 1
+# Keys that may differ between a checkpoint and the config resuming it: the state fits either way (more
+# epochs, another device, where the data lives). Exact repetition also needs the same num_workers: image
+# augmentations draw from the worker processes' RNGs when there are workers, from the main one otherwise.
+RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "evaluate_test"})
+
+
+class Trainer:
+    """A training run.
+
+    ``splits``: an already built data set to reuse (it must be ``build_dataset(cfg)``'s). ``progress``: wraps
+    each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches, desc=desc)`` (the CLI's bar).
+    """
+
+    def __init__(self, cfg: TrainConfig, splits: Optional[DatasetSplits] = None,
+                 progress: Optional[Callable[[Iterable, str], Iterable]] = None) -> None:
+        self.cfg = cfg
+        self.progress = progress
+        seed_everything(cfg.seed)
+        self.splits = splits if splits is not None else build_dataset(cfg)
+        images = self.splits.input_kind == "image"
+        if images:
+            self.splits.set_transforms(*image_transforms(cfg.image_size))
+        self.runtime = Runtime.from_config(cfg.device, cfg.amp, images)
+        self.model = create_embedding_model(cfg, tuple(self.splits.input_shape)).to(self.runtime.device)
+        if self.runtime.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.optimizer = main_optimizer(self.model, cfg)
+        self.scheduler = main_scheduler(self.optimizer, cfg)
+        self.warmup_optimizer = warmup_optimizer(self.model.head)
+        self.scaler = self.runtime.grad_scaler()
+        supcon = build_supcon(cfg.loss)
+        self.warmup_loss = BatchLoss(supcon)
+        self.batch_loss = BatchLoss(supcon, build_miner(cfg.miner))
+        self.xbm = self._build_xbm(supcon) if cfg.memory.enabled else None
+        train = self.splits.train
+        self.loader = train_loader(train, train.labels, cfg, pin_memory=self.runtime.device.type == "cuda")
+        self.embed = Embedder(self.runtime, cfg.num_workers)
+        # The training samples seen through the eval transform: drift and staleness probes.
+        self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
+        self.probe = evaluation.probe_indices(len(train), cfg.seed)
+        self.previous_probe: Optional[torch.Tensor] = None
+        self.epoch = 0
+        self.warmup_done = cfg.warmup_epochs == 0
+
+    def _build_xbm(self, supcon) -> XBMLoss:
+        cfg, superclass_of = self.cfg, self.splits.superclass_of
+        if cfg.normaliser.kind == "scxbn" and superclass_of is None:
+            raise ValueError(f"normaliser.kind=scxbn needs a data set with super-classes, but dataset "
+                             f"{cfg.dataset!r} has none; use another normaliser.kind (e.g. pcxbn) or a data "
+                             "set with super-classes (toy, sop, inshop, deepfashion2, cifar100, omniglot)")
+        normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of)
+        size = memory_size(cfg.memory.ratio, len(self.splits.train))
+        return XBMLoss(supcon, cfg.embedding_size, size, miner=build_miner(cfg.miner), normaliser=normaliser,
+                       batch_loss_weight=cfg.memory.batch_loss_weight).to(self.runtime.device)
+
+    # ---- training ------------------------------------------------------------------------------
+    def fit(self) -> Iterator[dict[str, Any]]:
+        """Run the warm-up (once) and the remaining main epochs, yielding each epoch's metrics."""
+        if not self.warmup_done:
+            self._warmup()
+        while self.epoch < self.cfg.epochs:
+            yield self._main_epoch(self.epoch + 1)
+
+    def _warmup(self) -> None:
+        self.model.train()
+        self.model.backbone.eval()  # frozen: no BatchNorm statistics move either
+        self.model.backbone.requires_grad_(False)
+        step = Step(self.model, self.warmup_loss, self.warmup_optimizer, self.scaler,
+                    list(self.model.head.parameters()), self.cfg.clip_grad)
+        try:
+            for w in range(self.cfg.warmup_epochs):
+                batches = self._batches(f"warm-up {w + 1}/{self.cfg.warmup_epochs}")
+                run_epoch(step, batches, self.runtime, epoch=0, epoch_index=0)
+        finally:
+            self.model.backbone.requires_grad_(True)
+        self.warmup_done = True
+
+    def _batches(self, description: str) -> Iterable:
+        return self.progress(self.loader, description) if self.progress is not None else self.loader
+
+    def criterion(self, epoch_index: int):
+        """The loss of 0-based main epoch ``epoch_index``: XBMLoss from memory.start_epoch on."""
+        if self.xbm is not None and epoch_index >= self.cfg.memory.start_epoch:
+            return self.xbm
+        return self.batch_loss
+
+    def train_epoch(self, epoch: int) -> EpochResult:
+        """The training pass of main epoch ``epoch`` (1-based) alone: no scheduler step, no evaluation."""
+        self.model.train()
+        step = Step(self.model, self.criterion(epoch - 1), self.optimizer, self.scaler,
+                    list(self.model.parameters()), self.cfg.clip_grad)
+        batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}")
+        return run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)
+
+    def _main_epoch(self, epoch: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        lr = self.optimizer.param_groups[0]["lr"]
+        result = self.train_epoch(epoch)
+        self.scheduler.step()
+        metrics = {"epoch": epoch, "loss": result.loss, "lr": lr}
+        metrics.update(self._evaluate(epoch, result))
+        self.epoch = epoch
+        metrics["epoch_time_s"] = time.perf_counter() - start
+        metrics["images_per_s"] = result.images_per_s
+        return metrics
+
+    # ---- evaluation ----------------------------------------------------------------------------
+    def _evaluate(self, epoch: int, result: EpochResult) -> dict[str, Any]:
+        splits, superclass_of = self.splits, self.splits.superclass_of
+        selection = splits.val if splits.val is not None else splits.test
+        metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else "test"}
+        metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of))
+        if self.cfg.evaluate_test and splits.val is not None:
+            test = evaluation.evaluate_split(self.model, splits.test, self.embed, superclass_of, False)
+            metrics.update({f"test_{name}": value for name, value in test.items()})
+        drift, self.previous_probe = evaluation.drift(self.model, self.train_view, self.probe, self.embed,
+                                                      self.previous_probe)
+        metrics.update(drift)
+        memory = self.xbm.memory if self.xbm is not None else None
+        metrics.update(evaluation.staleness(self.model, self.train_view, memory, self.embed, self.cfg.seed, epoch))
+        metrics.update(memory_neg_pairs=result.memory_neg_pairs, batch_neg_pairs=result.batch_neg_pairs,
+                       memory_fill=result.memory_fill)
+        return metrics
+
+    # ---- checkpoint state ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue; tensors and plain values only (``torch.load(weights_only=True)``)."""
+        return {
+            "version": STATE_VERSION,
+            "config": self.cfg.to_dict(),
+            "epoch": self.epoch,
+            "warmup_done": self.warmup_done,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "warmup_optimizer": self.warmup_optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "xbm": self.xbm.state_dict() if self.xbm is not None else None,
+            # MPerClassSampler shuffles its class list in place: its order is sampler state.
+            "sampler_labels": [int(c) for c in self.loader.sampler.labels],
+            "rng": rng_state(),
+            "previous_probe": self.previous_probe,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a ``state_dict()``; its config must match this trainer's (up to RESUMABLE_CHANGES)."""
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"checkpoint version must be {STATE_VERSION}, but got {state.get('version')!r}")
+        saved, ours = TrainConfig.from_dict(state["config"]).to_dict(), self.cfg.to_dict()
+        changed = sorted(k for k in ours if saved.get(k) != ours[k] and k not in RESUMABLE_CHANGES)
+        if changed:
+            raise ValueError("a checkpoint must be resumed with the config it was saved with, but these keys "
+                             "differ: " + ", ".join(f"{k} (saved {saved.get(k)!r}, now {ours[k]!r})" for k in changed))
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.warmup_optimizer.load_state_dict(state["warmup_optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        if self.xbm is not None:
+            self.xbm.load_state_dict(state["xbm"])
+        self.loader.sampler.labels[:] = list(state["sampler_labels"])
+        set_rng_state(state["rng"])
+        probe = state["previous_probe"]
+        self.previous_probe = None if probe is None else probe.cpu()
+        self.epoch = int(state["epoch"])
+        self.warmup_done = bool(state["warmup_done"])

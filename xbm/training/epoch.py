@@ -1,0 +1,90 @@
+"""One pass over the training loader: forward under autocast, loss in fp32, a finiteness check before the
+optimiser sees anything, backward through the GradScaler, gradient clipping by norm after unscaling.
+
+    loss = crit(z.float(), y, epoch=e, indices=i)     # z: [B, d] embeddings, possibly fp16/bf16
+    if not finite(loss): raise NonFiniteLossError     # before backward: no NaN reaches the weights
+    scaler.scale(loss).backward(); scaler.unscale_(opt); clip_grad_norm_(params, clip_grad)
+    scaler.step(opt); scaler.update()
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from xbm.errors import NonFiniteLossError
+from xbm.training.runtime import Runtime
+
+STAT_NAMES = ("memory_neg_pairs", "batch_neg_pairs")
+
+
+@dataclass
+class EpochResult:
+    """Mean loss and mean pair counts per iteration, images seen, seconds spent training, final memory fill."""
+
+    loss: float
+    images: int
+    iterations: int
+    seconds: float
+    memory_neg_pairs: float
+    batch_neg_pairs: float
+    memory_fill: float
+
+    @property
+    def images_per_s(self) -> float:
+        return self.images / self.seconds if self.seconds > 0 else math.nan
+
+
+@dataclass
+class Step:
+    """What one optimiser step needs besides the batch."""
+
+    model: nn.Module
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    params: list[torch.nn.Parameter]
+    clip_grad: float
+
+
+def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_index: int) -> EpochResult:
+    """Train over ``loader`` once; ``epoch`` (1-based, 0 = warm-up) names errors, ``epoch_index`` (0-based)
+    goes to the criterion (normaliser delay, memory)."""
+    loss_sum, images, iterations = 0.0, 0, 0
+    pair_sums = {name: 0.0 for name in STAT_NAMES}
+    fill = 0.0
+    runtime.synchronize()
+    start = time.perf_counter()
+    for iterations, (x, y, idx) in enumerate(loader, 1):
+        x = runtime.to_device(x)
+        y = y.to(runtime.device, non_blocking=True)
+        idx = idx.to(runtime.device, non_blocking=True)
+        with runtime.autocast():
+            z = step.model(x)
+        loss = step.criterion(z.float(), y, epoch=epoch_index, indices=idx)
+        value = loss.item()  # one sync per step: the finiteness check must precede every update
+        if not math.isfinite(value):
+            raise NonFiniteLossError(epoch, iterations, value)
+        step.optimizer.zero_grad(set_to_none=True)
+        step.scaler.scale(loss).backward()
+        if step.clip_grad > 0:
+            step.scaler.unscale_(step.optimizer)
+            torch.nn.utils.clip_grad_norm_(step.params, step.clip_grad)
+        step.scaler.step(step.optimizer)
+        step.scaler.update()
+        loss_sum += value
+        images += len(y)
+        stats = step.criterion.last_stats
+        for name in STAT_NAMES:
+            pair_sums[name] += float(stats.get(name, 0))
+        fill = stats.get("memory_fill", 0.0)
+    runtime.synchronize()
+    seconds = time.perf_counter() - start
+    n = max(iterations, 1)
+    return EpochResult(loss=loss_sum / n if iterations else math.nan, images=images, iterations=iterations,
+                       seconds=seconds, memory_neg_pairs=pair_sums["memory_neg_pairs"] / n,
+                       batch_neg_pairs=pair_sums["batch_neg_pairs"] / n, memory_fill=float(fill))

@@ -1,0 +1,79 @@
+"""Per-epoch evaluation and diagnostics, as flat metric dicts (names: docs/ARCHITECTURE.md).
+
+- Retrieval on an :class:`~xbm.data.EvalSplit` (``retrieval_metrics``: Recall@1/10, MAP@R, R-precision),
+  plus the distance diagnostics on the same embeddings (mean inter-embedding distance, mean distance to
+  the class mean) and, when super-classes exist, the super-class top-k proportion (thesis Table 5.16).
+- Feature drift (seed 002 Fig. 4, seed 000 §5.4) on a fixed probe of training samples:
+  ``||z_k - z_{k-1}||`` per sample between consecutive epochs, mean and max; NaN at the first epoch.
+- Memory staleness (seed 001 Appendix C) on a probe of memory rows: distance between the stored row and
+  the current embedding of the same training sample. Probes are embedded in eval mode with the eval
+  transform, so staleness also contains the augmentation the stored (training-mode) rows saw.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+from xbm import diagnostics
+from xbm.data import EvalSplit
+from xbm.evaluate import retrieval_metrics
+from xbm.memory import EmbeddingMemory
+from xbm.training.loaders import Embedder
+
+EVAL_KS = (1, 10)
+PROBE_SIZE = 256
+NAN = math.nan
+
+
+def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder,
+                   superclass_of: Optional[torch.Tensor], with_diagnostics: bool = True) -> dict[str, float]:
+    """Retrieval metrics of ``split`` (query vs gallery, or leave-one-out) and, with ``with_diagnostics``,
+    the distance and super-class diagnostics of its embeddings (query and gallery together)."""
+    query, query_labels = embed(model, split.query)
+    gallery, gallery_labels = embed(model, split.gallery) if split.gallery is not None else (None, None)
+    metrics = retrieval_metrics(query, query_labels, gallery, gallery_labels, ks=EVAL_KS)
+    if not with_diagnostics:
+        return metrics
+    every = query if gallery is None else torch.cat([query, gallery])
+    every_labels = query_labels if gallery is None else torch.cat([query_labels, gallery_labels])
+    metrics["inter_distance_mean"] = float(diagnostics.mean_inter_distance(every))
+    metrics["intra_distance_mean"] = float(diagnostics.mean_intra_distance(every, every_labels))
+    if superclass_of is not None:
+        metrics["superclass_top_k"] = float(diagnostics.superclass_top_k(
+            query, query_labels, superclass_of, gallery=gallery, gallery_labels=gallery_labels))
+    return metrics
+
+
+def probe_indices(n_train: int, seed: int, size: int = PROBE_SIZE) -> torch.Tensor:
+    """A fixed, seeded subset of the training set (its own generator: the global RNGs are untouched)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(n_train, generator=generator)[:size]
+
+
+def drift(model: nn.Module, train_view, probe: torch.Tensor, embed: Embedder,
+          previous: Optional[torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
+    """(``drift_mean``, ``drift_max``) against ``previous`` probe embeddings, and the current ones (CPU)."""
+    current = embed(model, train_view, probe)[0].cpu()
+    if previous is None:
+        return {"drift_mean": NAN, "drift_max": NAN}, current
+    values = diagnostics.feature_drift(previous, current)
+    return {"drift_mean": float(values["drift_mean"]), "drift_max": float(values["drift_max"])}, current
+
+
+def staleness(model: nn.Module, train_view, memory: Optional[EmbeddingMemory], embed: Embedder,
+              seed: int, epoch: int, size: int = PROBE_SIZE) -> dict[str, float]:
+    """``staleness_mean`` over up to ``size`` filled memory rows, drawn with a (seed, epoch) generator;
+    NaN without a memory or before it holds rows."""
+    if memory is None or len(memory) == 0:
+        return {"staleness_mean": NAN}
+    stored, _, indices, _ = memory.valid()
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    rows = torch.randperm(len(stored), generator=generator)[:size]
+    rows = rows[indices.cpu()[rows] >= 0]  # rows written without a training index cannot be re-embedded
+    if len(rows) == 0:
+        return {"staleness_mean": NAN}
+    current = embed(model, train_view, indices.cpu()[rows])[0]
+    return {"staleness_mean": float(diagnostics.memory_staleness(stored[rows.to(stored.device)], current))}
