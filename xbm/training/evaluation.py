@@ -34,16 +34,15 @@ def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder,
     the distance and super-class diagnostics of its embeddings (query and gallery together)."""
     query, query_labels = embed(model, split.query)
     gallery, gallery_labels = embed(model, split.gallery) if split.gallery is not None else (None, None)
-    metrics = retrieval_metrics(query, query_labels, gallery, gallery_labels, ks=EVAL_KS)
+    # One k-NN search serves Recall@K, MAP@R and the super-class top-k proportion.
+    metrics = retrieval_metrics(query, query_labels, gallery, gallery_labels, ks=EVAL_KS,
+                                superclass_of=superclass_of if with_diagnostics else None)
     if not with_diagnostics:
         return metrics
     every = query if gallery is None else torch.cat([query, gallery])
     every_labels = query_labels if gallery is None else torch.cat([query_labels, gallery_labels])
     metrics["inter_distance_mean"] = float(diagnostics.mean_inter_distance(every))
     metrics["intra_distance_mean"] = float(diagnostics.mean_intra_distance(every, every_labels))
-    if superclass_of is not None:
-        metrics["superclass_top_k"] = float(diagnostics.superclass_top_k(
-            query, query_labels, superclass_of, gallery=gallery, gallery_labels=gallery_labels))
     return metrics
 
 
