@@ -1,0 +1,99 @@
+"""Column names of the Parquet contract (docs/ARCHITECTURE.md) and small helpers over them.
+
+Trials and epochs carry every config value as ``config.<dotted name>`` (``xbm.config.TrainConfig``
+names); ``stage`` is ``sweep`` or ``confirm``; ``status`` one of ``STATUSES``. ``load`` adds two
+derived columns: ``sweep_dir`` (the folder a row came from) and ``variant`` (see ``variant_labels``).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.errors import NotApplicable
+
+CONFIG_PREFIX = "config."
+KIND = "config.normaliser.kind"
+# Flags that split a normaliser kind into variants when a sweep varies them (the `variants` space).
+VARIANT_FLAGS = ("config.normaliser.centre_only", "config.normaliser.unit_norm")
+SEED_COLUMNS = ("seed", "config.seed")
+STATUSES = ("running", "completed", "stopped_early", "failed")
+STAGES = ("sweep", "confirm")
+KEY = ["sweep_dir", "trial_id"]  # a trial's identity: trial ids are only unique inside one sweep
+DEFAULT_METRIC = "recall_at_1"
+# Metrics where lower is better; every other metric (recalls, MAP@R, ...) is maximised.
+LOWER_IS_BETTER = ("loss", "epoch_time_s", "drift_mean", "drift_max", "staleness_mean",
+                   "intra_distance_mean", "wall_time_s", "gpu_hours")
+
+
+def config_column(param: str) -> str:
+    """``normaliser.lambda_mu`` or ``config.normaliser.lambda_mu`` -> ``config.normaliser.lambda_mu``."""
+    return param if param.startswith(CONFIG_PREFIX) else CONFIG_PREFIX + param
+
+
+def param_name(column: str) -> str:
+    """``config.normaliser.lambda_mu`` -> ``normaliser.lambda_mu``."""
+    return column[len(CONFIG_PREFIX):] if column.startswith(CONFIG_PREFIX) else column
+
+
+def config_columns(frame: pd.DataFrame) -> list[str]:
+    return [c for c in frame.columns if c.startswith(CONFIG_PREFIX)]
+
+
+def varying_columns(frame: pd.DataFrame, exclude: tuple[str, ...] = ("config.seed",)) -> list[str]:
+    """Config columns that take more than one value (null counts as a value: a conditional
+    parameter absent from some trials varies)."""
+    out = []
+    for column in config_columns(frame):
+        if column in exclude:
+            continue
+        values = frame[column]
+        if values.nunique(dropna=True) + int(values.isna().any() and values.notna().any()) > 1:
+            out.append(column)
+    return out
+
+
+def higher_is_better(metric: str, sweep_metric: str, sweep_mode: str) -> bool:
+    """The sweep's own mode for its metric; otherwise by name (``LOWER_IS_BETTER``)."""
+    if metric == sweep_metric:
+        return sweep_mode == "max"
+    bare = metric[len("test_"):] if metric.startswith("test_") else metric
+    return bare not in LOWER_IS_BETTER
+
+
+def variant_labels(frame: pd.DataFrame, flags: tuple[str, ...]) -> pd.Series:
+    """One label per row: the normaliser kind, plus the name of every flag in ``flags`` that is on,
+    e.g. ``pcxbn``, ``xbn+centre_only``. ``flags`` are the ``VARIANT_FLAGS`` the whole sweep varies,
+    so that trials and epochs are labelled alike."""
+    if KIND in frame.columns:
+        labels = frame[KIND].astype("string").fillna("unknown")
+    else:
+        labels = pd.Series("all", index=frame.index, dtype="string")
+    for flag in flags:
+        if flag in frame.columns:
+            on = frame[flag].fillna(False).astype(bool)
+            labels = labels.where(~on, labels + "+" + param_name(flag).split(".")[-1])
+    return labels.astype("string")
+
+
+def seeds(frame: pd.DataFrame) -> pd.Series:
+    """The trial's seed: the ``seed`` column, falling back to ``config.seed``."""
+    out = pd.Series(pd.NA, index=frame.index, dtype="Int64")
+    for column in SEED_COLUMNS:
+        if column in frame.columns:
+            out = out.fillna(pd.to_numeric(frame[column], errors="coerce").astype("Int64"))
+    return out
+
+
+def config_key(frame: pd.DataFrame, exclude: tuple[str, ...] = ("config.seed",)) -> pd.Series:
+    """A string naming the configuration of each row: every config value except ``exclude``,
+    nulls included, so rows that differ only by seed share a key."""
+    columns = [c for c in config_columns(frame) if c not in exclude]
+    if not columns or frame.empty:
+        return pd.Series("", index=frame.index, dtype="string")
+    parts = frame[columns].astype("string").fillna("<null>")
+    return parts.apply(lambda row: "|".join(f"{param_name(c)}={v}" for c, v in row.items()), axis=1).astype("string")
+
+
+def require_columns(frame: pd.DataFrame, columns: list[str], what: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise NotApplicable(f"{what} needs column(s) {missing}, which this sweep's Parquet lacks")

@@ -1,0 +1,226 @@
+"""``xbm-tune report PATH``: ``report.md`` and PNG figures (``figures/``) written into the sweep folder.
+
+Sections: overview (counts, read problems), leaderboard, best per kind, variant comparison with
+t-intervals and paired differences, confirmation table, parameter importance, learning curves, ASHA
+survival, one-parameter effects (with reference points), lambda_mu x lambda_sigma heatmap, drift and
+staleness, parallel coordinates. A section the sweep cannot support is replaced by one line saying
+why (``NotApplicable``); a section that fails unexpectedly says so too and the report still finishes.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import compare, curves, effects, importance, markdown, plots, tables
+from analysis.columns import param_name, varying_columns
+from analysis.errors import NotApplicable
+from analysis.loader import Sweep, load
+
+TOP = 10
+
+
+class ReportSectionWarning(UserWarning):
+    """A report section failed for a reason other than not applying; the report notes it."""
+
+
+def write_report(path: str | Path, metric: str | None = None) -> Path | str:
+    """Load the sweep at ``path``, write ``<path>/report.md`` and ``<path>/figures/*.png``; return
+    the report's path (a ``Path``; the URI string for remote storage). ``metric`` defaults to the
+    sweep's own (``sweep.json``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # read problems are listed in the report itself
+        sweep = load(path)
+    report = _Report(sweep, metric or sweep.metric)
+    text = report.render()
+    folder = sweep.locations[0]
+    folder.write_bytes("report.md", text.encode())
+    report.remove_stale_figures()
+    return folder.local / "report.md" if folder.local else folder.display("report.md")
+
+
+class _Report:
+    def __init__(self, sweep: Sweep, metric: str):
+        self.sweep, self.metric = sweep, metric
+        self.folder = sweep.locations[0]
+        self.written: set[str] = set()
+
+    def render(self) -> str:
+        parts = self.overview()
+        for title, build in (("Leaderboard", self.leaderboard), ("Best per normaliser kind", self.best_per_kind),
+                             ("Variant comparison", self.variants), ("Confirmation", self.confirmation),
+                             ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
+                             ("ASHA survival", self.survival), ("One-parameter effects", self.effects),
+                             ("lambda_mu × lambda_sigma", self.heatmap), ("Drift and staleness", self.drift),
+                             ("Parallel coordinates", self.parallel)):
+            parts += ["", f"## {title}", ""] + self.section(build)
+        return "\n".join(parts) + "\n"
+
+    def section(self, build) -> list[str]:
+        try:
+            return build()
+        except NotApplicable as exc:
+            return [f"_Omitted: {exc}._"]
+        except Exception as exc:  # one broken section must not cost the whole report
+            warnings.warn(f"report section {build.__name__} failed: {type(exc).__name__}: {exc}", ReportSectionWarning)
+            return [f"_Omitted: failed ({type(exc).__name__}: {exc})._"]
+
+    def figure(self, fig, name: str, caption: str) -> str:
+        self.folder.write_bytes(f"figures/{name}.png", plots.png_bytes(fig))
+        self.written.add(f"figures/{name}.png")
+        return f"![{caption}](figures/{name}.png)"
+
+    def remove_stale_figures(self) -> None:
+        """figures/ belongs to the report: a figure an earlier report drew for a section that no longer
+        applies would otherwise outlive it."""
+        for relative in self.folder.list("figures", ".png"):
+            if relative not in self.written:
+                self.folder.fs.delete_file(self.folder.path(relative))
+
+    def short(self, key: str) -> str:
+        """A config key reduced to the parameters the sweep varied."""
+        swept = {param_name(c) for c in varying_columns(self.sweep.stage_trials("sweep"))}
+        parts = [p.split("=", 1) for p in key.split("|") if "=" in p]
+        shown = [f"{name}={markdown.cell(_number(value))}" for name, value in parts
+                 if name in swept and value != "<null>"]
+        return ", ".join(shown) or key
+
+    # ---- sections ---------------------------------------------------------------------------------
+    def overview(self) -> list[str]:
+        s = self.sweep
+        space = s.options.get("space")
+        lines = [f"# Sweep report: {s.name}", "",
+                 f"- folder: `{self.folder.uri}`",
+                 f"- metric: `{self.metric}` ({'higher' if s.higher_is_better(self.metric) else 'lower'} is better)"]
+        if isinstance(space, dict) and space.get("name"):
+            about = f" — {space['description']}" if space.get("description") else ""
+            lines.append(f"- space: `{space['name']}`{about}")
+        for key in ("search", "scheduler", "num_samples", "max_epochs", "grace_period", "reduction_factor", "seed"):
+            if s.option(key) is not None:
+                lines.append(f"- {key}: `{s.option(key)}`")
+        if len(s.trials) and "wall_time_s" in s.trials:
+            hours = pd.to_numeric(s.trials["wall_time_s"], errors="coerce").sum() / 3600
+            lines.append(f"- trials: {len(s.trials)}, summed trial wall time {hours:.3g} h")
+        lines += ["", markdown.table(tables.status_counts(s))]
+        if s.problems:
+            lines += ["", f"**Read problems ({len(s.problems)})** — nothing was skipped silently:", ""]
+            lines += [f"- {p}" for p in s.problems]
+        return lines
+
+    def leaderboard(self) -> list[str]:
+        board = tables.leaderboard(self.sweep, self.metric)
+        shown = board.drop(columns=[c for c in ("sweep_dir",) if c in board.columns])
+        return [markdown.table(shown, TOP), "",
+                self.figure(plots.plot_leaderboard(board, self.metric), "leaderboard", "leaderboard")]
+
+    def best_per_kind(self) -> list[str]:
+        best = tables.best_per_kind(self.sweep, self.metric)
+        return [markdown.table(best.drop(columns=[c for c in ("variant", "sweep_dir") if c in best.columns]))]
+
+    def variants(self) -> list[str]:
+        comparison = compare.compare_variants(self.sweep, self.metric)
+        rule = {"best_config": "each variant's best configuration run with ≥ 2 seeds; interval over its seeds",
+                "pooled": "all finished trials of each variant pooled (no configuration was repeated over seeds): "
+                          "the interval mixes hyperparameter spread with seed noise"}[comparison.select]
+        lines = [f"Value: {comparison.value}, {comparison.stage} stage. Runs: {rule}. "
+                 f"{comparison.confidence:.0%} Student-t intervals.", "",
+                 markdown.table(comparison.table.drop(columns=["config"])), "",
+                 self.figure(plots.plot_variant_comparison(comparison), "variants", "variant comparison")]
+        if comparison.select == "best_config":
+            lines += ["", "Configurations (swept values):", ""] + [
+                f"- **{v}**: `{self.short(c)}`"
+                for v, c in zip(comparison.table["variant"], comparison.table["config"])]
+        if len(comparison.table) >= 2:
+            diffs = compare.paired_differences(self.sweep, self.metric)
+            lines += ["", "### Paired differences", "",
+                      "Pairs share the seed (and, for pooled runs, every other config value both variants define).", "",
+                      markdown.table(diffs)]
+            if diffs["n_pairs"].gt(0).any():
+                lines += ["", self.figure(plots.plot_paired_differences(diffs[diffs["n_pairs"] > 0]),
+                                          "paired_differences", "paired differences")]
+        return lines
+
+    def confirmation(self) -> list[str]:
+        if not self.sweep.has_confirm:
+            raise NotApplicable("no confirm stage (run `xbm-tune confirm PATH --top K --seeds N`)")
+        table = compare.confirmation_table(self.sweep, self.metric)
+        _, label = compare.confirm_values(self.sweep, self.metric)
+        return [f"Test value: {label}; `selection_mean`: the confirm runs' best_{self.metric}; "
+                f"`sweep_best`: the same configuration's best in the sweep.", "",
+                markdown.table(table.drop(columns=["config"])), "", "Configurations (swept values):", ""] + \
+            [f"- **{v}**: `{self.short(c)}`" for v, c in zip(table["variant"], table["config"])]
+
+    def importance(self) -> list[str]:
+        at_epoch = importance.common_epoch(self.sweep)
+        result = importance.param_importance(self.sweep, self.metric, at_epoch=at_epoch)
+        lines = [f"Evaluator: {result.evaluator} over {result.n_trials} trials; value: {result.value}.", "",
+                 markdown.table(result.table), "",
+                 self.figure(plots.plot_importance(result), "importance", "importance")]
+        if result.errors:
+            lines += ["", "Evaluators that failed: " + "; ".join(f"{k}: {v}" for k, v in result.errors.items())]
+        if result.excluded:
+            lines += ["", "Not assessed (Optuna assesses parameters present in every trial): " +
+                      "; ".join(f"`{k}` ({v})" for k, v in result.excluded.items())]
+        return lines
+
+    def learning_curves(self) -> list[str]:
+        frame = curves.learning_curves(self.sweep, self.metric)
+        return [self.figure(plots.plot_learning_curves(frame, self.metric), "learning_curves", "learning curves")]
+
+    def survival(self) -> list[str]:
+        survival = curves.asha_survival(self.sweep)
+        return [markdown.table(survival.milestones), "", "Why trials ended:", "",
+                markdown.table(tables.stop_reasons(self.sweep)), "",
+                self.figure(plots.plot_survival(survival), "asha_survival", "ASHA survival")]
+
+    def effects(self) -> list[str]:
+        trials = self.sweep.stage_trials("sweep")
+        # two distinct values at least (a conditional parameter with one value and nulls has no curve)
+        swept = [param_name(c) for c in varying_columns(trials) if pd.api.types.is_numeric_dtype(trials[c])
+                 and not pd.api.types.is_bool_dtype(trials[c]) and trials[c].nunique() >= 2]
+        order = [p for p in effects.CURVE_PARAMS if p in swept] + [p for p in swept if p not in effects.CURVE_PARAMS]
+        lines, skipped = [], [p for p in effects.CURVE_PARAMS if p not in swept]
+        for param in order:
+            name = param.replace(".", "_")
+            body = self.section(lambda param=param, name=name: self._effect(param, name))
+            lines += [f"### {param}", ""] + body + [""]
+        if skipped:
+            lines.append(f"_Not swept, so omitted: {', '.join(skipped)}._")
+        if not order:
+            raise NotApplicable("no numeric parameter is swept")
+        return lines
+
+    def _effect(self, param: str, name: str) -> list[str]:
+        effect = effects.param_effect(self.sweep, param, self.metric)
+        lines = [markdown.table(effect.summary), ""]
+        if effect.reference is not None:
+            lines += [f"Dashed, right axis: {effect.reference.label} — shape only, not comparable in level.", "",
+                      markdown.table(effect.reference.frame()[["param_value", "reference_value"]]), ""]
+        return lines + [self.figure(plots.plot_param_effect(effect), f"effect_{name}", f"effect of {param}")]
+
+    def heatmap(self) -> list[str]:
+        heat = effects.param_heatmap(self.sweep, metric=self.metric)
+        return ["Mean per cell:", "", markdown.table(heat.mean.reset_index()), "",
+                self.figure(plots.plot_heatmap(heat), "lambda_heatmap", "lambda heatmap")]
+
+    def drift(self) -> list[str]:
+        table = curves.drift_staleness(self.sweep)
+        last = table.sort_values("epoch").groupby(["variant", "quantity"]).tail(1).sort_values(["quantity", "variant"])
+        return ["At each variant's last epoch:", "", markdown.table(last.reset_index(drop=True)), "",
+                self.figure(plots.plot_drift_staleness(table), "drift_staleness", "drift and staleness")]
+
+    def parallel(self) -> list[str]:
+        coords = effects.parallel_coordinates(self.sweep, self.metric)
+        return [self.figure(plots.plot_parallel_coordinates(coords, self.metric), "parallel_coordinates",
+                            "parallel coordinates")]
+
+
+def _number(text: str):
+    try:
+        return float(text) if any(c in text for c in ".eE") else text
+    except ValueError:
+        return text
+
+
+__all__ = ["write_report"]

@@ -1,0 +1,64 @@
+"""Every plot function draws headless (Agg, no pyplot) and writes a PNG."""
+import pytest
+
+from analysis import (asha_survival, compare_variants, drift_staleness, learning_curves, leaderboard, load,
+                      memory_ratio_curve, paired_differences, parallel_coordinates, param_effect, param_heatmap,
+                      param_importance)
+from analysis import plots
+
+
+@pytest.fixture
+def sweep(finished_sweep):
+    return load(finished_sweep)
+
+
+def _drawings(sweep):
+    return {
+        "leaderboard": lambda: plots.plot_leaderboard(leaderboard(sweep), "recall_at_1"),
+        "variants": lambda: plots.plot_variant_comparison(compare_variants(sweep)),
+        "paired": lambda: plots.plot_paired_differences(paired_differences(sweep)),
+        "importance": lambda: plots.plot_importance(param_importance(sweep)),
+        "curves": lambda: plots.plot_learning_curves(learning_curves(sweep), "recall_at_1"),
+        "survival": lambda: plots.plot_survival(asha_survival(sweep)),
+        "effect_ref": lambda: plots.plot_param_effect(param_effect(sweep, "normaliser.lambda_mu")),
+        "effect_log": lambda: plots.plot_param_effect(memory_ratio_curve(sweep)),
+        "effect_cat": lambda: plots.plot_param_effect(param_effect(sweep, "normaliser.kind")),
+        "heatmap": lambda: plots.plot_heatmap(param_heatmap(sweep)),
+        "drift": lambda: plots.plot_drift_staleness(drift_staleness(sweep)),
+        "parallel": lambda: plots.plot_parallel_coordinates(parallel_coordinates(sweep), "recall_at_1"),
+    }
+
+
+@pytest.mark.slow
+def test_every_plot_writes_a_png(sweep, tmp_path):
+    public = {name for name in dir(plots) if name.startswith("plot_")}
+    drawn = set()
+    for name, draw in _drawings(sweep).items():
+        fig = draw()
+        drawn.add(fig.__class__.__module__)
+        path = plots.save(fig, tmp_path / "sub" / f"{name}.png", dpi=30)  # low dpi: rendering is the cost
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert fig.axes, name
+    assert drawn == {"matplotlib.figure"}
+    covered = {"plot_leaderboard", "plot_variant_comparison", "plot_paired_differences", "plot_importance",
+               "plot_learning_curves", "plot_survival", "plot_param_effect", "plot_heatmap",
+               "plot_drift_staleness", "plot_parallel_coordinates"}
+    assert public == covered  # a new plot function must be added to this smoke test
+
+
+def test_reference_drawn_on_its_own_axis(sweep):
+    fig = plots.plot_param_effect(param_effect(sweep, "normaliser.lambda_mu"))
+    assert len(fig.axes) == 2  # the paper's points never share the sweep's y axis
+    assert "CIFAR-100" in fig.axes[1].get_ylabel()
+    assert len(plots.plot_param_effect(memory_ratio_curve(sweep)).axes) == 1
+
+
+def test_parallel_lines_skip_absent_axes_but_reach_the_metric(sweep):
+    coords = parallel_coordinates(sweep)
+    fig = plots.plot_parallel_coordinates(coords, "recall_at_1")
+    lines = fig.axes[0].lines
+    assert len(lines) == len(coords.scaled) == 28
+    last = len(coords.axes) - 1
+    assert all(line.get_xdata()[-1] == last for line in lines)
+    # none/xbn skip lambda_mu, lambda_sigma, kalman_r; axbn skips the lambdas; pcxbn skips kalman_r
+    assert {len(line.get_xdata()) for line in lines} == {last - 2, last - 1, last}

@@ -1,0 +1,72 @@
+"""write_report: report.md and PNGs in the sweep folder; sections that don't apply say why."""
+import re
+import warnings
+
+import pytest
+
+from analysis import plots
+from analysis.report import write_report
+
+
+@pytest.fixture(autouse=True)
+def low_dpi(monkeypatch):
+    monkeypatch.setattr(plots, "DPI", 30)  # the figures' content is what is checked, not their resolution
+
+SECTIONS = ["## Leaderboard", "## Best per normaliser kind", "## Variant comparison", "## Confirmation",
+            "## Parameter importance", "## Learning curves", "## ASHA survival", "## One-parameter effects",
+            "## lambda_mu × lambda_sigma", "## Drift and staleness", "## Parallel coordinates"]
+
+
+def _check_links(path):
+    text = path.read_text()
+    for link in re.findall(r"\]\((figures/[^)]+\.png)\)", text):
+        assert (path.parent / link).read_bytes()[:4] == b"\x89PNG", link
+    return text
+
+
+@pytest.mark.slow
+def test_full_report_with_confirm_stage(confirm_sweep):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = write_report(confirm_sweep)
+    assert path == confirm_sweep / "report.md"
+    text = _check_links(path)
+    for section in SECTIONS:
+        assert section in text
+    assert "_Omitted" not in text.split("## One-parameter effects")[0]
+    assert "failed (" not in text
+    confirmation = text.split("## Confirmation")[1].split("## ")[0]
+    assert "final test_recall_at_1" in confirmation and "| pcxbn | 3 | 3 | 10, 11, 12 | 0.5867 |" in confirmation
+    assert "reference values on CIFAR-100 from the paper" in text
+    assert "_Not swept, so omitted: normaliser.delay_epochs" in text
+    for name in ("leaderboard", "variants", "paired_differences", "importance", "learning_curves", "asha_survival",
+                 "effect_normaliser_lambda_mu", "effect_normaliser_kalman_r", "effect_memory_ratio", "lambda_heatmap",
+                 "drift_staleness", "parallel_coordinates"):
+        assert (confirm_sweep / "figures" / f"{name}.png").exists(), name
+
+
+@pytest.mark.slow
+def test_degenerate_sweeps_omit_sections_with_a_reason(crashed_sweep, build_sweep, tmp_path):
+    (crashed_sweep / "figures").mkdir(exist_ok=True)
+    (crashed_sweep / "figures" / "stale.png").write_bytes(b"\x89PNG from an earlier report")
+    path = write_report(f"file://{crashed_sweep}")  # a pyarrow.fs URI works as well as a folder
+    assert not (crashed_sweep / "figures" / "stale.png").exists()
+    assert path == crashed_sweep / "report.md"
+    text = _check_links(path)
+    assert "**Read problems" in text and "trials.parquet: missing" in text
+    assert "_Omitted: no confirm stage" in text
+    assert "value: recall_at_1 at epoch 2" not in text  # 2 trials only: importance needs 3
+    assert "_Omitted: 2 trial(s) with recall_at_1 at epoch 2" in text
+    assert "failed (" not in text
+    b = build_sweep
+    cfg = b["config"]("xbn", 0.5, 0)
+    rows = b["epoch_rows"]("only", cfg, 0.6, 2)
+    single = b["write_sweep"](tmp_path / "single", [b["trial_row"]("only", cfg, rows, "running")], rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        text = _check_links(write_report(single))
+    for section in SECTIONS:
+        assert section in text
+    assert "_Omitted: no sweep trial has finished its epoch budget with a value of best_recall_at_1" in text
+    assert "_Omitted: no numeric parameter is swept" in text or "_Omitted: no parameter varies" in text
+    assert "failed (" not in text

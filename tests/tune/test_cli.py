@@ -1,0 +1,85 @@
+"""tune/cli.py: help, exit codes (0 done, 2 bad input with nothing written, 1 failure), the read-only
+commands, and a --smoke-test sweep end to end followed by status."""
+from __future__ import annotations
+
+import pytest
+import ray
+
+from tune.cli import main
+
+FLAGS = ("--num-samples", "--search", "--scheduler", "--max-epochs", "--grace-period", "--reduction-factor",
+         "--max-concurrent", "--cpus-per-trial", "--gpus-per-trial", "--metric", "--mode", "--seed", "--storage",
+         "--name", "--address", "--dashboard", "--no-dashboard", "--strict", "--set", "--warm-start", "--smoke-test")
+TOY = """description: cli toy
+base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 2, warmup_epochs: 0, batch_size: 128}
+params:
+  normaliser.kind: {choice: [none, xbn]}
+"""
+DELAY = TOY.replace("normaliser.kind: {choice: [none, xbn]}", "normaliser.delay_epochs: {int: [0, 1]}")
+
+
+def test_help_lists_every_flag_with_examples(capsys):
+    assert main(["--help"]) == 0
+    top = capsys.readouterr().out
+    for command in ("sweep", "resume", "spaces", "show-space", "status", "train", "confirm", "report"):
+        assert command in top
+    assert main(["sweep", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "examples:" in text and "xbm-tune sweep quickstart" in text
+    for flag in FLAGS:
+        assert flag in text, flag
+    for group in ("search:", "early stopping:", "resources and faults:", "storage:", "cluster:", "training config:"):
+        assert group in text
+
+
+@pytest.mark.parametrize("extra, space", [
+    (["--search", "bayes"], TOY),
+    (["--scheduler", "median"], TOY),
+    (["--set", "lr_typo=1"], TOY),
+    (["--set", "lr"], TOY),
+    (["--set", "memory.ratio=3"], TOY),
+    (["--max-epochs", "2", "--grace-period", "3"], TOY),
+    (["--num-samples", "0"], TOY),
+    (["--gpus-per-trial", "1.5"], TOY),
+    (["--mode", "maximise"], TOY),
+    (["--search", "random", "--warm-start", "/nonexistent"], TOY),
+    (["--strict"], DELAY),
+    (["--name", "a/b"], TOY),
+    ([], "missing_space_name"),
+])
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, extra, space):
+    if space.startswith("description"):
+        (tmp_path / "space.yaml").write_text(space)
+        space = str(tmp_path / "space.yaml")
+    code = main(["sweep", space, "--storage", str(tmp_path / "out"), "--no-dashboard", *extra])
+    assert code == 2
+    assert "error" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert not ray.is_initialized()  # nothing started
+
+
+def test_read_only_commands(tmp_path, capsys):
+    assert main(["spaces"]) == 0
+    assert "quickstart" in capsys.readouterr().out
+    assert main(["show-space", "quickstart", "--set", "epochs=3"]) == 0
+    assert "normaliser.kind" in capsys.readouterr().out
+    assert main(["show-space", "no_such_space"]) == 2
+    assert main(["status", str(tmp_path / "nothing")]) == 2
+    assert main(["resume", str(tmp_path / "nothing"), "--no-dashboard"]) == 2
+    assert "not a sweep folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_smoke_sweep_then_status_then_the_name_is_taken(ray_session, tmp_path, capsys):
+    (tmp_path / "space.yaml").write_text(TOY)
+    argv = ["sweep", str(tmp_path / "space.yaml"), "--smoke-test", "--no-dashboard", "--storage",
+            str(tmp_path / "out"), "--name", "smoke", "--max-concurrent", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "best trial:" in out and f"Parquet: {tmp_path}/out/smoke/results/trials.parquet" in out
+    assert (tmp_path / "out" / "smoke" / "results" / "sweep.json").is_file()
+    assert main(["status", str(tmp_path / "out" / "smoke")]) == 0
+    table = capsys.readouterr().out
+    assert "sweep smoke: 2 trial(s)" in table and "best_recall_at_1" in table and "normaliser.kind" in table
+    assert main(argv) == 2  # an existing experiment name is refused unless resuming
+    assert "already exists" in capsys.readouterr().err

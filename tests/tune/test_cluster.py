@@ -1,0 +1,88 @@
+"""tune/cluster.py and sweeps on a local two-node Ray cluster (ray.cluster_utils.Cluster): trials land on
+both nodes and the Parquet is complete; with fake GPUs (num_gpus=2, gpus_per_trial=0.5) four trials run
+at once, each seeing the GPU id Ray assigned it."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+from ray.tune import Callback
+
+from tune.cluster import ClusterInfo, connect, disconnect
+from tune.options import SweepOptions
+from tune.sweep import outcome, prepare, start
+
+SPACE = """description: cluster
+base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 2, warmup_epochs: 0, batch_size: 128}
+params:
+  seed: {grid: [0, 1, 2, 3]}
+"""
+
+
+def test_dashboard_line_tells_how_to_log_in():
+    info = ClusterInfo(address="127.0.0.1:6379", dashboard_url="127.0.0.1:8265", token_auth=True, started=True,
+                       nodes=1, cpus=2, gpus=0)
+    text = info.describe()
+    assert "Dashboard: http://127.0.0.1:8265" in text and "ray get-auth-token" in text
+    assert "ssh -L 8265:127.0.0.1:8265" in text and "~/.ray/auth_token" in text
+    assert "ray get-auth-token" not in ClusterInfo("a", "127.0.0.1:8265", False, True, 1, 2, 0).describe()
+
+
+class MostAtOnce(Callback):
+    """The largest number of trials RUNNING at the same time."""
+
+    def __init__(self) -> None:
+        self.most = 0
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.most = max(self.most, sum(t.status == "RUNNING" for t in trials))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # head: 2 CPUs; worker: 2 CPUs and 2 (fake) GPUs. Two processes per node are cheap on 2 cores.
+    local = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+    worker = local.add_node(num_cpus=2, num_gpus=2)
+    ray.init(address=local.address, log_to_driver=False)
+    local.wait_for_nodes()
+    yield local, worker
+    ray.shutdown()
+    local.shutdown()
+
+
+def run(tmp_path, name: str, **options):
+    (tmp_path / "space.yaml").write_text(SPACE)
+    plan = prepare(str(tmp_path / "space.yaml"), SweepOptions(
+        search="grid", scheduler="fifo", num_samples=1, storage=str(tmp_path / "out"), name=name,
+        dashboard=False, **options))
+    watch = MostAtOnce()
+    start(plan, callbacks=(watch,)).tuner.fit()
+    return plan, outcome(plan.experiment_uri, "recall_at_1", "max").trials, watch.most
+
+
+@pytest.mark.slow
+def test_trials_land_on_both_nodes_and_the_parquet_is_complete(cluster, tmp_path):
+    info = connect(address=None, dashboard=False)  # an existing connection is reused, not restarted
+    assert info.nodes == 2 and info.cpus == 4 and not info.started
+    disconnect(info)
+    assert ray.is_initialized()
+    # 2 CPUs per trial: one trial fits on each node, so the two nodes run them
+    plan, trials, _ = run(tmp_path, "nodes", cpus_per_trial=2)
+    assert len(trials) == 4 and (trials.status == "completed").all()
+    assert trials.node_id.nunique() == 2
+    assert set(trials.node_id) == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    epochs = pq.read_table(f"{plan.results_uri}/epochs").to_pandas()
+    assert len(epochs) == 8 and not epochs.duplicated(["trial_id", "epoch"]).any()
+
+
+@pytest.mark.slow
+def test_fractional_gpus_run_four_trials_at_once_each_on_its_gpu(cluster, tmp_path):
+    _, worker = cluster
+    plan, trials, most = run(tmp_path, "gpus", cpus_per_trial=0.5, gpus_per_trial=0.5)
+    assert most == 4
+    assert (trials.status == "completed").all() and set(trials.node_id) == {worker.node_id}
+    assert Counter(trials.gpu_ids) == {"0": 2, "1": 2}
+    assert trials.gpu_hours.gt(0).all()

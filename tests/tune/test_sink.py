@@ -1,0 +1,192 @@
+"""The Parquet sink on fake trials (no Ray): schema, statuses, atomic replacement, resume without
+duplicated or lost rows, and the files read as they are by pandas, pyarrow, polars and duckdb."""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tune import parquet
+from tune.sink import ParquetSink
+
+BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "epochs": 4, "seed": 3}
+
+
+class FakeTrial(SimpleNamespace):
+    """The attributes of ``ray.tune.experiment.Trial`` the sink reads."""
+
+    def __init__(self, trial_id: str, config: dict, gpus: float = 0.0, error: str | None = None) -> None:
+        super().__init__(trial_id=trial_id, config=config, num_failures=0, last_result={},
+                         placement_group_factory=SimpleNamespace(required_resources={"CPU": 1.0, "GPU": gpus}))
+        self._error = error
+
+    def get_error(self):
+        return self._error
+
+    def __str__(self) -> str:
+        return f"{self.trial_id}_name"
+
+
+def result(epoch: int, recall: float, **extra) -> dict:
+    return {"epoch": epoch, "recall_at_1": recall, "map_at_r": recall / 2, "loss": 1.0 / epoch, "lr": 1e-3,
+            "eval_split": "test", "drift_mean": math.nan if epoch == 1 else 0.1, "node_id": "n1",
+            "gpu_ids": None, "time_total_s": 2.0 * epoch, "training_iteration": epoch, "pid": 123,
+            "done": False, "config": {"x": 1}, **extra}
+
+
+def feed(sink: ParquetSink, trial: FakeTrial, epochs, values=None) -> None:
+    sink.on_trial_start(0, [], trial)
+    for epoch in epochs:
+        value = (values or {}).get(epoch, 0.1 * epoch)
+        res = result(epoch, value)
+        trial.last_result = res
+        sink.on_trial_result(0, [], trial, res)
+
+
+def make_sink(folder, **kwargs) -> ParquetSink:
+    sink = ParquetSink(str(folder), "exp", "recall_at_1", "max",
+                       swept=("normaliser.kind", "normaliser.lambda_mu"), provenance={"git_sha": "abc",
+                                                                                      "package_version": "0.1.0"},
+                       **kwargs)
+    sink.setup()
+    return sink
+
+
+def test_epoch_rows_and_trial_summary_follow_the_contract(tmp_path):
+    sink = make_sink(tmp_path)
+    trial = FakeTrial("t1", {**BASE, "normaliser.kind": "xbn", "normaliser.lambda_mu": None}, gpus=0.5)
+    feed(sink, trial, [1, 2, 3, 4], {1: 0.2, 2: 0.5, 3: 0.4, 4: 0.45})
+    sink.on_trial_complete(0, [], trial)
+
+    epochs = pq.read_table(tmp_path / "epochs" / "t1.parquet")
+    assert epochs.column("epoch").to_pylist() == [1, 2, 3, 4]
+    assert epochs.schema.field("epoch").type == pa.int64()
+    assert epochs.schema.field("recall_at_1").type == pa.float64()
+    assert epochs.schema.field("eval_split").type == pa.string()
+    assert epochs.schema.field("config.embedding_size").type == pa.int64()
+    assert epochs.schema.field("config.normaliser.unit_norm").type == pa.bool_()
+    assert epochs.column("config.normaliser.lambda_mu").null_count == 4  # absent conditional parameter
+    assert epochs.column("config.normaliser.kind").to_pylist() == ["xbn"] * 4
+    assert epochs.column("config.lr").to_pylist()[0] == pytest.approx(1e-4)  # TrainConfig default filled in
+    assert math.isnan(epochs.column("drift_mean").to_pylist()[0])
+    for tune_key in ("pid", "training_iteration", "done", "config", "time_total_s"):
+        assert tune_key not in epochs.schema.names
+
+    row = pq.read_table(tmp_path / "trials.parquet").to_pylist()[0]
+    assert row["status"] == "completed" and row["epochs_completed"] == 4
+    assert row["best_recall_at_1"] == 0.5 and row["best_epoch"] == 2 and row["final_recall_at_1"] == 0.45
+    assert row["best_map_at_r"] == 0.25 and row["final_map_at_r"] == 0.225
+    assert row["wall_time_s"] == 8.0 and row["gpu_hours"] == pytest.approx(8.0 * 0.5 / 3600)
+    assert row["seed"] == 3 and row["node_id"] == "n1" and row["stage"] == "sweep"
+    assert row["git_sha"] == "abc" and row["package_version"] == "0.1.0" and row["experiment"] == "exp"
+
+
+def test_statuses_and_reasons(tmp_path):
+    reasons = {}
+    sink = make_sink(tmp_path, stop_reasons=reasons)
+    early = FakeTrial("early", {**BASE, "normaliser.kind": "none"})
+    feed(sink, early, [1])
+    reasons["early"] = "asha: recall_at_1=0.1 below the rung cutoff at epoch 1"
+    sink.on_trial_complete(0, [], early)
+
+    nan = FakeTrial("nan", {**BASE, "normaliser.kind": "xbn"})
+    feed(sink, nan, [1])
+    sink.on_trial_result(0, [], nan, {"epoch": 2, "recall_at_1": -math.inf, "error": "NonFiniteLossError: nan"})
+    sink.on_trial_complete(0, [], nan)
+
+    crash = FakeTrial("crash", {**BASE, "normaliser.kind": "xbn"}, error="Traceback ...\nRuntimeError: boom")
+    feed(sink, crash, [1])
+    crash.num_failures = 1
+    sink.on_trial_recover(0, [], crash)
+    assert sink.trials["crash"]["status"] == "running" and sink.trials["crash"]["retries"] == 1
+    crash.num_failures = 2
+    sink.on_trial_error(0, [], crash)
+
+    rows = {r["trial_id"]: r for r in pq.read_table(tmp_path / "trials.parquet").to_pylist()}
+    assert rows["early"]["status"] == "stopped_early"
+    assert rows["early"]["stop_reason"].startswith("asha: recall_at_1=0.1") and "1/4 epochs" in rows["early"]["stop_reason"]
+    assert rows["nan"]["status"] == "failed" and rows["nan"]["stop_reason"] == "non-finite loss"
+    assert rows["nan"]["error"] == "NonFiniteLossError: nan" and rows["nan"]["epochs_completed"] == 1
+    assert rows["crash"]["status"] == "failed" and rows["crash"]["error"] == "RuntimeError: boom"
+    assert rows["crash"]["retries"] == 2
+    assert pq.read_table(tmp_path / "epochs" / "nan.parquet").num_rows == 1  # the error report is no epoch
+
+
+def test_resume_keeps_every_row_once(tmp_path):
+    sink = make_sink(tmp_path)
+    done = FakeTrial("done", {**BASE, "normaliser.kind": "none", "epochs": 2})
+    feed(sink, done, [1, 2])
+    sink.on_trial_complete(0, [], done)
+    running = FakeTrial("run", {**BASE, "normaliser.kind": "xbn"})
+    feed(sink, running, [1, 2, 3])
+
+    # the driver dies; the restored trial continues from its checkpoint at epoch 2 and re-reports epoch 3
+    resumed = make_sink(tmp_path)
+    running = FakeTrial("run", running.config)
+    feed(resumed, running, [3, 4], {3: 0.9, 4: 0.95})
+    resumed.on_trial_complete(0, [], running)
+
+    epochs = pq.read_table(tmp_path / "epochs" / "run.parquet").to_pandas()
+    assert epochs["epoch"].tolist() == [1, 2, 3, 4]
+    assert epochs.loc[epochs.epoch == 3, "recall_at_1"].item() == 0.9  # the new value replaced the old
+    trials = pq.read_table(tmp_path / "trials.parquet").to_pandas().set_index("trial_id")
+    assert sorted(trials.index) == ["done", "run"]
+    assert trials.loc["done", "status"] == "completed" and trials.loc["run", "epochs_completed"] == 4
+
+
+def test_a_failed_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    sink = make_sink(tmp_path)
+    trial = FakeTrial("t1", {**BASE, "normaliser.kind": "none"})
+    feed(sink, trial, [1, 2])
+    before = (tmp_path / "epochs" / "t1.parquet").read_bytes()
+
+    def torn_write(table, where, filesystem=None):
+        with filesystem.open_output_stream(where) as out:
+            out.write(b"PAR1 half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(parquet.pq, "write_table", torn_write)
+    with pytest.raises(OSError, match="disk full"):
+        sink.on_trial_result(0, [], trial, result(3, 0.7))
+    assert (tmp_path / "epochs" / "t1.parquet").read_bytes() == before
+    assert pq.read_table(tmp_path / "epochs" / "t1.parquet").num_rows == 2
+    assert sorted(p.name for p in (tmp_path / "epochs").iterdir()) == ["t1.parquet"]  # no temporary left
+
+
+def test_files_read_as_they_are_with_four_libraries(tmp_path):
+    polars = pytest.importorskip("polars")
+    duckdb = pytest.importorskip("duckdb")
+    sink = make_sink(tmp_path)
+    for i, kind in enumerate(["none", "pcxbn", "xbn"]):
+        config = {**BASE, "normaliser.kind": kind, "normaliser.lambda_mu": 0.3 if kind == "pcxbn" else None}
+        trial = FakeTrial(f"t{i}", config)
+        feed(sink, trial, range(1, 2 + i))
+        sink.on_trial_complete(0, [], trial)
+    epochs_glob = str(tmp_path / "epochs" / "*.parquet")
+    trials_path = str(tmp_path / "trials.parquet")
+
+    assert len(pd.read_parquet(tmp_path / "epochs")) == 6
+    assert pq.read_table(tmp_path / "epochs").num_rows == 6
+    assert polars.read_parquet(epochs_glob).height == 6
+    assert duckdb.sql(f"select count(*) from read_parquet('{epochs_glob}')").fetchall()[0][0] == 6
+    assert duckdb.sql(f"select count(*) from '{trials_path}' where status = 'stopped_early'").fetchall()[0][0] == 3
+    frame = polars.read_parquet(trials_path)
+    assert frame.schema["epochs_completed"] == polars.Int64
+    assert frame.filter(polars.col("config.normaliser.kind") == "pcxbn")["config.normaliser.lambda_mu"][0] == 0.3
+    assert pd.read_parquet(trials_path)["config.normaliser.lambda_mu"].isna().sum() == 2
+
+
+def test_storage_uri_and_json(tmp_path):
+    store = parquet.Storage(f"file://{tmp_path}/deep/results")
+    store.write_json("sweep.json", {"metric": "recall_at_1"})
+    store.write_table("trials.parquet", parquet.build_table([{"trial_id": "a", "epoch": 2.0}],
+                                                            [pa.field("trial_id", pa.string()),
+                                                             pa.field("epoch", pa.int64())]))
+    assert store.read_json("sweep.json") == {"metric": "recall_at_1"}
+    assert store.read_table("trials.parquet").to_pylist() == [{"trial_id": "a", "epoch": 2}]
+    assert store.list("") == ["trials.parquet"]
+    assert (tmp_path / "deep" / "results" / "sweep.json").is_file()

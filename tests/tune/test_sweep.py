@@ -1,0 +1,213 @@
+"""tune/sweep.py, tune/searchers.py, tune/schedulers.py: input checks before Ray, the registries, the
+ASHA-stopped-trials-as-PRUNED fix for Optuna, a real ASHA + Optuna sweep on the toy trainable, and
+fixed configs (the confirm stage) written into an existing sweep."""
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+from optuna.trial import TrialState
+from ray.tune.search import Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from tune.options import SweepInputError, SweepOptions
+from tune.schedulers import SCHEDULERS, build_scheduler
+from tune.searchers import SEARCHERS, FixedConfigs, PrunedOptunaSearch, build_searcher
+from tune.spaces import SpaceError, load_space
+from tune.sweep import outcome, prepare, run_configs, run_sweep, start
+
+TOY = """description: toy sweep for the tests
+base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 3, warmup_epochs: 0, batch_size: 128,
+       samples_per_class: 4, lr: 1.0e-3}
+params:
+  normaliser.kind: {choice: [none, xbn, pcxbn]}
+  normaliser.lambda_mu: {uniform: [0.0, 1.0], when: {normaliser.kind: pcxbn}}
+  memory.ratio: {uniform: [0.1, 1.0]}
+"""
+GRID = TOY.split("params:")[0] + "params:\n  normaliser.kind: {grid: [none, xbn]}\n"
+DELAY = TOY.split("params:")[0] + "params:\n  normaliser.delay_epochs: {int: [0, 2]}\n"
+
+
+@pytest.fixture
+def space_file(tmp_path):
+    def write(text: str = TOY, name: str = "toy"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def options(tmp_path, **changes) -> SweepOptions:
+    return SweepOptions(storage=str(tmp_path / "sweeps"), dashboard=False, **changes)
+
+
+# ---- the Optuna bias fix (no Ray needed) ----------------------------------------------------------
+def drive(searcher, trial_id: str, epochs: list[int], values: list[float], completed_at=None, error=False):
+    """Feed a searcher what Tune would: results it may see, then the completion with the last result."""
+    searcher.suggest(trial_id)
+    results = [{"epoch": e, "recall_at_1": v, "training_iteration": e} for e, v in zip(epochs, values)]
+    for res in results[:-1]:
+        searcher.on_trial_result(trial_id, res)
+    # the last result was the one the scheduler stopped on (Tune skips on_trial_result then) or the final
+    searcher.on_trial_complete(trial_id, None if error else results[-1], error=error)
+
+
+@pytest.mark.parametrize("cls, early_state", [(PrunedOptunaSearch, TrialState.PRUNED),
+                                              (OptunaSearch, TrialState.COMPLETE)])
+def test_stopped_trials_reach_optuna_as_pruned(space_file, cls, early_state):
+    space = load_space(space_file())
+    if cls is PrunedOptunaSearch:
+        searcher = PrunedOptunaSearch(space.define_by_run, "recall_at_1", "max", seed=0, budget=3)
+    else:  # Ray 2.60's own class: the biased behaviour this project fixes
+        searcher = OptunaSearch(space=space.define_by_run, metric="recall_at_1", mode="max", seed=0)
+    drive(searcher, "full", [1, 2, 3], [0.2, 0.4, 0.6])
+    drive(searcher, "early", [1], [0.5])
+    drive(searcher, "crash", [1], [0.1], error=True)
+    trials = searcher._ot_study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, early_state, TrialState.FAIL]
+    assert trials[0].value == 0.6
+    if cls is PrunedOptunaSearch:
+        assert trials[1].intermediate_values == {1: 0.5}  # the rung value, kept out of the finals
+        assert trials[1].value == 0.5 and trials[1].last_step == 1
+
+
+def test_nonfinite_loss_report_is_a_failure_for_optuna(space_file):
+    searcher = PrunedOptunaSearch(load_space(space_file()).define_by_run, "recall_at_1", "max", seed=0, budget=3)
+    searcher.suggest("nan")
+    searcher.on_trial_result("nan", {"epoch": 1, "recall_at_1": 0.3})
+    last = {"epoch": 2, "recall_at_1": float("-inf"), "error": "NonFiniteLossError: nan"}
+    searcher.on_trial_result("nan", last)
+    searcher.on_trial_complete("nan", last)
+    (trial,) = searcher._ot_study.get_trials(deepcopy=False)
+    assert trial.state == TrialState.FAIL and trial.intermediate_values == {1: 0.3}
+
+
+def test_warm_start_points_enter_the_define_by_run_study_with_their_rewards(space_file):
+    points = [{"normaliser.kind": "pcxbn", "normaliser.lambda_mu": 0.25, "memory.ratio": 0.5},
+              {"normaliser.kind": "none", "memory.ratio": 0.9}]
+    searcher = PrunedOptunaSearch(load_space(space_file()).define_by_run, "recall_at_1", "max", seed=0,
+                                  budget=3, points=points, rewards=[0.7, 0.4])
+    trials = searcher._ot_study.get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    assert [t.params for t in trials] == points and [t.value for t in trials] == [0.7, 0.4]
+    config = searcher.suggest("next")  # the next trial is a new one, sampled by TPE
+    assert set(config) >= {"normaliser.kind", "memory.ratio"}
+    states = [t.state for t in searcher._ot_study.get_trials(deepcopy=False)]
+    assert states == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.RUNNING]
+
+
+def test_fixed_configs_come_in_order_then_finish():
+    searcher = FixedConfigs([{"seed": 1}, {"seed": 2}], "recall_at_1", "max")
+    assert [searcher.suggest("a"), searcher.suggest("b"), searcher.suggest("c")] == [{"seed": 1}, {"seed": 2},
+                                                                                      Searcher.FINISHED]
+
+
+# ---- registries and checks before Ray ------------------------------------------------------------
+def test_every_registry_entry_builds(tmp_path, space_file):
+    assert set(SEARCHERS) == {"optuna", "random", "grid"} and set(SCHEDULERS) == {"asha", "hyperband", "fifo"}
+    for search, text in (("optuna", TOY), ("random", TOY), ("grid", GRID)):
+        space = load_space(space_file(text, search))
+        searcher, param_space = build_searcher(space, options(tmp_path, search=search), 3)
+        assert searcher is not None and (search == "optuna" or "normaliser.kind" in param_space)
+    for name in SCHEDULERS:
+        scheduler = build_scheduler(options(tmp_path, scheduler=name), 9, {})
+        assert getattr(scheduler, "_time_attr", "epoch") == "epoch"
+    asha = build_scheduler(options(tmp_path, grace_period=2, reduction_factor=3), 18, {})
+    assert asha._time_attr == "epoch" and [r[0] for r in asha._brackets[0]._rungs] == [18, 6, 2]
+    with pytest.raises(SweepInputError, match="--scheduler must be one of"):
+        build_scheduler(options(tmp_path, scheduler="median"), 9, {})
+
+
+@pytest.mark.parametrize("case", ["search", "grid_optuna", "grace", "set_key", "set_value", "warm_random",
+                                  "strict", "options"])
+def test_bad_input_is_refused_before_anything_is_written(tmp_path, space_file, case):
+    space = space_file(GRID if case == "grid_optuna" else DELAY if case == "strict" else TOY)
+    changes = {"search": {"search": "bayes"}, "grid_optuna": {}, "grace": {"grace_period": 5},
+               "set_key": {"overrides": {"lr_typo": "1"}}, "set_value": {"overrides": {"memory.ratio": "2"}},
+               "warm_random": {"search": "random", "warm_start": str(tmp_path)},
+               "strict": {"strict": True, "grace_period": 1}, "options": None}[case]
+    with pytest.raises((SweepInputError, SpaceError, ValueError)):
+        prepare(space, options(tmp_path, **changes) if changes is not None else options(tmp_path, mode="maximum"))
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_fairness_warning_names_the_fair_grace_period(tmp_path, space_file):
+    plan = prepare(space_file(DELAY), options(tmp_path, grace_period=1))
+    assert any("--grace-period 3" in w for w in plan.warnings)
+    assert prepare(space_file(DELAY), options(tmp_path, grace_period=3)).warnings == []
+    assert prepare(space_file(DELAY), options(tmp_path, scheduler="fifo")).warnings == []
+
+
+def test_an_existing_experiment_name_is_refused(tmp_path, space_file):
+    (tmp_path / "sweeps" / "taken").mkdir(parents=True)
+    with pytest.raises(SweepInputError, match="already exists.*xbm-tune resume"):
+        prepare(space_file(), options(tmp_path, name="taken"))
+
+
+# ---- on Ray ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def asha_sweep(ray_session, tmp_path_factory):
+    root = tmp_path_factory.mktemp("asha")
+    (root / "toy.yaml").write_text(TOY)
+    plan = prepare(str(root / "toy.yaml"), SweepOptions(
+        storage=str(root / "sweeps"), name="asha", dashboard=False, num_samples=6, grace_period=1,
+        reduction_factor=2, max_concurrent=1, seed=1))
+    built = start(plan)
+    built.tuner.fit()
+    return plan, built
+
+
+@pytest.mark.slow
+def test_asha_optuna_sweep_writes_the_contract_and_prunes_in_optuna(asha_sweep):
+    plan, built = asha_sweep
+    result = outcome(plan.experiment_uri, "recall_at_1", "max")
+    trials = result.trials.set_index("trial_id")
+    assert len(trials) == 6 and set(trials.status) <= {"completed", "stopped_early"}
+    stopped = trials[trials.status == "stopped_early"]
+    assert len(stopped) >= 1 and (trials.status == "completed").sum() >= 1
+    assert stopped.stop_reason.str.startswith("asha: recall_at_1=").all()
+    assert (trials.loc[trials.status == "completed", "epochs_completed"] == 3).all()
+    epochs = pq.read_table(f"{plan.results_uri}/epochs").to_pandas()
+    assert len(epochs) == trials.epochs_completed.sum() and not epochs.duplicated(["trial_id", "epoch"]).any()
+    pcxbn = trials["config.normaliser.kind"] == "pcxbn"
+    assert trials.loc[~pcxbn, "config.normaliser.lambda_mu"].isna().all()  # absent conditional -> null
+    assert trials.loc[pcxbn, "config.normaliser.lambda_mu"].notna().all()
+    states = [t.state for t in built.searcher._ot_study.get_trials(deepcopy=False)]
+    assert states.count(TrialState.PRUNED) == len(stopped)
+    assert states.count(TrialState.COMPLETE) == (trials.status == "completed").sum()
+    assert result.best()["status"] in ("completed", "stopped_early") and result.exit_code() == 0
+
+
+@pytest.mark.slow
+def test_fixed_configs_join_the_sweep_as_a_confirm_stage(asha_sweep):
+    plan, _ = asha_sweep
+    before = outcome(plan.experiment_uri, "recall_at_1", "max").trials
+    best = before.sort_values("best_recall_at_1").iloc[-1]
+    config = {k[len("config."):]: v for k, v in best.items() if k.startswith("config.")}
+    config = {k: (None if v != v else v) for k, v in config.items()}  # NaN (absent) -> None
+    configs = [{**config, "seed": seed, "epochs": 1} for seed in (11, 12)]
+    after = run_configs(configs, SweepOptions(dashboard=False, max_concurrent=1), plan.results_uri).trials
+    confirm = after[after.stage == "confirm"]
+    assert len(confirm) == 2 and set(confirm.seed) == {11, 12} and (confirm.status == "completed").all()
+    assert len(after[after.stage == "sweep"]) == len(before)
+    epochs = pq.read_table(f"{plan.results_uri}/epochs").to_pandas()
+    assert (epochs.stage == "confirm").sum() == 2
+
+
+@pytest.mark.slow
+def test_run_sweep_with_random_search_and_fifo(ray_session, tmp_path, space_file):
+    plan = prepare(space_file(), options(tmp_path, search="random", scheduler="fifo", num_samples=2,
+                                         max_epochs=1, name="random", max_concurrent=1))
+    result = run_sweep(plan)
+    record = (tmp_path / "sweeps" / "random" / "results" / "sweep.json").read_text()
+    assert '"search": "random"' in record and "toy sweep for the tests" in record
+    assert len(result.trials) == 2 and (result.trials.status == "completed").all()
+    assert ray.is_initialized()  # a driver's own Ray (here the test's) is left running

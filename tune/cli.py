@@ -1,0 +1,268 @@
+"""``xbm-tune``: sweeps, resume, spaces, status, train, confirm, report.
+
+Exit status: 0 done, 2 bad input (nothing started, nothing written), 1 failure.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+from typing import Callable, Optional, Sequence
+
+from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, parse_overrides
+
+EXAMPLES = """examples:
+  xbm-tune spaces                                  # the shipped search spaces
+  xbm-tune show-space pcxbn_lambdas                # a space, resolved and validated
+  xbm-tune sweep quickstart                        # a real sweep on CPU in a few minutes
+  xbm-tune sweep quickstart --smoke-test --no-dashboard
+  xbm-tune sweep full --num-samples 200 --gpus-per-trial 0.5 --max-epochs 50 --grace-period 5
+  xbm-tune sweep my_space.yaml --search random --scheduler fifo --set dataset=omniglot \\
+      --set data_root=../shared/datasets/omniglot_small --set model=resnet18 --set image_size=64
+  xbm-tune sweep variants --address auto --storage s3://bucket/sweeps --name variants-v1
+  xbm-tune status ~/xbm_sweeps/quickstart-20261121-081500
+  xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500
+  xbm-tune confirm ~/xbm_sweeps/quickstart-20261121-081500 --top 3 --seeds 3
+  xbm-tune report ~/xbm_sweeps/quickstart-20261121-081500
+"""
+
+SWEEP_EXAMPLES = """examples:
+  xbm-tune sweep quickstart
+  xbm-tune sweep delay --max-epochs 30 --grace-period 11 --strict
+  xbm-tune sweep pcxbn_lambdas --search grid --scheduler fifo --cpus-per-trial 2
+  xbm-tune sweep full --num-samples 200 --gpus-per-trial 0.5 --warm-start ~/xbm_sweeps/full-v1
+  xbm-tune sweep quickstart --smoke-test --no-dashboard --storage /tmp/sweeps
+"""
+
+
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("space", metavar="SPACE_OR_FILE",
+                        help="a shipped space name (xbm-tune spaces) or a YAML file")
+    d = SweepOptions()
+    search = parser.add_argument_group("search")
+    search.add_argument("--search", default=d.search, help="optuna (seeded TPE) | random | grid (default %(default)s)")
+    search.add_argument("--num-samples", type=int, default=d.num_samples,
+                        help="trials (grid: repeats of the grid) (default %(default)s)")
+    search.add_argument("--metric", default=d.metric, help="metric to optimise (default %(default)s)")
+    search.add_argument("--mode", default=d.mode, choices=["max", "min"], help="(default %(default)s)")
+    search.add_argument("--seed", type=int, default=d.seed,
+                        help="seeds the searcher, and every trial unless the space sets seed (default %(default)s)")
+    search.add_argument("--warm-start", metavar="OLD_PATH", default=None,
+                        help="seed TPE with an old sweep's finished trials (optuna only)")
+    stop = parser.add_argument_group("early stopping")
+    stop.add_argument("--scheduler", default=d.scheduler, help="asha | hyperband | fifo (default %(default)s)")
+    stop.add_argument("--max-epochs", type=int, default=None,
+                      help="epoch budget per trial (default: the space's epochs)")
+    stop.add_argument("--grace-period", type=int, default=d.grace_period,
+                      help="ASHA's first rung, in epochs (default %(default)s)")
+    stop.add_argument("--reduction-factor", type=float, default=d.reduction_factor,
+                      help="keep 1/factor of trials per rung (default %(default)s)")
+    stop.add_argument("--strict", action="store_true",
+                      help="refuse (exit 2) when early stopping is unfair to a swept start epoch")
+    res = parser.add_argument_group("resources and faults")
+    res.add_argument("--cpus-per-trial", type=float, default=d.cpus_per_trial, help="(default %(default)s)")
+    res.add_argument("--gpus-per-trial", type=float, default=d.gpus_per_trial,
+                     help="fractions share a GPU, e.g. 0.5 (default %(default)s)")
+    res.add_argument("--max-concurrent", type=int, default=None, help="cap on trials at once (default: resources)")
+    res.add_argument("--max-failures", type=int, default=d.max_failures,
+                     help="retries of a crashed trial from its last checkpoint (default %(default)s)")
+    out = parser.add_argument_group("storage")
+    out.add_argument("--storage", default=DEFAULT_STORAGE,
+                     help="a folder, or a URI pyarrow.fs understands (s3://, gs://) for clusters (default %(default)s)")
+    out.add_argument("--name", default=None, help="experiment name (default <space>-<UTC time>); must be new")
+    add_cluster_arguments(parser)
+    cfg = parser.add_argument_group("training config")
+    cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="pin a TrainConfig value, e.g. --set dataset=toy --set lr=3e-4 (repeatable)")
+    cfg.add_argument("--smoke-test", action="store_true",
+                     help="tiny run to check an install or a space: 2 trials x 2 epochs on the toy data, mlp")
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    cluster = parser.add_argument_group("cluster")
+    cluster.add_argument("--address", default=None,
+                         help="join a running cluster (auto, HOST:PORT, ray://HOST:10001); default: start local Ray")
+    cluster.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=True,
+                         help="start the Ray dashboard on 127.0.0.1 and print its URL (default: on)")
+
+
+def options_from(args: argparse.Namespace) -> SweepOptions:
+    return SweepOptions(
+        num_samples=args.num_samples, search=args.search, scheduler=args.scheduler, max_epochs=args.max_epochs,
+        grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, max_failures=args.max_failures,
+        metric=args.metric, mode=args.mode, seed=args.seed, storage=args.storage, name=args.name,
+        address=args.address, dashboard=args.dashboard, strict=args.strict, warm_start=args.warm_start,
+        overrides=parse_overrides(args.set), smoke_test=args.smoke_test)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from tune.sweep import prepare, run_sweep
+
+    with bad_input():  # everything is checked here: nothing started, nothing written
+        plan = prepare(args.space, options_from(args))
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if plan.warm is not None:
+        print(f"warm start: {plan.warm.summary()}")
+    print(f"sweep {plan.experiment}: space {plan.space.name}, search {plan.options.search}, scheduler "
+          f"{plan.options.scheduler}, {plan.options.num_samples} sample(s), {plan.max_epochs} epoch(s) max")
+    print(f"results: {plan.results_uri}", flush=True)
+    return finish(run_sweep(plan))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from tune.sweep import resume_sweep
+
+    return finish(resume_sweep(args.path, address=args.address, dashboard=args.dashboard))
+
+
+def finish(outcome) -> int:
+    """Print the best trial and where the Parquet is; 1 when every trial failed."""
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(outcome.counts().items())) or "no trials"
+    print(f"\ntrials: {counts}")
+    best = outcome.best()
+    if best is not None:
+        metric = outcome.metric
+        swept = {k: best.get(f"config.{k}") for k in outcome.swept}
+        epoch = best.get("best_epoch")
+        epoch = int(epoch) if epoch is not None and epoch == epoch else "?"
+        print(f"best trial: {best['trial_id']} ({best.get('trial_name')}): {metric}={best[f'best_{metric}']:.4g} "
+              f"at epoch {epoch}, status {best['status']}")
+        shown = ", ".join(f"{k}={'(absent)' if v is None or v != v else v}" for k, v in swept.items())
+        print(f"  config: {shown}")
+    print(f"Parquet: {outcome.results_uri}/trials.parquet and {outcome.results_uri}/epochs/*.parquet")
+    print(f"next: xbm-tune status {outcome.experiment_uri}  |  xbm-tune report {outcome.experiment_uri}")
+    code = outcome.exit_code()
+    if code:
+        print("every trial failed: see the error column of trials.parquet", file=sys.stderr)
+    return code
+
+
+def cmd_spaces(args: argparse.Namespace) -> int:
+    from tune.spaces import list_spaces
+
+    spaces = list_spaces()
+    width = max((len(n) for n, _ in spaces), default=0)
+    for name, description in spaces:
+        print(f"{name:<{width}}  {description}")
+    return 0
+
+
+def cmd_show_space(args: argparse.Namespace) -> int:
+    from tune.spaces import load_space
+
+    with bad_input():
+        space = load_space(args.name, overrides=parse_overrides(args.set) or None)
+    print(space.describe())
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from tune.status import load_status, status_table
+
+    with bad_input():
+        record, trials = load_status(args.path)
+    print(status_table(record, trials, top=None if args.all else args.top))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.report import write_report
+
+    print(f"report: {write_report(args.path)}")
+    return 0
+
+
+def _delegate(module: str, function: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from importlib import import_module
+
+        return int(getattr(import_module(module), function)(args) or 0)
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xbm-tune", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     description="Ray Tune sweeps for cross-batch-memory metric learning.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    raw = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser("sweep", help="run a sweep over a search space", epilog=SWEEP_EXAMPLES, formatter_class=raw)
+    add_sweep_arguments(p)
+    p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("resume", help="finish a sweep whose driver died", formatter_class=raw,
+                       epilog="example:\n  xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500")
+    p.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>)")
+    add_cluster_arguments(p)
+    p.set_defaults(func=cmd_resume)
+    sub.add_parser("spaces", help="list the shipped search spaces").set_defaults(func=cmd_spaces)
+    p = sub.add_parser("show-space", help="print a space resolved and validated", formatter_class=raw,
+                       epilog="example:\n  xbm-tune show-space delay --set epochs=20")
+    p.add_argument("name", metavar="NAME", help="a shipped name or a YAML file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="pin a value")
+    p.set_defaults(func=cmd_show_space)
+    p = sub.add_parser("status", help="a sweep's trials as a table, from its Parquet", formatter_class=raw,
+                       epilog="example:\n  xbm-tune status ~/xbm_sweeps/quickstart-20261121-081500 --top 10")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--top", type=int, default=20, help="rows to show, best first (default %(default)s)")
+    p.add_argument("--all", action="store_true", help="show every trial")
+    p.set_defaults(func=cmd_status)
+    _add_delegated(sub, "train", "one training run (no Ray)", "xbm.train_cli")
+    _add_delegated(sub, "confirm", "re-run the top configs over seeds into the same sweep folder", "tune.confirm")
+    p = sub.add_parser("report", help="write report.md and figures into a sweep folder")
+    p.add_argument("path", metavar="PATH")
+    p.set_defaults(func=cmd_report)
+    return parser
+
+
+def _add_delegated(sub, name: str, help_text: str, module: str) -> None:
+    """A sub-command whose flags and body live in ``module`` (``add_arguments``, ``run``)."""
+    from importlib import import_module
+
+    parser = sub.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
+    try:
+        import_module(module).add_arguments(parser)
+    except ImportError as exc:  # a layer not installed in this checkout: say so when used
+        parser.set_defaults(func=lambda args, exc=exc: _missing(name, exc))
+        return
+    parser.set_defaults(func=_delegate(module, "run"))
+
+
+def _missing(name: str, exc: Exception) -> int:
+    print(f"error: `xbm-tune {name}` is unavailable: {exc}", file=sys.stderr)
+    return 1
+
+
+@contextmanager
+def bad_input():
+    """Turn the input checks' ValueErrors (SpaceError, TrainConfig's, a missing file) into exit 2."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as exc:
+        if isinstance(exc, SweepInputError):
+            raise
+        raise SweepInputError(str(exc)) from exc
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), as a return value for callers and tests
+        return int(exc.code or 0)
+    try:
+        return args.func(args)
+    except SweepInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: continue with `xbm-tune resume PATH`", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a failure after the input was accepted
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""A sweep's options: one frozen dataclass, validated before Ray starts (each error: rule and value).
+
+The CLI flags map one to one (``--num-samples`` -> ``num_samples``); ``sweep.json`` stores them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+DEFAULT_STORAGE = "~/xbm_sweeps"
+MODES = ("max", "min")
+
+
+class SweepInputError(ValueError):
+    """Bad input to a sweep (options, names, paths): the CLI prints it and exits 2, nothing started."""
+
+
+def _check(ok: bool, name: str, rule: str, value: Any) -> None:
+    if not ok:
+        raise SweepInputError(f"{name} must satisfy {rule}, but got {value!r}")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What ``xbm-tune sweep`` runs. ``max_epochs`` None keeps the space's (or TrainConfig's) epochs.
+
+    ``seed`` seeds the searcher (TPE, random) and is every trial's ``seed`` unless the space or
+    ``--set`` gives one: trials then differ by config only (common random numbers), which is what a
+    comparison of configs wants; the ``confirm`` stage varies seeds.
+    """
+
+    num_samples: int = 20
+    search: str = "optuna"
+    scheduler: str = "asha"
+    max_epochs: int | None = None
+    grace_period: int = 1
+    reduction_factor: float = 3.0
+    max_concurrent: int | None = None
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    max_failures: int = 2
+    metric: str = "recall_at_1"
+    mode: str = "max"
+    seed: int = 0
+    storage: str = DEFAULT_STORAGE
+    name: str | None = None
+    address: str | None = None
+    dashboard: bool = True
+    strict: bool = False
+    warm_start: str | None = None
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    smoke_test: bool = False
+
+    def __post_init__(self) -> None:
+        _check(self.num_samples >= 1, "--num-samples", ">= 1", self.num_samples)
+        _check(self.max_epochs is None or self.max_epochs >= 1, "--max-epochs", ">= 1", self.max_epochs)
+        _check(self.grace_period >= 1, "--grace-period", ">= 1", self.grace_period)
+        _check(self.max_epochs is None or self.grace_period <= self.max_epochs, "--grace-period",
+               f"<= --max-epochs ({self.max_epochs})", self.grace_period)
+        _check(self.reduction_factor > 1, "--reduction-factor", "> 1", self.reduction_factor)
+        _check(self.max_concurrent is None or self.max_concurrent >= 1, "--max-concurrent", ">= 1",
+               self.max_concurrent)
+        _check(self.cpus_per_trial > 0, "--cpus-per-trial", "> 0", self.cpus_per_trial)
+        _check(self.gpus_per_trial >= 0, "--gpus-per-trial", ">= 0", self.gpus_per_trial)
+        _check(self.gpus_per_trial <= 1 or float(self.gpus_per_trial).is_integer(), "--gpus-per-trial",
+               "a fraction <= 1 or a whole number (Ray cannot split more than one GPU)", self.gpus_per_trial)
+        _check(self.max_failures >= 0, "--max-failures", ">= 0", self.max_failures)
+        _check(self.mode in MODES, "--mode", f"one of {list(MODES)}", self.mode)
+        _check(bool(self.metric), "--metric", "a metric name such as recall_at_1", self.metric)
+        _check(self.name is None or (self.name and "/" not in self.name and self.name not in (".", "..")),
+               "--name", "a folder name without '/'", self.name)
+        _check(bool(self.storage), "--storage", "a folder or URI", self.storage)
+
+    def replace(self, **changes: Any) -> "SweepOptions":
+        return dataclasses.replace(self, **changes)
+
+    def experiment_name(self, space_name: str) -> str:
+        """``--name``, else ``<space>-<UTC timestamp>``."""
+        return self.name or f"{space_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+
+    def storage_path(self) -> str:
+        """Tune wants an absolute local path or a URI."""
+        if "://" in self.storage:
+            return self.storage.rstrip("/")
+        return os.path.abspath(os.path.expanduser(self.storage))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "overrides": dict(self.overrides)}
+
+
+def parse_overrides(pairs: list[str] | None) -> dict[str, str]:
+    """``--set key=value`` pairs -> dict (values stay strings; TrainConfig coerces them)."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        _check(bool(sep) and bool(key.strip()), "--set", "the form key=value (e.g. --set lr=3e-4)", pair)
+        out[key.strip()] = value.strip()
+    return out
+
+
+#: ``--smoke-test``: a tiny sweep to check an installation or a space in seconds
+SMOKE = {"num_samples": 2, "max_epochs": 2, "grace_period": 1}
+SMOKE_OVERRIDES = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs": 0,
+                   "batch_size": 128, "samples_per_class": 4, "num_workers": 0,
+                   "pretrained": False}

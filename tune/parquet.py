@@ -1,0 +1,141 @@
+"""Parquet tables of a sweep: stable schemas, atomic replacement, any storage pyarrow.fs understands.
+
+Layout under ``<storage>/<name>/results/`` (the contract ``analysis`` reads, see docs/ARCHITECTURE.md):
+``epochs/<trial_id>.parquet`` (one row per (trial, epoch)), ``trials.parquet`` (one row per trial),
+``sweep.json`` (the sweep's options and space).
+
+Every column is nullable and its type fixed by name, never by the first value seen, so files written at
+different times concatenate: ``epoch``, ``epochs_completed``, ``best_epoch``, ``seed``, ``retries`` are
+int64; ``config.<name>`` columns take ``TrainConfig``'s field type (bool, int64, float64, string); any
+other reported number is float64 and any other string is string.
+
+A file is written to a temporary name next to it and moved over the old one (``rename`` on a local disk,
+atomic on POSIX; object stores publish an object only once complete), so a crash leaves the old file or
+the new one, never a torn one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from typing import Any, Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from xbm.config import TrainConfig
+
+CONFIG_PREFIX = "config."
+INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries"})
+_ARROW = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+
+
+def config_fields() -> list[pa.Field]:
+    """One ``config.<dotted name>`` field per ``TrainConfig`` key, typed like the field (its default's type:
+    every field has a bool, int, float or str default)."""
+    defaults = TrainConfig().to_dict()
+    return [pa.field(CONFIG_PREFIX + k, _ARROW.get(type(v), pa.string())) for k, v in defaults.items()]
+
+
+def value_type(name: str, value: Any) -> pa.DataType:
+    """The column type for a reported value: int64 for counters, string for text, float64 otherwise."""
+    if name in INT_COLUMNS:
+        return pa.int64()
+    return pa.string() if isinstance(value, str) else pa.float64()
+
+
+def clean(value: Any, kind: pa.DataType) -> Any:
+    """A Python value that fits ``kind`` (None stays None; numpy scalars become Python numbers)."""
+    if value is None:
+        return None
+    if pa.types.is_string(kind):
+        return str(value)
+    if pa.types.is_boolean(kind):
+        return bool(value)
+    if pa.types.is_integer(kind):
+        as_float = float(value)
+        return None if math.isnan(as_float) else int(as_float)
+    return float(value)
+
+
+def build_table(rows: Iterable[Mapping[str, Any]], fields: list[pa.Field]) -> pa.Table:
+    """Rows (dicts) -> a table with exactly ``fields``; a missing key is null."""
+    rows = list(rows)
+    schema = pa.schema(fields)
+    columns = [pa.array([clean(r.get(f.name), f.type) for r in rows], type=f.type) for f in fields]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+class Storage:
+    """A results folder on a local disk or any URI ``pyarrow.fs`` understands (``s3://``, ``gs://``,
+    ``file://``, ...). Paths given to the methods are relative to the folder."""
+
+    def __init__(self, root: str, filesystem: pafs.FileSystem | None = None) -> None:
+        if filesystem is not None:
+            self.fs, self.root = filesystem, root
+        elif "://" in root:
+            self.fs, self.root = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.root = pafs.LocalFileSystem(), _absolute(root)
+        self._made: set[str] = set()
+
+    def path(self, relative: str) -> str:
+        return f"{self.root.rstrip('/')}/{relative}"
+
+    def exists(self, relative: str) -> bool:
+        return self.fs.get_file_info(self.path(relative)).type != pafs.FileType.NotFound
+
+    def makedirs(self, relative: str = "") -> None:
+        self.fs.create_dir(self.path(relative) if relative else self.root, recursive=True)
+
+    def write_table(self, relative: str, table: pa.Table) -> None:
+        """Replace ``relative`` atomically by ``table``."""
+        self._replace(relative, lambda tmp: pq.write_table(table, tmp, filesystem=self.fs))
+
+    def write_json(self, relative: str, data: Mapping[str, Any]) -> None:
+        payload = json.dumps(data, indent=2, sort_keys=True, default=str).encode()
+
+        def write(tmp: str) -> None:
+            with self.fs.open_output_stream(tmp) as out:
+                out.write(payload)
+
+        self._replace(relative, write)
+
+    def read_json(self, relative: str) -> dict:
+        with self.fs.open_input_stream(self.path(relative)) as stream:
+            return json.loads(stream.readall().decode())
+
+    def read_table(self, relative: str) -> pa.Table | None:
+        if not self.exists(relative):
+            return None
+        return pq.read_table(self.path(relative), filesystem=self.fs)
+
+    def list(self, relative: str, suffix: str = ".parquet") -> list[str]:
+        """Names (not paths) of the files in folder ``relative`` ending with ``suffix``."""
+        if not self.exists(relative):
+            return []
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(relative)))
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(suffix))
+
+    def _replace(self, relative: str, write) -> None:
+        final = self.path(relative)
+        parent = final.rsplit("/", 1)[0]
+        if parent not in self._made:
+            self.fs.create_dir(parent, recursive=True)
+            self._made.add(parent)
+        # the temporary name does not end in .parquet, so readers globbing *.parquet never see it
+        tmp = f"{parent}/.{final.rsplit('/', 1)[1]}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            write(tmp)
+            self.fs.move(tmp, final)
+        except BaseException:
+            if self.fs.get_file_info(tmp).type != pafs.FileType.NotFound:
+                self.fs.delete_file(tmp)
+            raise
+
+
+def _absolute(path: str) -> str:
+    import os
+
+    return os.path.abspath(os.path.expanduser(path))

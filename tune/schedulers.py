@@ -1,0 +1,79 @@
+"""Schedulers registry (``--scheduler``): ``asha``, ``hyperband``, ``fifo``; time attribute = ``epoch``.
+
+ASHA (Li et al. 2020, "A System for Massively Parallel Hyperparameter Tuning", Algorithm 2) judges a
+trial at rungs ``grace_period * reduction_factor**k`` (k = 0, 1, ... while <= max_epochs) and stops it
+when its metric is below the rung's top ``1 / reduction_factor`` quantile. Ray's ASHA silently never
+stops a trial whose results lack the time attribute; the trainer's results always carry ``epoch``
+(1-based, continuous across restores).
+
+Each scheduler here records why it stopped a trial (``stop_reasons``: trial_id -> text), which the
+Parquet sink writes as ``stop_reason``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, TrialScheduler
+
+from tune.options import SweepInputError
+
+TIME_ATTR = "epoch"
+
+
+class _RecordsStops:
+    """Mixin: remember a STOP decision with the epoch and value it was taken on."""
+
+    label = ""
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        decision = super().on_trial_result(tune_controller, trial, result)
+        epoch = result.get(TIME_ATTR)
+        if decision == TrialScheduler.STOP and epoch is not None and epoch < self._max_t_attr:
+            value = result.get(self._metric)
+            shown = f"{value:.4g}" if isinstance(value, (int, float)) else value
+            self.stop_reasons[trial.trial_id] = (f"{self.label}: {self._metric}={shown} below the rung cutoff "
+                                                 f"at epoch {epoch}")
+        return decision
+
+
+class RecordingASHA(_RecordsStops, AsyncHyperBandScheduler):
+    label = "asha"
+
+    def __init__(self, stop_reasons: dict, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stop_reasons = stop_reasons
+        self._max_t_attr = kwargs["max_t"]
+
+
+class RecordingHyperBand(_RecordsStops, HyperBandScheduler):
+    label = "hyperband"
+
+    def __init__(self, stop_reasons: dict, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stop_reasons = stop_reasons
+        self._max_t_attr = kwargs["max_t"]
+
+
+def _asha(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
+    return RecordingASHA(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs, grace_period=options.grace_period,
+                         reduction_factor=options.reduction_factor)
+
+
+def _hyperband(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
+    return RecordingHyperBand(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs,
+                              reduction_factor=options.reduction_factor)
+
+
+def _fifo(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
+    return FIFOScheduler()
+
+
+#: name -> factory(options, max_epochs, stop_reasons) -> TrialScheduler
+SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo}
+
+
+def build_scheduler(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
+    if options.scheduler not in SCHEDULERS:
+        raise SweepInputError(f"--scheduler must be one of {sorted(SCHEDULERS)}, but got {options.scheduler!r}")
+    return SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons)
+

@@ -1,0 +1,152 @@
+"""Searchers registry (``--search``): ``optuna`` (seeded TPE, define-by-run), ``random``, ``grid``.
+
+Early-stopped trials and TPE
+----------------------------
+Ray 2.60's ``OptunaSearch.on_trial_complete`` tells Optuna ``COMPLETE`` with the trial's last value
+for every trial that ends without error, including those ASHA stopped at an early rung. TPE then models
+an epoch-1 Recall@1 as if it were a final one: configurations that start fast look as good as ones that
+finish well, and those that were culled early look like genuine (poor) finals, so TPE is biased toward
+fast starters. ``PrunedOptunaSearch`` instead tells Optuna ``PRUNED`` when a trial ended before the epoch
+budget (its last epoch < ``max_epochs``), after reporting the stopping rung's value as an intermediate
+value at step = epoch. Optuna's TPE (``optuna.samplers.TPESampler``, ``_split_trials``) ranks pruned
+trials below every completed one, ordered by how far they got and then by their last intermediate
+value, so early values never enter the model as finals, and a trial that survived more rungs still
+counts as better than one culled earlier. Non-finite losses and errors are told ``FAIL`` (TPE ignores them).
+
+Warm start: Ray refuses ``evaluated_rewards`` with a define-by-run space. Here each old point is
+enqueued, asked (so the define-by-run function records the distributions of the branch the point
+lies in) and told its reward, which is how Optuna itself adds evaluated trials.
+"""
+from __future__ import annotations
+
+import math
+import pickle
+from typing import Any, Callable, Mapping
+
+import optuna
+from optuna.trial import TrialState
+from ray.tune.search import BasicVariantGenerator, Searcher
+from ray.tune.search.optuna import OptunaSearch
+
+from tune.options import SweepInputError
+from tune.trainable import ERROR_KEY
+
+
+class PrunedOptunaSearch(OptunaSearch):
+    """OptunaSearch that reports trials stopped before ``budget`` epochs as ``PRUNED`` (see module doc)."""
+
+    def __init__(self, space: Callable, metric: str, mode: str, seed: int, budget: int,
+                 time_attr: str = "epoch", points: list[dict] | None = None,
+                 rewards: list[float] | None = None) -> None:
+        self._budget = int(budget)
+        self._time_attr = time_attr
+        self._steps: dict[str, set[int]] = {}
+        sampler = optuna.samplers.TPESampler(seed=seed)
+        super().__init__(space=space, metric=metric, mode=mode, sampler=sampler,
+                         points_to_evaluate=points or None, evaluated_rewards=rewards or None)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        if ERROR_KEY in result or trial_id not in self._ot_trials:
+            return
+        self._report(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+            return super().on_trial_complete(trial_id, result, error)
+        result = result or {}
+        value = result.get(self.metric)
+        epoch = result.get(self._time_attr)
+        ot_trial = self._ot_trials[trial_id]
+        if error or ERROR_KEY in result or not _finite(value):
+            self._ot_study.tell(ot_trial, None, state=TrialState.FAIL)
+        elif epoch is not None and int(epoch) < self._budget:
+            # the scheduler's STOP skipped on_trial_result for this last result: record it first
+            self._report(trial_id, result)
+            self._ot_study.tell(ot_trial, None, state=TrialState.PRUNED)
+        else:
+            self._ot_study.tell(ot_trial, float(value), state=TrialState.COMPLETE)
+        self._completed_trials.add(trial_id)
+
+    def add_evaluated_point(self, parameters: dict, value: float, error: bool = False, pruned: bool = False,
+                            intermediate_values: list[float] | None = None) -> None:
+        if not callable(self._space):
+            return super().add_evaluated_point(parameters, value, error, pruned, intermediate_values)
+        self._ot_study.enqueue_trial(dict(parameters), skip_if_exists=False)
+        ot_trial = self._ot_study.ask()
+        self._suggest_from_define_by_run_func(self._space, ot_trial)
+        if error or not _finite(value):
+            self._ot_study.tell(ot_trial, None, state=TrialState.FAIL)
+        else:
+            self._ot_study.tell(ot_trial, float(value), state=TrialState.PRUNED if pruned else TrialState.COMPLETE)
+
+    def _report(self, trial_id: str, result: Mapping[str, Any]) -> None:
+        value, step = result.get(self.metric), result.get(self._time_attr)
+        seen = self._steps.setdefault(trial_id, set())
+        # a trial retried from its checkpoint re-reports epochs; Optuna keeps the first value per step
+        if _finite(value) and step is not None and int(step) not in seen:
+            self._ot_trials[trial_id].report(float(value), int(step))
+            seen.add(int(step))
+
+
+class FixedConfigs(Searcher):
+    """Suggests the given configs in order, then ``FINISHED``: no search, for the confirm stage."""
+
+    def __init__(self, configs: list[Mapping[str, Any]], metric: str, mode: str) -> None:
+        super().__init__(metric=metric, mode=mode)
+        self._configs = [dict(c) for c in configs]
+        self._next = 0
+
+    def suggest(self, trial_id: str) -> dict | str:
+        if self._next >= len(self._configs):
+            return Searcher.FINISHED
+        self._next += 1
+        return dict(self._configs[self._next - 1])
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """Nothing to learn: the configs are fixed."""
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as out:
+            pickle.dump(self.__dict__, out)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as stream:
+            self.__dict__.update(pickle.load(stream))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _optuna(space, options, budget: int, warm) -> tuple[PrunedOptunaSearch, dict]:
+    points, rewards = (warm.points, warm.rewards) if warm is not None else (None, None)
+    # Offset TPE's seed by the number of warm points: with the old sweep's seed, its first random
+    # draws would repeat the old sweep's own start-up points, already evaluated.
+    seed = options.seed + len(points or ())
+    searcher = PrunedOptunaSearch(space.define_by_run, options.metric, options.mode, seed, budget,
+                                  points=points, rewards=rewards)
+    return searcher, {}
+
+
+def _variants(space, options, budget: int, warm) -> tuple[BasicVariantGenerator, dict]:
+    """Random and grid search: Ray's variant generator; conditional params draw from ``options.seed`` too."""
+    return BasicVariantGenerator(random_state=options.seed), space.to_param_space(seed=options.seed)
+
+
+#: name -> factory(space, options, budget, warm_start) -> (search_alg, param_space of swept params)
+SEARCHERS = {"optuna": _optuna, "random": _variants, "grid": _variants}
+
+
+def check_search_options(options) -> None:
+    """A known ``--search``, and ``--warm-start`` only with optuna (random and grid have no model)."""
+    if options.search not in SEARCHERS:
+        raise SweepInputError(f"--search must be one of {sorted(SEARCHERS)}, but got {options.search!r}")
+    if options.warm_start and options.search != "optuna":
+        raise SweepInputError(f"--warm-start needs --search optuna (a model to seed), but got "
+                              f"--search {options.search}: drop --warm-start or use --search optuna")
+
+
+def build_searcher(space, options, budget: int, warm=None):
+    """The search algorithm and the Tune param_space for the swept parameters."""
+    check_search_options(options)
+    return SEARCHERS[options.search](space, options, budget, warm)

@@ -1,0 +1,254 @@
+"""The Parquet sink: a Tune ``Callback`` on the driver that writes every epoch of every trial to Parquet.
+
+Rows are keyed by ``(trial_id, epoch)`` and the existing files are loaded in ``setup`` (which Tune calls
+on a fresh run and on ``Tuner.restore``), so a trial retried from its checkpoint at epoch k, or a resumed
+sweep, overwrites epochs > k instead of appending them: no duplicated rows, no lost rows. Each change
+rewrites that trial's epoch file and ``trials.parquet`` atomically (``tune.parquet.Storage``).
+
+``status`` in trials.parquet: ``running`` while a trial trains (or waits for a retry), ``completed`` when
+it reached its epoch budget (``config.epochs``), ``stopped_early`` when the scheduler stopped it before,
+``failed`` on an error that exhausted ``max_failures`` or on a non-finite loss (not retried: it is
+deterministic). ``stop_reason`` says why in words, ``error`` holds the exception's message.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Mapping
+
+from ray.tune import Callback
+from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
+
+from tune.parquet import CONFIG_PREFIX, Storage, build_table, config_fields, value_type
+from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, train_config
+
+#: Tune's own bookkeeping keys, not metrics of the run
+_TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | frozenset(DEBUG_METRICS) | {
+    "done", "should_checkpoint", "experiment_tag", "trial_id", "training_iteration", "checkpoint_dir_name"}
+#: metrics that always get best_/final_ columns, whatever the sweep's metric (higher is better)
+ALWAYS_SUMMARISED = ("recall_at_1", "map_at_r")
+TERMINAL = ("completed", "stopped_early", "failed")
+
+
+class ParquetSink(Callback):
+    """Writes ``results/epochs/<trial_id>.parquet`` and ``results/trials.parquet``.
+
+    ``stage`` tells sweep rows from confirm rows (``sweep`` | ``confirm``); ``swept`` lists the space's
+    parameter names, whose absence from a trial's config (a conditional parameter whose ``when`` did
+    not hold) is written as null; ``stop_reasons`` (trial_id -> text) is filled by the scheduler.
+    """
+
+    def __init__(self, results_dir: str | None, experiment: str, metric: str, mode: str, stage: str = "sweep",
+                 swept: tuple[str, ...] = (), stop_reasons: Mapping[str, str] | None = None,
+                 provenance: Mapping[str, Any] | None = None) -> None:
+        self.results_dir = results_dir
+        self.experiment = experiment
+        self.metric, self.mode, self.stage = metric, mode, stage
+        self.swept = tuple(swept)
+        self.stop_reasons = stop_reasons if stop_reasons is not None else {}
+        self.provenance = dict(provenance or {})
+        self.trials_interval_s = 2.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.epochs: dict[str, dict[int, dict]] = {}
+        self.trials: dict[str, dict] = {}
+        self.metric_types: dict[str, Any] = {}
+        self.storage: Storage | None = None
+        self._configs: dict[str, dict[str, Any]] = {}
+        self._last_trials_write = -math.inf
+
+    # ---- Tune hooks ---------------------------------------------------------------------------
+    def setup(self, **info) -> None:
+        """Forget in-memory rows; the files are (re)loaded when the first trial event names the folder.
+
+        Tune calls this on a fresh run and on ``Tuner.restore``. Without an explicit ``results_dir``
+        the folder is ``<experiment>/results`` on the trial's own storage filesystem, so a sweep
+        moved to another folder (or read from a bucket) still writes next to its Tune state.
+        """
+        self._reset()
+
+    def _open(self, trial) -> None:
+        if self.storage is not None:
+            return
+        if self.results_dir is not None:
+            self.storage = Storage(self.results_dir)
+        else:
+            context = trial.storage
+            self.storage = Storage(f"{context.experiment_fs_path.rstrip('/')}/results",
+                                   filesystem=context.storage_filesystem)
+        self._load()
+
+    def _load(self) -> None:
+        """Load what earlier runs of this sweep (or the sweep a confirm stage joins) already wrote."""
+        self.storage.makedirs("epochs")
+        for name in self.storage.list("epochs"):
+            for row in self.storage.read_table(f"epochs/{name}").to_pylist():
+                self._remember_types(row)
+                self.epochs.setdefault(row["trial_id"], {})[int(row["epoch"])] = row
+        table = self.storage.read_table("trials.parquet")
+        for row in table.to_pylist() if table is not None else []:
+            self.trials[row["trial_id"]] = row
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        row = self._trial_row(trial)
+        if row["status"] not in TERMINAL:
+            row["status"] = "running"
+        self._summarise(trial, row, trial.last_result or {})  # a restored trial: from its epoch rows
+        self._write_trials()
+
+    def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
+        row = self._trial_row(trial)
+        self._update_location(row, result)
+        if ERROR_KEY in result:
+            row.update(status="failed", stop_reason="non-finite loss", error=str(result[ERROR_KEY]))
+            self._summarise(trial, row, result)
+            self._write_trials()
+            return
+        epoch = int(result["epoch"])
+        metrics = {k: v for k, v in result.items() if k not in _TUNE_KEYS and not isinstance(v, (dict, list))}
+        epoch_row = {"experiment": self.experiment, "stage": self.stage, "trial_id": trial.trial_id,
+                     **metrics, "epoch": epoch, **self._configs[trial.trial_id]}
+        self._remember_types(epoch_row)
+        self.epochs.setdefault(trial.trial_id, {})[epoch] = epoch_row
+        row["status"] = "running"
+        self._summarise(trial, row, result)
+        self._write_epochs(trial.trial_id)
+        # progress of a running trial can wait a little: its epoch rows are already on disk, and a
+        # restarted sink recomputes the summary from them; status changes are written at once
+        if time.monotonic() - self._last_trials_write >= self.trials_interval_s:
+            self._write_trials()
+
+    def on_experiment_end(self, trials, **info) -> None:
+        if self.storage is not None:
+            self._write_trials()
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        row = self._trial_row(trial)
+        if row["status"] != "failed":
+            budget = int(trial.config.get("epochs") or train_config(trial.config).epochs)
+            done = int(row.get("epochs_completed") or 0)
+            if done >= budget:
+                row.update(status="completed", stop_reason=f"reached the epoch budget ({budget})", error=None)
+            else:
+                reason = self.stop_reasons.get(trial.trial_id, "stopped by the scheduler")
+                row.update(status="stopped_early", stop_reason=f"{reason} after {done}/{budget} epochs")
+        self._summarise(trial, row, trial.last_result or {})
+        self._write_trials()
+
+    def on_trial_recover(self, iteration, trials, trial, **info) -> None:
+        row = self._trial_row(trial)
+        row.update(status="running", retries=int(trial.num_failures),
+                   stop_reason=f"retrying from the last checkpoint (failure {trial.num_failures})",
+                   error=_error_message(trial))
+        self._write_trials()
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        row = self._trial_row(trial)
+        row.update(status="failed", retries=int(trial.num_failures), error=_error_message(trial),
+                   stop_reason=f"error after {trial.num_failures} failure(s) (max_failures exhausted)")
+        self._summarise(trial, row, trial.last_result or {})
+        self._write_trials()
+
+    # ---- rows -----------------------------------------------------------------------------------
+    def _trial_row(self, trial) -> dict:
+        self._open(trial)
+        row = self.trials.get(trial.trial_id)
+        if row is None:
+            row = {"experiment": self.experiment, "stage": self.stage, "trial_id": trial.trial_id,
+                   "status": "running", "epochs_completed": 0, "retries": 0, **self.provenance}
+            self.trials[trial.trial_id] = row
+        row["trial_name"] = str(trial)
+        if trial.trial_id not in self._configs:  # a trial's config never changes
+            self._configs[trial.trial_id] = self._config_columns(trial.config)
+        row.update(self._configs[trial.trial_id])
+        seed = row.get(CONFIG_PREFIX + "seed")
+        row["seed"] = seed
+        return row
+
+    def _config_columns(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """``config.*`` of the resolved TrainConfig; swept parameters absent from the trial are null."""
+        resolved = train_config(config).to_dict()
+        out = {CONFIG_PREFIX + k: v for k, v in resolved.items()}
+        for key in self.swept:
+            if config.get(key) is None:
+                out[CONFIG_PREFIX + key] = None
+        return out
+
+    def _update_location(self, row: dict, result: Mapping[str, Any]) -> None:
+        for key in (NODE_KEY, GPU_KEY):
+            if result.get(key) is not None:
+                row[key] = result[key]
+
+    def _summarise(self, trial, row: dict, result: Mapping[str, Any]) -> None:
+        """best_/final_ of the sweep metric and of recall_at_1 / map_at_r, over the rows kept."""
+        rows = [self.epochs.get(trial.trial_id, {})[e] for e in sorted(self.epochs.get(trial.trial_id, {}))]
+        row["epochs_completed"] = len(rows)
+        for name in dict.fromkeys((self.metric, *ALWAYS_SUMMARISED)):
+            mode = self.mode if name == self.metric else "max"
+            scored = [(r[name], r["epoch"]) for r in rows if _finite(r.get(name))]
+            best = (max if mode == "max" else min)(scored, key=lambda p: p[0]) if scored else (None, None)
+            row[f"best_{name}"] = best[0]
+            row[f"final_{name}"] = rows[-1].get(name) if rows else None
+            if name == self.metric:
+                row["best_epoch"] = best[1]
+        if "time_total_s" in result:
+            row["wall_time_s"] = float(result["time_total_s"])
+        gpus = float(trial.placement_group_factory.required_resources.get("GPU", 0.0))
+        if row.get("wall_time_s") is not None:
+            row["gpu_hours"] = row["wall_time_s"] * gpus / 3600.0
+
+    # ---- files ----------------------------------------------------------------------------------
+    def _remember_types(self, row: Mapping[str, Any]) -> None:
+        for key, value in row.items():
+            if key.startswith(CONFIG_PREFIX) or key in self.metric_types or value is None:
+                continue
+            self.metric_types[key] = value_type(key, value)
+
+    def epoch_fields(self):
+        import pyarrow as pa
+
+        fixed = [pa.field("experiment", pa.string()), pa.field("stage", pa.string()),
+                 pa.field("trial_id", pa.string()), pa.field("epoch", pa.int64()),
+                 pa.field(NODE_KEY, pa.string()), pa.field(GPU_KEY, pa.string())]
+        names = {f.name for f in fixed}
+        metrics = [pa.field(k, t) for k, t in self.metric_types.items() if k not in names]
+        return fixed + metrics + config_fields()
+
+    def trial_fields(self):
+        import pyarrow as pa
+
+        s, f, i = pa.string(), pa.float64(), pa.int64()
+        summary = []
+        for name in dict.fromkeys((self.metric, *ALWAYS_SUMMARISED)):
+            kind = self.metric_types.get(name, f)
+            summary += [pa.field(f"best_{name}", kind), pa.field(f"final_{name}", kind)]
+            if name == self.metric:
+                summary.append(pa.field("best_epoch", i))
+        head = [("experiment", s), ("stage", s), ("trial_id", s), ("trial_name", s), ("status", s),
+                ("stop_reason", s), ("error", s), ("epochs_completed", i)]
+        tail = [("wall_time_s", f), ("gpu_hours", f), ("retries", i), ("seed", i), (NODE_KEY, s),
+                (GPU_KEY, s), ("git_sha", s), ("package_version", s)]
+        return ([pa.field(n, t) for n, t in head] + summary + [pa.field(n, t) for n, t in tail]
+                + config_fields())
+
+    def _write_epochs(self, trial_id: str) -> None:
+        rows = [self.epochs[trial_id][e] for e in sorted(self.epochs[trial_id])]
+        self.storage.write_table(f"epochs/{trial_id}.parquet", build_table(rows, self.epoch_fields()))
+
+    def _write_trials(self) -> None:
+        self._last_trials_write = time.monotonic()
+        self.storage.write_table("trials.parquet", build_table(self.trials.values(), self.trial_fields()))
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _error_message(trial) -> str | None:
+    """The exception's own message (last line of the stored traceback), not the whole traceback."""
+    text = trial.get_error()
+    if not text:
+        return None
+    lines = [line for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1][:2000] if lines else None

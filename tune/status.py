@@ -1,0 +1,49 @@
+"""``xbm-tune status PATH``: a sweep's state as a table, read from its Parquet (works while it runs or
+after it crashed: the files are replaced atomically, so they are always whole)."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from tune.parquet import CONFIG_PREFIX, Storage
+from tune.sweep import RESULTS, SWEEP_JSON
+
+
+def load_status(path: str) -> tuple[dict[str, Any], pd.DataFrame]:
+    """(sweep.json as a dict, or {} if missing; trials.parquet as a DataFrame). ValueError if neither."""
+    uri = path.rstrip("/")
+    storage = Storage(f"{uri}/{RESULTS}")
+    record = storage.read_json(SWEEP_JSON) if storage.exists(SWEEP_JSON) else {}
+    table = storage.read_table("trials.parquet")
+    if table is None and not record:
+        raise ValueError(f"status needs a sweep folder (holding {RESULTS}/trials.parquet), but {path!r} has "
+                         f"neither trials.parquet nor sweep.json")
+    frame = table.to_pandas(types_mapper=pd.ArrowDtype) if table is not None else pd.DataFrame()
+    return record, frame
+
+
+def status_table(record: dict[str, Any], trials: pd.DataFrame, top: int | None = 20) -> str:
+    """Counts per status and stage, then the trials sorted best first on the sweep's metric."""
+    metric, mode = record.get("metric", "recall_at_1"), record.get("mode", "max")
+    name = record.get("experiment", "?")
+    if trials.empty:
+        return f"sweep {name}: no trial has reported yet"
+    counts = trials.groupby(["stage", "status"]).size().to_string()
+    swept = [CONFIG_PREFIX + p for p in record.get("space", {}).get("params", [])]
+    best = f"best_{metric}"
+    columns = ["trial_id", "stage", "status", "epochs_completed", best, "best_epoch", f"final_{metric}",
+               *[c for c in swept if c in trials], "stop_reason"]
+    shown = trials[[c for c in columns if c in trials]].copy()
+    if best in shown:
+        shown = shown.sort_values(best, ascending=(mode == "min"), na_position="last")
+    if "stop_reason" in shown:
+        shown["stop_reason"] = shown["stop_reason"].astype("string").str.slice(0, 60)
+    shown.columns = [c[len(CONFIG_PREFIX):] if c.startswith(CONFIG_PREFIX) else c for c in shown.columns]
+    more = ""
+    if top is not None and len(shown) > top:
+        more = f"\n... {len(shown) - top} more (--all shows every trial)"
+        shown = shown.head(top)
+    with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.4g}".format):
+        table = shown.to_string(index=False)
+    return (f"sweep {name}: {len(trials)} trial(s); metric {metric} ({mode})\n{counts}\n\n{table}{more}")

@@ -1,0 +1,163 @@
+"""The Ray Tune trainable: one trial = one ``xbm.Trainer`` run, reported epoch by epoch.
+
+Ray hands the trainable a plain dict; it becomes a ``TrainConfig`` once, here at the edge (STYLE 7).
+Per epoch the trainer's flat metrics dict goes to ``tune.report`` with a checkpoint holding
+``trainer.state_dict()``, so Tune can restore a retried or resumed trial at its last epoch and the
+epochs stay continuous (``epoch`` is ASHA's time attribute). Only the current ``ray.tune`` API is used
+(``ray.train.report`` fails inside Tune in Ray 2.60).
+
+A non-finite loss (``xbm.errors.NonFiniteLossError``) is deterministic, so retrying it would only burn
+``max_failures``: the trial reports one last result carrying ``error`` (and the worst value of the
+sweep metric, so schedulers rank it last) and returns. The Parquet sink records it as ``failed`` with
+the reason, the searcher tells Optuna ``FAIL``, and the sweep goes on. Other exceptions propagate, so
+``FailureConfig(max_failures)`` retries the trial from its last checkpoint.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from ray import tune
+from ray.tune.trainable.function_trainable import wrap_function
+
+CHECKPOINT_FILE = "trainer.pt"
+#: result keys that mark the final report of a trial ended by a non-finite loss
+ERROR_KEY = "error"
+#: trial-level facts reported with every epoch (strings; the sink puts them in trials.parquet too)
+NODE_KEY, GPU_KEY = "node_id", "gpu_ids"
+
+
+def train_config(config: Mapping[str, Any]):
+    """Ray's (flat, dotted) config dict -> ``TrainConfig``.
+
+    Keys whose value is ``None`` are conditional parameters absent from this trial (their ``when`` did
+    not hold): they are dropped, so the trainer uses the field's default, and the sink writes null.
+    NumPy scalars (Ray's samplers, configs read back from Parquet) become Python values.
+    """
+    # imported here: xbm.config pulls in torch (through xbm.normalisers), which a trial process should
+    # load inside the trial, where its cost belongs, not while Ray builds the actor
+    from xbm.config import TrainConfig
+
+    return TrainConfig.from_dict({k: v.item() if isinstance(v, np.generic) else v
+                                  for k, v in config.items() if v is not None})
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy (PML's MPerClassSampler draws from NumPy's global RNG) and torch."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def assigned_device(requested: str, gpu_ids: list) -> str:
+    """The device this trial may use: the GPU Ray assigned (Ray sets CUDA_VISIBLE_DEVICES, so it is
+    ``cuda`` inside the process), else CPU. ``auto`` must not grab a GPU Ray did not assign, which
+    the trainer's own ``auto`` would do on a shared GPU machine."""
+    import torch
+
+    if requested != "auto":
+        return requested
+    return "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
+
+
+def worst_value(mode: str) -> float:
+    """The value a scheduler ranks last: -inf when maximising, +inf when minimising."""
+    return -math.inf if mode == "max" else math.inf
+
+
+def run_trial(config: Mapping[str, Any], metric: str, mode: str) -> None:
+    """Train one trial, reporting each epoch with a checkpoint; resume from Tune's checkpoint if any."""
+    # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
+    import ray
+    import torch
+
+    from xbm.errors import NonFiniteLossError
+    from xbm.trainer import Trainer
+
+    cfg = train_config(config)
+    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
+    cfg = cfg.replace(device=assigned_device(cfg.device, gpu_ids))
+    seed_everything(cfg.seed)
+    where = {NODE_KEY: ray.get_runtime_context().get_node_id(), GPU_KEY: ",".join(gpu_ids) or None}
+
+    trainer = Trainer(cfg)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            # weights_only=False: the state holds RNG states and plain Python objects we wrote ourselves
+            state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
+        trainer.load_state_dict(state)
+    epoch = 0
+    try:
+        for metrics in trainer.fit():
+            epoch = int(metrics["epoch"])
+            with tempfile.TemporaryDirectory(prefix="xbm-ckpt-") as folder:
+                torch.save(trainer.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
+                # report() persists the folder to the trial's storage before it returns
+                tune.report({**metrics, **where}, checkpoint=tune.Checkpoint.from_directory(folder))
+    except NonFiniteLossError as exc:
+        # no checkpoint: the last good one stays the trial's last checkpoint
+        tune.report({"epoch": max(exc.epoch, epoch), metric: worst_value(mode), **where,
+                     ERROR_KEY: f"{type(exc).__name__}: {exc}"})
+
+
+def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None = None) -> type:
+    """The Tune trainable class for a sweep optimising ``metric`` in ``mode``.
+
+    A function trainable (``run_trial``) wrapped by Ray, subclassed only to name its actors: the
+    dashboard's Actors view shows ``XbmTrial(<trial name>)`` where the trial name carries the trial id
+    and its variant (see ``TrialNamer``). Ray records an actor's repr once, when the actor starts, so
+    with ``reuse_actors=True`` it names the first trial that actor ran. ``resources`` (e.g.
+    ``{"cpu": 1, "gpu": 0.5}``) is each trial's request; set on the function before Ray wraps it, so the
+    class keeps its name (``tune.with_resources`` on the class would rename it ``ResourceTrainable``).
+    """
+
+    def xbm_trial(config):
+        return run_trial(config, metric, mode)
+
+    if resources is not None:
+        xbm_trial = tune.with_resources(xbm_trial, dict(resources))
+    base = wrap_function(xbm_trial, name="xbm_trial")
+
+    def __repr__(self) -> str:
+        return f"XbmTrial({getattr(self, 'trial_name', '')})"
+
+    return type("XbmTrial", (base,), {"__repr__": __repr__, "__module__": __name__})
+
+
+class TrialNamer:
+    """Readable trial names, ``<trial_id>_<variant>``, e.g. ``a1b2c_00004_kind=pcxbn,lambda_mu=0.31``.
+
+    The variant lists the swept parameters (last part of the dotted name, values to 3 significant
+    digits), so the progress table, the trial folders and the Actors view say which config runs.
+    """
+
+    def __init__(self, swept: list[str], limit: int = 80) -> None:
+        self.swept = list(swept)
+        self.limit = limit
+
+    def variant(self, config: Mapping[str, Any]) -> str:
+        parts = []
+        for key in self.swept:
+            value = config.get(key)
+            if value is None:
+                continue
+            text = f"{value:.3g}" if isinstance(value, float) else str(value)
+            parts.append(f"{key.rsplit('.', 1)[-1]}={text}")
+        return ",".join(parts)
+
+    def __call__(self, trial) -> str:
+        name = f"{trial.trial_id}_{self.variant(trial.config)}".rstrip("_")
+        return name[: self.limit]
+
+
+def trial_dirname(trial) -> str:
+    """Short trial folders (Tune's default appends every constant of the config to the name)."""
+    return f"trial_{trial.trial_id}"
