@@ -40,9 +40,10 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a shipped space name (xbm-tune spaces) or a YAML file")
     d = SweepOptions()
     search = parser.add_argument_group("search")
-    search.add_argument("--search", default=d.search, help="optuna (seeded TPE) | random | grid (default %(default)s)")
+    search.add_argument("--search", default=d.search,
+                        help="optuna (seeded TPE) | random | grid (default: grid for a grid-only space, else optuna)")
     search.add_argument("--num-samples", type=int, default=d.num_samples,
-                        help="trials (grid: repeats of the grid) (default %(default)s)")
+                        help="trials; with grid, repeats of the whole grid (default: 1 for grid, else 20)")
     search.add_argument("--metric", default=d.metric, help="metric to optimise (default %(default)s)")
     search.add_argument("--mode", default=d.mode, choices=["max", "min"], help="(default %(default)s)")
     search.add_argument("--seed", type=int, default=d.seed,

@@ -32,8 +32,8 @@ class SweepOptions:
     comparison of configs wants; the ``confirm`` stage varies seeds.
     """
 
-    num_samples: int = 20
-    search: str = "optuna"
+    num_samples: int | None = None
+    search: str | None = None
     scheduler: str = "asha"
     max_epochs: int | None = None
     grace_period: int = 1
@@ -54,8 +54,15 @@ class SweepOptions:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     smoke_test: bool = False
 
+    def for_space(self, is_grid: bool) -> "SweepOptions":
+        """Fill the defaults that depend on the space: a grid-only space runs ``grid`` search once per
+        point; any other runs seeded TPE (``optuna``) for 20 trials."""
+        search = self.search or ("grid" if is_grid else "optuna")
+        num_samples = self.num_samples or (1 if search == "grid" else 20)
+        return self.replace(search=search, num_samples=num_samples)
+
     def __post_init__(self) -> None:
-        _check(self.num_samples >= 1, "--num-samples", ">= 1", self.num_samples)
+        _check(self.num_samples is None or self.num_samples >= 1, "--num-samples", ">= 1", self.num_samples)
         _check(self.max_epochs is None or self.max_epochs >= 1, "--max-epochs", ">= 1", self.max_epochs)
         _check(self.grace_period >= 1, "--grace-period", ">= 1", self.grace_period)
         _check(self.max_epochs is None or self.grace_period <= self.max_epochs, "--grace-period",

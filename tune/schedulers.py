@@ -25,6 +25,11 @@ class _RecordsStops:
 
     label = ""
 
+    def __init__(self, stop_reasons: dict, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stop_reasons = stop_reasons  # shared with the Parquet sink: trial_id -> why it was stopped
+        self._max_t_attr = kwargs["max_t"]
+
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         decision = super().on_trial_result(tune_controller, trial, result)
         epoch = result.get(TIME_ATTR)
@@ -39,19 +44,9 @@ class _RecordsStops:
 class RecordingASHA(_RecordsStops, AsyncHyperBandScheduler):
     label = "asha"
 
-    def __init__(self, stop_reasons: dict, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stop_reasons = stop_reasons
-        self._max_t_attr = kwargs["max_t"]
-
 
 class RecordingHyperBand(_RecordsStops, HyperBandScheduler):
     label = "hyperband"
-
-    def __init__(self, stop_reasons: dict, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stop_reasons = stop_reasons
-        self._max_t_attr = kwargs["max_t"]
 
 
 def _asha(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:

@@ -104,6 +104,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     space = load_space(space_name, overrides=overrides or None)
     if "seed" not in space.base and "seed" not in space.params:
         space = load_space(space_name, overrides={**overrides, "seed": options.seed})
+    options = options.for_space(space.is_grid)
     space.check_search(options.search)
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs

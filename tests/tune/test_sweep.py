@@ -130,13 +130,21 @@ def test_every_registry_entry_builds(tmp_path, space_file):
                                   "strict", "options"])
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, space_file, case):
     space = space_file(GRID if case == "grid_optuna" else DELAY if case == "strict" else TOY)
-    changes = {"search": {"search": "bayes"}, "grid_optuna": {}, "grace": {"grace_period": 5},
+    changes = {"search": {"search": "bayes"}, "grid_optuna": {"search": "optuna"}, "grace": {"grace_period": 5},
                "set_key": {"overrides": {"lr_typo": "1"}}, "set_value": {"overrides": {"memory.ratio": "2"}},
                "warm_random": {"search": "random", "warm_start": str(tmp_path)},
                "strict": {"strict": True, "grace_period": 1}, "options": None}[case]
     with pytest.raises((SweepInputError, SpaceError, ValueError)):
         prepare(space, options(tmp_path, **changes) if changes is not None else options(tmp_path, mode="maximum"))
     assert not (tmp_path / "sweeps").exists()
+
+
+def test_search_and_sample_defaults_follow_the_space(tmp_path, space_file):
+    grid = prepare(space_file(GRID), options(tmp_path)).options
+    assert (grid.search, grid.num_samples) == ("grid", 1)  # each grid point once, not 20 repeats
+    sampled = prepare(space_file(TOY), options(tmp_path)).options
+    assert (sampled.search, sampled.num_samples) == ("optuna", 20)
+    assert prepare(space_file(GRID), options(tmp_path, num_samples=3)).options.num_samples == 3
 
 
 def test_fairness_warning_names_the_fair_grace_period(tmp_path, space_file):

@@ -1,6 +1,6 @@
 """Offline data sets in their official layouts: ``build_dataset(cfg) -> DatasetSplits``.
 
-See docs/readme/data.md for the contract, the layouts and the protocols.
+See docs/data.md for the contract, the layouts and the protocols.
 """
 from xbm.data.base import DatasetSplits, EvalSplit, RawData, SampleDataset
 from xbm.data.registry import DATASETS, build_dataset

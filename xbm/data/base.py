@@ -102,7 +102,7 @@ class EvalSplit:
 
 @dataclass
 class DatasetSplits:
-    """The trainer's view of a data set (see docs/readme/data.md for the contract).
+    """The trainer's view of a data set (see docs/data.md for the contract).
 
     Class ids are global and contiguous over every split: training classes ``0..T-1``, then validation
     classes, then test-only classes; ``num_classes`` counts them all. ``superclass_of[c]`` is the

@@ -10,7 +10,7 @@ Backends (``KNN_BACKENDS``):
   faiss-cpu would be slower); except leave-one-out with embeddings of ``SYMMETRIC_MIN_DIM`` (384) or more
   dimensions, which takes the symmetric search. Measured on CPU, one thread, 60,000 x 512: 0.80x the CPU
   time of the faiss search; at 20,000 x 128 it takes 2.2x, since its top-k selection, not the GEMM,
-  dominates in low dimension (benchmarks/bench_retrieval.py, docs/readme/evaluation.md).
+  dominates in low dimension (benchmarks/bench_retrieval.py, docs/evaluation.md).
 
 Symmetric leave-one-out search: d(i, j) = d(j, i), so each pair of row blocks (I, J), I <= J, is computed
 once, as one GEMM of augmented vectors [x, |x|^2, 1] . [-2y, 1, |y|^2]^T = |x - y|^2, and serves the top-k
