@@ -215,7 +215,8 @@ def confirmation_table(sweep: Sweep, metric: str | None = None, confidence: floa
                         "seeds": sorted(int(s) for s in ok["seed"].dropna()), "test_mean": iv.mean,
                         "test_ci_low": iv.low, "test_ci_high": iv.high, "test_std": iv.std,
                         "selection_mean": float(ok["selection"].mean()) if len(ok) else math.nan,
-                        "sweep_best": float(sweep_best.get(match, math.nan)) if swept else math.nan,
+                        # a sweep that varied nothing ran this one configuration: all its trials match
+                        "sweep_best": float(sweep_best.get(match, math.nan)),
                         "config": key})
     table = pd.DataFrame(records)
     return table.sort_values("test_mean", ascending=not sweep.higher_is_better(metric), ignore_index=True)

@@ -99,6 +99,21 @@ def test_confirmation_table(confirm_sweep, finished_sweep):
         confirmation_table(load(finished_sweep))
 
 
+def test_confirmation_table_of_a_sweep_that_varied_nothing(build_sweep, tmp_path):
+    """A one-configuration sweep (every param pinned by --set): its best is the configuration's best."""
+    b = build_sweep
+    cfg = b["config"]("none", 0.5, 0)
+    rows = b["epoch_rows"]("s0", cfg, 0.52, 3)
+    trials, epochs = [b["trial_row"]("s0", cfg, rows, "completed")], list(rows)
+    for seed in (1, 2):
+        c = b["config"]("none", 0.5, seed, evaluate_test=True)
+        confirm_rows = b["epoch_rows"](f"c{seed}", c, 0.5, 3, stage="confirm", test=True)
+        epochs += confirm_rows
+        trials.append(b["trial_row"](f"c{seed}", c, confirm_rows, "completed", stage="confirm"))
+    table = confirmation_table(load(b["write_sweep"](tmp_path / "one", trials, epochs)))
+    assert len(table) == 1 and table.loc[0, "sweep_best"] == pytest.approx(0.52)
+
+
 def test_unfinished_confirm_stage_falls_back_to_sweep_rows(build_sweep, tmp_path):
     b = build_sweep
     trials, epochs = b["finished_rows"]()
