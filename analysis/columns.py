@@ -12,6 +12,8 @@ from analysis.errors import NotApplicable
 
 CONFIG_PREFIX = "config."
 KIND = "config.normaliser.kind"
+MEMORY_ENABLED = "config.memory.enabled"
+NO_MEMORY = "no_memory"
 # Flags that split a normaliser kind into variants when a sweep varies them (the `variants` space).
 VARIANT_FLAGS = ("config.normaliser.centre_only", "config.normaliser.unit_norm")
 SEED_COLUMNS = ("seed", "config.seed")
@@ -61,7 +63,7 @@ def higher_is_better(metric: str, sweep_metric: str, sweep_mode: str) -> bool:
 
 def variant_labels(frame: pd.DataFrame, flags: tuple[str, ...]) -> pd.Series:
     """One label per row: the normaliser kind, plus the name of every flag in ``flags`` that is on,
-    e.g. ``pcxbn``, ``xbn+centre_only``. ``flags`` are the ``VARIANT_FLAGS`` the whole sweep varies,
+    e.g. ``pcxbn``, ``xbn+centre_only``; ``no_memory`` for the baseline with ``memory.enabled=False``. ``flags`` are the ``VARIANT_FLAGS`` the whole sweep varies,
     so that trials and epochs are labelled alike."""
     if KIND in frame.columns:
         labels = frame[KIND].astype("string").fillna("unknown")
@@ -71,6 +73,9 @@ def variant_labels(frame: pd.DataFrame, flags: tuple[str, ...]) -> pd.Series:
         if flag in frame.columns:
             on = frame[flag].fillna(False).astype(bool)
             labels = labels.where(~on, labels + "+" + param_name(flag).split(".")[-1])
+    if MEMORY_ENABLED in frame.columns:  # without a memory the normaliser never runs: one baseline label
+        off = frame[MEMORY_ENABLED].eq(False).fillna(False).astype(bool)
+        labels = labels.where(~off, NO_MEMORY)
     return labels.astype("string")
 
 

@@ -24,6 +24,12 @@ def test_variants_split_by_flags_the_sweep_varies(build_sweep, tmp_path):
     assert list(variant_labels(pd.DataFrame({"x": [1]}), ())) == ["all"]
 
 
+def test_the_no_memory_baseline_is_its_own_variant():
+    frame = pd.DataFrame({"config.normaliser.kind": ["none", "none", "xbn"],
+                          "config.memory.enabled": pd.array([True, False, None], dtype="boolean")})
+    assert list(variant_labels(frame, ())) == ["none", "no_memory", "xbn"]
+
+
 def test_config_key_varying_columns_and_seeds():
     frame = pd.DataFrame({"config.seed": pd.array([0, 1, 2], dtype="Int64"), "config.a": [1.0, 1.0, 2.0],
                           "config.b": [None, 0.5, None], "config.c": ["x", "x", "x"],
