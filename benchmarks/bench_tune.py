@@ -80,7 +80,8 @@ BARE = """
 import json, sys, time
 start = time.perf_counter()
 from xbm.trainer import Trainer
-from tune.trainable import seed_everything, train_config
+from tune.trainable import train_config
+from xbm.training.rng import seed_everything
 for config in json.loads(sys.argv[1]):
     cfg = train_config({**config, "device": "cpu"})
     seed_everything(cfg.seed)

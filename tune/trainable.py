@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import os
-import random
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -47,15 +46,6 @@ def train_config(config: Mapping[str, Any]):
                                   for k, v in config.items() if v is not None})
 
 
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy (PML's MPerClassSampler draws from NumPy's global RNG) and torch."""
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def assigned_device(requested: str, gpu_ids: list) -> str:
     """The device this trial may use: the GPU Ray assigned (Ray sets CUDA_VISIBLE_DEVICES, so it is
     ``cuda`` inside the process), else CPU. ``auto`` must not grab a GPU Ray did not assign, which
@@ -80,6 +70,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str) -> None:
 
     from xbm.errors import NonFiniteLossError
     from xbm.trainer import Trainer
+    from xbm.training.rng import seed_everything
 
     cfg = train_config(config)
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
@@ -91,8 +82,8 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str) -> None:
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            # weights_only=False: the state holds RNG states and plain Python objects we wrote ourselves
-            state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=False)
+            # the trainer's state is tensors and plain values only (xbm.training.rng), so the safe loader works
+            state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
         trainer.load_state_dict(state)
     epoch = 0
     try:
