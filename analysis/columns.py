@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.errors import NotApplicable
 
 CONFIG_PREFIX = "config."
 KIND = "config.normaliser.kind"
@@ -17,8 +16,6 @@ NO_MEMORY = "no_memory"
 # Flags that split a normaliser kind into variants when a sweep varies them (the `variants` space).
 VARIANT_FLAGS = ("config.normaliser.centre_only", "config.normaliser.unit_norm")
 SEED_COLUMNS = ("seed", "config.seed")
-STATUSES = ("running", "completed", "stopped_early", "failed")
-STAGES = ("sweep", "confirm")
 KEY = ["sweep_dir", "trial_id"]  # a trial's identity: trial ids are only unique inside one sweep
 DEFAULT_METRIC = "recall_at_1"
 # Metrics where lower is better; every other metric (recalls, MAP@R, ...) is maximised.
@@ -97,8 +94,3 @@ def config_key(frame: pd.DataFrame, exclude: tuple[str, ...] = ("config.seed",))
     parts = frame[columns].astype("string").fillna("<null>")
     return parts.apply(lambda row: "|".join(f"{param_name(c)}={v}" for c, v in row.items()), axis=1).astype("string")
 
-
-def require_columns(frame: pd.DataFrame, columns: list[str], what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise NotApplicable(f"{what} needs column(s) {missing}, which this sweep's Parquet lacks")

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from analysis.columns import KEY, KIND, VARIANT_FLAGS, config_columns, config_key, seeds, varying_columns
 from analysis.errors import NotApplicable
@@ -66,6 +65,8 @@ def t_interval(values, confidence: float = 0.95) -> Interval:
         return Interval(n, mean, math.nan, math.nan, math.nan, math.nan, confidence)
     std = float(x.std(ddof=1))
     sem = std / math.sqrt(n)
+    from scipy import stats  # lazily: scipy.stats takes ~1 s to import, and `import analysis` should not
+
     half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * sem
     return Interval(n, mean, std, sem, mean - half, mean + half, confidence)
 
@@ -136,6 +137,12 @@ def compare_variants(sweep: Sweep, metric: str | None = None, select: str = "aut
                      confidence: float = 0.95) -> VariantComparison:
     """Mean ± ``confidence`` t-interval of each variant (see the module docstring for the rows)."""
     rows = comparison_rows(sweep, metric, select)
+    table = _variant_table(rows, sweep.higher_is_better(metric or sweep.metric), confidence)
+    return VariantComparison(table, rows.stage, rows.value, rows.select, confidence)
+
+
+def _variant_table(rows: Rows, higher: bool, confidence: float) -> pd.DataFrame:
+    """One row per variant of ``rows``: n, mean, t-interval, seeds and configuration; best first."""
     records = []
     for variant, group in rows.frame.groupby("variant", sort=True):
         iv = t_interval(group["value"], confidence)
@@ -143,10 +150,9 @@ def compare_variants(sweep: Sweep, metric: str | None = None, select: str = "aut
         records.append({"variant": variant, "n": iv.n, "mean": iv.mean, "std": iv.std, "sem": iv.sem,
                         "ci_low": iv.low, "ci_high": iv.high, "half_width": iv.half_width,
                         "seeds": sorted(int(s) for s in group["seed"].dropna()), "config": chosen})
-    table = pd.DataFrame(records).sort_values("mean", ascending=not sweep.higher_is_better(metric or sweep.metric),
-                                              ignore_index=True)
+    table = pd.DataFrame(records).sort_values("mean", ascending=not higher, ignore_index=True)
     table["unit"] = "seeds" if rows.select == "best_config" else "trials"
-    return VariantComparison(table, rows.stage, rows.value, rows.select, confidence)
+    return table
 
 
 def matched_pairs(rows: Rows, a: str, b: str) -> tuple[pd.DataFrame, list[str]]:
@@ -176,8 +182,11 @@ def paired_differences(sweep: Sweep, metric: str | None = None, select: str = "a
                        confidence: float = 0.95) -> pd.DataFrame:
     """For every two variants (``a`` ranked above ``b`` by ``compare_variants``): the mean of
     ``a - b`` over matched runs with its t-interval and paired t-test p-value."""
+    from scipy import stats
+
     rows = comparison_rows(sweep, metric, select)
-    order = compare_variants(sweep, metric, select, confidence).table["variant"].tolist()
+    higher = sweep.higher_is_better(metric or sweep.metric)
+    order = _variant_table(rows, higher, confidence)["variant"].tolist()
     records = []
     for a, b in itertools.combinations(order, 2):
         pairs, key = matched_pairs(rows, a, b)
@@ -202,8 +211,8 @@ def confirmation_table(sweep: Sweep, metric: str | None = None, confidence: floa
                           "config": config_key(confirm)})
     swept_sweep = sweep.stage_trials("sweep")
     swept = [c for c in varying_columns(swept_sweep) if c in confirm.columns]
-    confirm_match = _match_key(confirm, swept)
-    sweep_best = pd.Series(metric_values(sweep, metric, "sweep").to_numpy(), index=_match_key(swept_sweep, swept))
+    confirm_match = config_key(confirm[swept], exclude=())
+    sweep_best = pd.Series(metric_values(sweep, metric, "sweep").to_numpy(), index=config_key(swept_sweep[swept], exclude=()))
     grouped = sweep_best.groupby(level=0)
     sweep_best = grouped.max() if sweep.higher_is_better(metric) else grouped.min()
     records = []
@@ -221,8 +230,3 @@ def confirmation_table(sweep: Sweep, metric: str | None = None, confidence: floa
     table = pd.DataFrame(records)
     return table.sort_values("test_mean", ascending=not sweep.higher_is_better(metric), ignore_index=True)
 
-
-def _match_key(frame: pd.DataFrame, columns: list[str]) -> pd.Series:
-    if not columns:
-        return pd.Series("", index=frame.index)
-    return frame[columns].astype("string").fillna("<null>").agg("|".join, axis=1)

@@ -13,6 +13,7 @@ import io
 import json
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable
 
@@ -80,6 +81,11 @@ class Sweep:
     def declared_params(self) -> dict[str, dict]:
         """``config.<name>`` -> its spec in the space (``{"loguniform": [lo, hi], "when": ...}``), from
         sweep.json's space text; empty when the sweep did not record a space."""
+        return self._declared_params
+
+    @cached_property
+    def _declared_params(self) -> dict[str, dict]:
+        # parsed once: plots and effects ask for every swept column
         space = self.options.get("space")
         text = space.get("text") if isinstance(space, dict) else None
         if not text:
