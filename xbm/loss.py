@@ -28,7 +28,7 @@ class XBMLoss(nn.Module):
 
     After each call ``last_stats`` holds floats: ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs
     mined against the memory, self pairs removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs
-    the same miner finds within the batch), ``memory_fill`` (filled fraction), ``memory_loss``,
+    the same miner finds within the batch), ``memory_fill`` (filled fraction),
     ``batch_loss`` (NaN when w = 0) and ``adapted`` (1.0 when the normaliser changed the memory).
     """
 
@@ -51,7 +51,7 @@ class XBMLoss(nn.Module):
                              f"{tuple(embeddings.shape)} and {tuple(labels.shape)}")
         labels = labels.to(embeddings.device)
         adapted = self._adapt(embeddings, labels, epoch)
-        slots = self.memory.enqueue(embeddings, labels, indices, iteration=int(self.iteration))
+        slots = self.memory.enqueue(embeddings, labels, indices, iteration=self.iteration)
         self.iteration += 1
         refs, ref_labels, _, _ = self.memory.valid()
         # Compare in the memory's fp32: under autocast the matmul is cast down anyway.
@@ -71,7 +71,6 @@ class XBMLoss(nn.Module):
             "batch_pos_pairs": float(len(batch_pairs[0])),
             "batch_neg_pairs": float(len(batch_pairs[2])),
             "memory_fill": len(self.memory) / self.memory.size,
-            "memory_loss": float(torch.as_tensor(memory_loss).detach()),
             "batch_loss": batch_loss,
             "adapted": float(adapted),
         }

@@ -39,6 +39,10 @@ class EmbeddingMemory(nn.Module):
         self.register_buffer("iterations", torch.full((size,), -1, dtype=torch.long, device=device))
         self.register_buffer("pointer", torch.zeros((), dtype=torch.long, device=device))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long, device=device))
+        # Host copies of pointer and filled: reading the buffers would make the CPU wait for the GPU
+        # several times per training step. The buffers stay the checkpointed truth.
+        self._pointer = 0
+        self._filled = 0
 
     @property
     def size(self) -> int:
@@ -49,10 +53,14 @@ class EmbeddingMemory(nn.Module):
         return self.embeddings.shape[1]
 
     def __len__(self) -> int:
-        return int(self.filled)
+        return self._filled
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._pointer, self._filled = int(self.pointer), int(self.filled)
 
     def enqueue(self, embeddings: Tensor, labels: Tensor, indices: Tensor | None = None,
-                iteration: int | None = None) -> Tensor:
+                iteration: int | Tensor | None = None) -> Tensor:
         """Write a batch at the pointer (modulo M) and return, for each batch row, its slot, or -1
         for rows of a batch larger than the memory that were overwritten by newer rows of it."""
         if embeddings.dim() != 2 or embeddings.shape[1] != self.dim or labels.shape != embeddings.shape[:1]:
@@ -63,7 +71,7 @@ class EmbeddingMemory(nn.Module):
         if self.embeddings.device != embeddings.device:
             self.to(embeddings.device)
         device, batch, size = embeddings.device, embeddings.shape[0], self.size
-        start = int(self.pointer)
+        start = self._pointer
         slots = (torch.arange(batch, device=device) + start) % size
         # Row j lands in slot (start + j) % M; of a batch longer than M only the newest M rows survive.
         kept = slice(max(0, batch - size), batch)
@@ -74,9 +82,11 @@ class EmbeddingMemory(nn.Module):
                 self.indices.index_fill_(0, slots[kept], -1)
             else:
                 self.indices.index_copy_(0, slots[kept], indices[kept].detach().to(device, torch.long))
-            self.iterations.index_fill_(0, slots[kept], -1 if iteration is None else int(iteration))
-            self.pointer.fill_((start + batch) % size)
-            self.filled.fill_(min(int(self.filled) + batch, size))
+            # a 0-dim tensor is filled as it is: int() on it would wait for the GPU
+            self.iterations.index_fill_(0, slots[kept], -1 if iteration is None else iteration)
+            self._pointer, self._filled = (start + batch) % size, min(self._filled + batch, size)
+            self.pointer.fill_(self._pointer)
+            self.filled.fill_(self._filled)
         if batch > size:
             slots[: batch - size] = -1
         return slots
@@ -105,6 +115,7 @@ class EmbeddingMemory(nn.Module):
             self.iterations.fill_(-1)
             self.pointer.zero_()
             self.filled.zero_()
+        self._pointer = self._filled = 0
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.dim}, filled={len(self)}"

@@ -69,8 +69,9 @@ class Trainer:
         self.scaler = self.runtime.grad_scaler()
         supcon = build_supcon(cfg.loss)
         self.warmup_loss = BatchLoss(supcon)
-        self.batch_loss = BatchLoss(supcon, build_miner(cfg.miner))
-        self.xbm = self._build_xbm(supcon) if cfg.memory.enabled else None
+        miner = build_miner(cfg.miner)  # one miner (stateless) serves the batch loss and the memory loss
+        self.batch_loss = BatchLoss(supcon, miner)
+        self.xbm = self._build_xbm(supcon, miner) if cfg.memory.enabled else None
         train = self.splits.train
         self.loader = train_loader(train, train.labels, cfg, pin_memory=self.runtime.device.type == "cuda")
         self.embed = Embedder(self.runtime, cfg.num_workers)
@@ -81,7 +82,7 @@ class Trainer:
         self.epoch = 0
         self.warmup_done = cfg.warmup_epochs == 0
 
-    def _build_xbm(self, supcon) -> XBMLoss:
+    def _build_xbm(self, supcon, miner) -> XBMLoss:
         cfg, superclass_of = self.cfg, self.splits.superclass_of
         if cfg.normaliser.kind == "scxbn" and superclass_of is None:
             raise ValueError(f"normaliser.kind=scxbn needs a data set with super-classes, but dataset "
@@ -89,7 +90,7 @@ class Trainer:
                              "set with super-classes (toy, sop, inshop, deepfashion2, cifar100, omniglot)")
         normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of)
         size = memory_size(cfg.memory.ratio, len(self.splits.train))
-        return XBMLoss(supcon, cfg.embedding_size, size, miner=build_miner(cfg.miner), normaliser=normaliser,
+        return XBMLoss(supcon, cfg.embedding_size, size, miner=miner, normaliser=normaliser,
                        batch_loss_weight=cfg.memory.batch_loss_weight).to(self.runtime.device)
 
     # ---- training ------------------------------------------------------------------------------

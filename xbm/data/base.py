@@ -17,7 +17,6 @@ from torch.utils.data import Dataset
 from xbm.data.sources import SampleSource
 from xbm.data.transforms import default_image_transform
 
-INPUT_KINDS = ("image", "vector")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The normaliser's options: one frozen dataclass, validated on construction."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 KINDS = ("none", "xbn", "axbn", "ema", "pcxbn", "scxbn")
 ABSENT = ("global", "skip")
@@ -56,7 +56,3 @@ class NormaliserConfig:
         _check(self.kalman_p0 > 0.0, "kalman_p0", "> 0", self.kalman_p0)
         _check(0.0 <= self.ema_momentum < 1.0, "ema_momentum", "0 <= ema_momentum < 1", self.ema_momentum)
         _check(self.eps > 0.0, "eps", "> 0", self.eps)
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))

@@ -56,10 +56,7 @@ def drift(model: nn.Module, train_view, probe: torch.Tensor, embed: Embedder,
           previous: Optional[torch.Tensor]) -> tuple[dict[str, float], torch.Tensor]:
     """(``drift_mean``, ``drift_max``) against ``previous`` probe embeddings, and the current ones (CPU)."""
     current = embed(model, train_view, probe)[0].cpu()
-    if previous is None:
-        return {"drift_mean": NAN, "drift_max": NAN}, current
-    values = diagnostics.feature_drift(previous, current)
-    return {"drift_mean": float(values["drift_mean"]), "drift_max": float(values["drift_max"])}, current
+    return diagnostics.feature_drift(previous, current), current
 
 
 def staleness(model: nn.Module, train_view, memory: Optional[EmbeddingMemory], embed: Embedder,
@@ -71,8 +68,9 @@ def staleness(model: nn.Module, train_view, memory: Optional[EmbeddingMemory], e
     stored, _, indices, _ = memory.valid()
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     rows = torch.randperm(len(stored), generator=generator)[:size]
-    rows = rows[indices.cpu()[rows] >= 0]  # rows written without a training index cannot be re-embedded
+    indices = indices.cpu()
+    rows = rows[indices[rows] >= 0]  # rows written without a training index cannot be re-embedded
     if len(rows) == 0:
         return {"staleness_mean": NAN}
-    current = embed(model, train_view, indices.cpu()[rows])[0]
+    current = embed(model, train_view, indices[rows])[0]
     return {"staleness_mean": float(diagnostics.memory_staleness(stored[rows.to(stored.device)], current))}
