@@ -23,12 +23,12 @@ included) count once, at their best. Fewer than K candidates: all of them, with 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from tune.warm_start import CONFIG_PREFIX, read_trials
+from tune.parquet import RESULTS, config_of, finite
+from tune.warm_start import read_trials
 
 RANKED_STATUSES = ("completed", "stopped_early")
 RUN_KEYS = ("seed", "evaluate_test")  # set by the confirm stage itself, never copied from the sweep
@@ -54,15 +54,14 @@ def select_top(rows: Sequence[Mapping[str, Any]], metric: str, mode: str, top: i
         value = row.get(column)
         if (row.get("stage") or "sweep") != "sweep" or row.get("status") not in RANKED_STATUSES:
             continue
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not finite(value):
             continue
         sign = -1.0 if mode == "max" else 1.0
         ranked.append(((RANKED_STATUSES.index(row["status"]), sign * value), row))
     ranked.sort(key=lambda item: item[0])
     chosen: dict[tuple, list] = {}
     for _, row in ranked:
-        config = {k[len(CONFIG_PREFIX):]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX)}
-        config = {k: v for k, v in config.items() if v is not None and k not in RUN_KEYS}
+        config = {k: v for k, v in config_of(row).items() if v is not None and k not in RUN_KEYS}
         key = tuple(sorted((k, repr(v)) for k, v in config.items()))
         if key in chosen:
             chosen[key][1] += 1
@@ -141,7 +140,7 @@ def plan(args: argparse.Namespace) -> ConfirmPlan:
 def run(args: argparse.Namespace, **init_kwargs) -> int:
     """Select, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
     from tune.options import SweepOptions
-    from tune.sweep import RESULTS, run_configs
+    from tune.sweep import run_configs
 
     p = plan(args)
     metric, mode = p.record["metric"], p.record["mode"]
@@ -152,8 +151,7 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
               "values are optimistic; sweep with --set val_fraction=0.2 to hold the test classes out")
     if args.dry_run:
         return 0
-    known = SweepOptions.__dataclass_fields__
-    options = SweepOptions(**{k: v for k, v in p.record.get("options", {}).items() if k in known})
+    options = SweepOptions.from_record(p.record.get("options", {}))
     changes = {k: getattr(args, k) for k in ("cpus_per_trial", "gpus_per_trial", "address")
                if getattr(args, k) is not None}
     options = options.replace(metric=metric, mode=mode, max_concurrent=args.max_concurrent,

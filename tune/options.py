@@ -54,6 +54,11 @@ class SweepOptions:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     smoke_test: bool = False
 
+    @classmethod
+    def from_record(cls, options: Mapping[str, Any]) -> "SweepOptions":
+        """The options a ``sweep.json`` recorded (its ``options``), ignoring keys this version lacks."""
+        return cls(**{k: v for k, v in options.items() if k in cls.__dataclass_fields__})
+
     def for_space(self, is_grid: bool) -> "SweepOptions":
         """Fill the defaults that depend on the space: a grid-only space runs ``grid`` search once per
         point; any other runs seeded TPE (``optuna``) for 20 trials."""

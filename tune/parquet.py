@@ -27,6 +27,8 @@ import pyarrow.parquet as pq
 from xbm.config import TrainConfig
 
 CONFIG_PREFIX = "config."
+RESULTS = "results"          # <experiment>/results/: the Parquet and sweep.json
+SWEEP_JSON = "sweep.json"
 INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries"})
 _ARROW = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
 
@@ -139,3 +141,13 @@ def _absolute(path: str) -> str:
     import os
 
     return os.path.abspath(os.path.expanduser(path))
+
+
+def finite(value: Any) -> bool:
+    """A real, finite number (not a bool, None, NaN or inf): a usable metric value."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def config_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A trials.parquet row's ``config.*`` values under their dotted TrainConfig names."""
+    return {k[len(CONFIG_PREFIX):]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX)}

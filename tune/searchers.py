@@ -19,7 +19,6 @@ lies in) and told its reward, which is how Optuna itself adds evaluated trials.
 """
 from __future__ import annotations
 
-import math
 import pickle
 from typing import Any, Callable, Mapping
 
@@ -29,6 +28,7 @@ from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune.options import SweepInputError
+from tune.parquet import finite
 from tune.trainable import ERROR_KEY
 
 
@@ -57,7 +57,7 @@ class PrunedOptunaSearch(OptunaSearch):
         value = result.get(self.metric)
         epoch = result.get(self._time_attr)
         ot_trial = self._ot_trials[trial_id]
-        if error or ERROR_KEY in result or not _finite(value):
+        if error or ERROR_KEY in result or not finite(value):
             self._ot_study.tell(ot_trial, None, state=TrialState.FAIL)
         elif epoch is not None and int(epoch) < self._budget:
             # the scheduler's STOP skipped on_trial_result for this last result: record it first
@@ -74,7 +74,7 @@ class PrunedOptunaSearch(OptunaSearch):
         self._ot_study.enqueue_trial(dict(parameters), skip_if_exists=False)
         ot_trial = self._ot_study.ask()
         self._suggest_from_define_by_run_func(self._space, ot_trial)
-        if error or not _finite(value):
+        if error or not finite(value):
             self._ot_study.tell(ot_trial, None, state=TrialState.FAIL)
         else:
             self._ot_study.tell(ot_trial, float(value), state=TrialState.PRUNED if pruned else TrialState.COMPLETE)
@@ -83,7 +83,7 @@ class PrunedOptunaSearch(OptunaSearch):
         value, step = result.get(self.metric), result.get(self._time_attr)
         seen = self._steps.setdefault(trial_id, set())
         # a trial retried from its checkpoint re-reports epochs; Optuna keeps the first value per step
-        if _finite(value) and step is not None and int(step) not in seen:
+        if finite(value) and step is not None and int(step) not in seen:
             self._ot_trials[trial_id].report(float(value), int(step))
             seen.add(int(step))
 
@@ -112,10 +112,6 @@ class FixedConfigs(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as stream:
             self.__dict__.update(pickle.load(stream))
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _optuna(space, options, budget: int, warm) -> tuple[PrunedOptunaSearch, dict]:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 
-from tune.parquet import CONFIG_PREFIX, Storage, build_table, config_fields, value_type
+from tune.parquet import CONFIG_PREFIX, Storage, build_table, config_fields, finite, value_type
 from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, train_config
 
 #: Tune's own bookkeeping keys, not metrics of the run
@@ -186,7 +186,7 @@ class ParquetSink(Callback):
         row["epochs_completed"] = len(rows)
         for name in dict.fromkeys((self.metric, *ALWAYS_SUMMARISED)):
             mode = self.mode if name == self.metric else "max"
-            scored = [(r[name], r["epoch"]) for r in rows if _finite(r.get(name))]
+            scored = [(r[name], r["epoch"]) for r in rows if finite(r.get(name))]
             best = (max if mode == "max" else min)(scored, key=lambda p: p[0]) if scored else (None, None)
             row[f"best_{name}"] = best[0]
             row[f"final_{name}"] = rows[-1].get(name) if rows else None
@@ -239,10 +239,6 @@ class ParquetSink(Callback):
     def _write_trials(self) -> None:
         self._last_trials_write = time.monotonic()
         self.storage.write_table("trials.parquet", build_table(self.trials.values(), self.trial_fields()))
-
-
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _error_message(trial) -> str | None:

@@ -6,8 +6,7 @@ from typing import Any
 
 import pandas as pd
 
-from tune.parquet import CONFIG_PREFIX, Storage
-from tune.sweep import RESULTS, SWEEP_JSON
+from tune.parquet import CONFIG_PREFIX, RESULTS, SWEEP_JSON, Storage
 
 
 def load_status(path: str) -> tuple[dict[str, Any], pd.DataFrame]:

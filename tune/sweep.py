@@ -14,6 +14,7 @@ weight), readable trial names (``TrialNamer``), the Parquet sink as a callback.
 """
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import time
@@ -26,14 +27,12 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 
 from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions
-from tune.parquet import Storage
+from tune.parquet import RESULTS, SWEEP_JSON, Storage
 from tune.schedulers import build_scheduler
 from tune.searchers import FixedConfigs, build_searcher, check_search_options
 from tune.sink import ParquetSink
 from tune.trainable import TrialNamer, make_trainable, train_config, trial_dirname
 
-RESULTS = "results"
-SWEEP_JSON = "sweep.json"
 # The experiment state (what `resume` restores) is saved at most this often; Tune's "auto" can wait
 # minutes on long sweeps, and a killed driver loses what happened since.
 os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "10")
@@ -219,7 +218,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True, 
     if not tune.Tuner.can_restore(uri):
         raise SweepInputError(f"resume needs a sweep folder with Tune's experiment state, but {uri!r} has none "
                               f"(the driver died before Tune saved it): start the sweep again with a new --name")
-    options = SweepOptions(**{k: v for k, v in record["options"].items() if k in SweepOptions.__dataclass_fields__})
+    options = SweepOptions.from_record(record["options"])
     info = connect(address, dashboard, **init_kwargs)
     print_info(info)
     try:
@@ -254,6 +253,7 @@ def _empty_trials():
     return pd.DataFrame({"trial_id": [], "status": []})
 
 
+@functools.cache
 def provenance() -> dict[str, Any]:
     """git_sha (None outside a git checkout) and the installed package version."""
     try:

@@ -28,12 +28,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tune.parquet import RESULTS, config_of, finite
 from tune.spaces import SearchSpace
 from tune.spaces.validation import DEFAULTS
 
 #: keys that say where or how a run executes, not what it learns
 IGNORED = frozenset({"seed", "device", "num_workers", "data_root", "pretrained_path", "evaluate_test"})
-CONFIG_PREFIX = "config."
 KEPT_STATUS = "completed"
 
 
@@ -71,7 +71,7 @@ def warm_start_points(old_sweep_path: str, space: SearchSpace, metric: str, mode
     kept: list[tuple[float, dict]] = []
     out = WarmStart(source=str(old_sweep_path))
     for row in rows:
-        config = {k[len(CONFIG_PREFIX):]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX)}
+        config = config_of(row)
         reason = _row_reason(row, column)
         point = None
         if reason is None:
@@ -90,7 +90,7 @@ def read_trials(old_sweep_path: str) -> list[dict[str, Any]]:
     """The old sweep's trials as plain Python rows (nulls as None), from a local folder or a URI."""
     from tune.parquet import Storage
 
-    results = f"{str(old_sweep_path).rstrip('/')}/results"
+    results = f"{str(old_sweep_path).rstrip('/')}/{RESULTS}"
     try:
         table = Storage(results).read_table("trials.parquet")
     except (OSError, ValueError) as exc:
@@ -112,7 +112,7 @@ def _row_reason(row: Mapping[str, Any], column: str) -> str | None:
                   "running": "did not finish"}.get(status, "not a finished trial")
         return f"status {status}: {detail}"
     reward = row.get(column)
-    if not isinstance(reward, (int, float)) or not math.isfinite(reward):
+    if not finite(reward):
         return f"no finite {column}: got {reward!r}"
     return None
 
