@@ -17,6 +17,9 @@ from xbm.normalisers.config import NormaliserConfig
 MINER_KINDS = ("pair_margin", "none")
 MINER_DISTANCES = ("lp", "lp_raw", "cosine")
 AMP_MODES = ("off", "fp16", "bf16", "auto")
+# the values of augment / normalize (xbm.data.augment owns them; repeated here so config stays torch-free)
+AUGMENT = ("auto", "none", "shift", "metric", "randaugment")
+NORMALIZE = ("auto", "imagenet", "dataset", "none")
 
 
 def _check(ok: bool, name: str, rule: str, value) -> None:
@@ -82,6 +85,9 @@ class TrainConfig:
     pretrained: bool = False
     pretrained_path: str = ""
     image_size: int = 224
+    augment: str = "auto"
+    normalize: str = "auto"
+    image_cache: str = ""
     epochs: int = 50
     warmup_epochs: int = 2
     batch_size: int = 64
@@ -93,7 +99,7 @@ class TrainConfig:
     amp: str = "auto"
     clip_grad: float = 10.0
     seed: int = 0
-    num_workers: int = 0
+    num_workers: str = "auto"
     device: str = "auto"
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     normaliser: NormaliserConfig = field(default_factory=NormaliserConfig)
@@ -104,8 +110,12 @@ class TrainConfig:
         _check(0.0 <= self.val_fraction < 1.0, "val_fraction", "0 <= val_fraction < 1", self.val_fraction)
         for name in ("embedding_size", "image_size", "epochs", "batch_size", "samples_per_class", "lr_step"):
             _check(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
-        for name in ("warmup_epochs", "num_workers", "weight_decay", "clip_grad"):
+        for name in ("warmup_epochs", "weight_decay", "clip_grad"):
             _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
+        _check(self.augment in AUGMENT, "augment", f"one of {list(AUGMENT)}", self.augment)
+        _check(self.normalize in NORMALIZE, "normalize", f"one of {list(NORMALIZE)}", self.normalize)
+        _check(self.num_workers == "auto" or self.num_workers.isdigit(), "num_workers",
+               "'auto' (the trial's CPUs minus one) or an integer >= 0", self.num_workers)
         _check(self.lr > 0.0, "lr", "> 0", self.lr)
         _check(0.0 < self.lr_gamma <= 1.0, "lr_gamma", "0 < lr_gamma <= 1", self.lr_gamma)
         _check(self.amp in AMP_MODES, "amp", f"one of {list(AMP_MODES)}", self.amp)

@@ -28,7 +28,8 @@ class XBMLoss(nn.Module):
 
     After each call ``last_stats`` holds floats: ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs
     mined against the memory, self pairs removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs
-    the same miner finds within the batch), ``memory_fill`` (filled fraction),
+    the same miner finds within the batch), ``loss_pos_pairs`` (positive pairs that entered the loss: the
+    memory's, plus the batch's when w > 0), ``memory_fill`` (filled fraction),
     ``batch_loss`` (NaN when w = 0) and ``adapted`` (1.0 when the normaliser changed the memory).
     """
 
@@ -70,6 +71,7 @@ class XBMLoss(nn.Module):
             "memory_neg_pairs": float(len(pairs[2])),
             "batch_pos_pairs": float(len(batch_pairs[0])),
             "batch_neg_pairs": float(len(batch_pairs[2])),
+            "loss_pos_pairs": float(len(pairs[0])) + (float(len(batch_pairs[0])) if self.batch_loss_weight > 0 else 0.0),
             "memory_fill": len(self.memory) / self.memory.size,
             "batch_loss": batch_loss,
             "adapted": float(adapted),

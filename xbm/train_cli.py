@@ -132,6 +132,7 @@ def format_line(metrics: dict[str, Any], epochs: int) -> str:
 def run(args: argparse.Namespace) -> int:
     """Train as the arguments say; return the exit status (0 done, 2 bad input, 1 failure)."""
     from xbm.errors import DatasetNotFoundError, NonFiniteLossError, PretrainedWeightsError
+    from xbm.signals import collapse_warning
 
     try:
         cfg = resolve_config(args)
@@ -160,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
             writer.metrics(metrics)
             writer.checkpoint(trainer.state_dict())
             tqdm.write(format_line(metrics, cfg.epochs))
+            warning = collapse_warning(metrics)
+            if warning:
+                tqdm.write(warning, file=sys.stderr)
     except NonFiniteLossError as exc:
         print(f"error: {exc} (checkpoint.pt holds the last good epoch)", file=sys.stderr)
         return 1

@@ -10,56 +10,70 @@
    before ``memory.start_epoch`` (0-based) and against the cross-batch memory (``XBMLoss``, with the
    configured normaliser) from then on; ``memory.enabled=False`` never uses the memory;
 3. after each main epoch: retrieval metrics on the selection split (val when ``val_fraction > 0``, else
-   test), test metrics as ``test_*`` when ``evaluate_test``, and the diagnostics (xbm.training.evaluation).
+   test), test metrics as ``test_*`` when ``evaluate_test``, and the diagnostics (xbm.training.evaluation);
+   the pair counts of the epoch, among them ``loss_pos_pairs`` (0: the epoch collapsed, see ``collapsed``);
+   and, on every row, the two references measured once before training (untrained model, raw inputs).
 
 Resuming: ``Trainer(cfg).load_state_dict(state)`` then ``fit()`` continues after the saved epoch with the
 same model, optimisers, scheduler, scaler, memory (buffers, pointer, fill), normaliser state, sampler
-order, Python/NumPy/torch RNG states and drift probe, so its metrics equal an uninterrupted run's on CPU.
+order and pass count (augmentation seeds), Python/NumPy/torch RNG states, drift probe and references, so
+its metrics equal an uninterrupted run's on CPU, whatever the number of loader workers.
 """
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
 from xbm.config import TrainConfig
 from xbm.data import DatasetSplits, SampleDataset, build_dataset
+from xbm.data.images import configure_images
 from xbm.loss import XBMLoss
 from xbm.models import create_embedding_model
 from xbm.normalisers import build_normaliser
 from xbm.training import evaluation
 from xbm.training.criteria import BatchLoss, build_miner, build_supcon, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
-from xbm.training.loaders import Embedder, image_transforms, train_loader
+from xbm.training.loaders import Embedder, resolve_workers, train_loader
 from xbm.training.optim import main_optimizer, main_scheduler, warmup_optimizer
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
 from xbm.training.runtime import Runtime
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 # Keys that may differ between a checkpoint and the config resuming it: the state fits either way (more
-# epochs, another device, where the data lives). Exact repetition also needs the same num_workers: image
-# augmentations draw from the worker processes' RNGs when there are workers, from the main one otherwise.
-RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "evaluate_test"})
+# epochs, another device, other loader workers, where the data and the image cache live). Augmentations
+# are seeded per drawn sample (xbm.training.loaders.SeededSampler), so the worker count changes nothing.
+RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "image_cache", "evaluate_test"})
 
 
 class Trainer:
     """A training run.
 
-    ``splits``: an already built data set to reuse (it must be ``build_dataset(cfg)``'s). ``progress``: wraps
-    each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches, desc=desc)`` (the CLI's bar).
+    ``splits``: an already built data set to reuse (the same data set; its images are re-wired for ``cfg``'s
+    preset). ``progress``: wraps each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches,
+    desc=desc)`` (the CLI's bar). ``cpus``: the CPUs this run may use, for ``num_workers=auto`` (default:
+    the process's affinity mask).
     """
 
     def __init__(self, cfg: TrainConfig, splits: Optional[DatasetSplits] = None,
-                 progress: Optional[Callable[[Iterable, str], Iterable]] = None) -> None:
+                 progress: Optional[Callable[[Iterable, str], Iterable]] = None, cpus: Optional[int] = None) -> None:
         self.cfg = cfg
         self.progress = progress
         seed_everything(cfg.seed)
-        self.splits = splits if splits is not None else build_dataset(cfg)
+        if splits is None:
+            self.splits = build_dataset(cfg)
+        else:
+            self.splits = splits
+            configure_images(splits, cfg)
         images = self.splits.input_kind == "image"
-        if images:
-            self.splits.set_transforms(*image_transforms(cfg.image_size))
         self.runtime = Runtime.from_config(cfg.device, cfg.amp, images)
+        self.workers = resolve_workers(cfg.num_workers, self.splits.input_kind, cpus)
+        if images and self.workers == 0 and self.runtime.device.type == "cuda":
+            warnings.warn("num_workers resolved to 0 on a GPU: images are decoded and augmented in the training "
+                          "process and the GPU waits for them; give the trial more CPUs (--cpus-per-trial) "
+                          "or set num_workers", stacklevel=2)
         self.model = create_embedding_model(cfg, tuple(self.splits.input_shape)).to(self.runtime.device)
         if self.runtime.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
@@ -73,12 +87,15 @@ class Trainer:
         self.batch_loss = BatchLoss(supcon, miner)
         self.xbm = self._build_xbm(supcon, miner) if cfg.memory.enabled else None
         train = self.splits.train
-        self.loader = train_loader(train, train.labels, cfg, pin_memory=self.runtime.device.type == "cuda")
-        self.embed = Embedder(self.runtime, cfg.num_workers)
+        self.loader = train_loader(train, train.labels, cfg, pin_memory=self.runtime.device.type == "cuda",
+                                   workers=self.workers)
+        self.passes = 0  # passes over the training data so far: the augmentation seeds' epoch
+        self.embed = Embedder(self.runtime, self.workers)
         # The training samples seen through the eval transform: drift and staleness probes.
         self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
         self.probe = evaluation.probe_indices(len(train), cfg.seed)
         self.previous_probe: Optional[torch.Tensor] = None
+        self.references: Optional[dict[str, float]] = None
         self.epoch = 0
         self.warmup_done = cfg.warmup_epochs == 0
 
@@ -95,7 +112,10 @@ class Trainer:
 
     # ---- training ------------------------------------------------------------------------------
     def fit(self) -> Iterator[dict[str, Any]]:
-        """Run the warm-up (once) and the remaining main epochs, yielding each epoch's metrics."""
+        """Measure the references (once), run the warm-up (once) and the remaining main epochs, yielding
+        each epoch's metrics."""
+        if self.references is None:
+            self.references = evaluation.references(self.model, self._selection_split(), self.embed)
         if not self.warmup_done:
             self._warmup()
         while self.epoch < self.cfg.epochs:
@@ -116,6 +136,8 @@ class Trainer:
         self.warmup_done = True
 
     def _batches(self, description: str) -> Iterable:
+        self.loader.sampler.epoch = self.passes
+        self.passes += 1
         return self.progress(self.loader, description) if self.progress is not None else self.loader
 
     def criterion(self, epoch_index: int):
@@ -139,15 +161,19 @@ class Trainer:
         self.scheduler.step()
         metrics = {"epoch": epoch, "loss": result.loss, "lr": lr}
         metrics.update(self._evaluate(epoch, result))
+        metrics.update(self.references)
         self.epoch = epoch
         metrics["epoch_time_s"] = time.perf_counter() - start
         metrics["images_per_s"] = result.images_per_s
         return metrics
 
     # ---- evaluation ----------------------------------------------------------------------------
+    def _selection_split(self):
+        return self.splits.val if self.splits.val is not None else self.splits.test
+
     def _evaluate(self, epoch: int, result: EpochResult) -> dict[str, Any]:
         splits, superclass_of = self.splits, self.splits.superclass_of
-        selection = splits.val if splits.val is not None else splits.test
+        selection = self._selection_split()
         metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else "test"}
         metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of))
         if self.cfg.evaluate_test and splits.val is not None:
@@ -158,8 +184,7 @@ class Trainer:
         metrics.update(drift)
         memory = self.xbm.memory if self.xbm is not None else None
         metrics.update(evaluation.staleness(self.model, self.train_view, memory, self.embed, self.cfg.seed, epoch))
-        metrics.update(memory_neg_pairs=result.memory_neg_pairs, batch_neg_pairs=result.batch_neg_pairs,
-                       memory_fill=result.memory_fill)
+        metrics.update(result.pairs, memory_fill=result.memory_fill)
         return metrics
 
     # ---- checkpoint state ----------------------------------------------------------------------
@@ -177,7 +202,9 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "xbm": self.xbm.state_dict() if self.xbm is not None else None,
             # MPerClassSampler shuffles its class list in place: its order is sampler state.
-            "sampler_labels": [int(c) for c in self.loader.sampler.labels],
+            "sampler_labels": [int(c) for c in self.loader.sampler.sampler.labels],
+            "passes": self.passes,
+            "references": self.references,
             "rng": rng_state(),
             "previous_probe": self.previous_probe,
         }
@@ -198,7 +225,9 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         if self.xbm is not None:
             self.xbm.load_state_dict(state["xbm"])
-        self.loader.sampler.labels[:] = list(state["sampler_labels"])
+        self.loader.sampler.sampler.labels[:] = list(state["sampler_labels"])
+        self.passes = int(state["passes"])
+        self.references = state["references"]
         set_rng_state(state["rng"])
         probe = state["previous_probe"]
         self.previous_probe = None if probe is None else probe.cpu()

@@ -7,16 +7,17 @@ form the training, query and gallery parts. :func:`xbm.data.splits.assemble` tur
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from xbm.data.sources import SampleSource
+from xbm.data.style import PHOTO, ImageStyle
 from xbm.data.transforms import default_image_transform
-
 
 
 @dataclass
@@ -35,10 +36,13 @@ class RawData:
     query: np.ndarray
     gallery: Optional[np.ndarray] = None
     superlabels: Optional[np.ndarray] = None
+    style: ImageStyle = PHOTO
 
 
 class Transforms:
-    """The (train, eval) transform pair shared by every dataset of one :class:`DatasetSplits`.
+    """How the samples of one :class:`DatasetSplits` become tensors, shared by all its datasets: the
+    decoded-image reader ``images`` (``j -> PIL image``, see :mod:`xbm.data.cache`; None: ``source.load``)
+    and the (train, eval) transform pair.
 
     Mutable on purpose: ``DatasetSplits.set_transforms`` swaps both at once for all splits. ``None`` means
     the default plain resize to ``image_size`` + ToTensor + ImageNet normalisation.
@@ -48,6 +52,7 @@ class Transforms:
         self.image_size = image_size
         self.train: Optional[Callable] = None
         self.eval: Optional[Callable] = None
+        self.images: Optional[Callable] = None
         self._default: Optional[Callable] = None
 
     def get(self, role: str) -> Callable:
@@ -62,9 +67,12 @@ class Transforms:
 class SampleDataset(Dataset):
     """Samples ``indices`` of ``source`` with global labels; item ``i`` -> ``(x, label, i)``.
 
-    ``x`` is the image (PIL RGB) passed through the role's transform, or the raw float vector for vector
+    ``x`` is the decoded image passed through the role's transform, or the raw float vector for vector
     data sets (transforms ignored). ``labels`` (LongTensor) lets samplers and evaluators read the classes
     without decoding any image.
+
+    Item ``(i, seed)`` draws the transform's randomness from ``seed`` alone (:func:`seeded`), so an
+    augmentation depends on the sampler's seed, never on which worker process made it.
     """
 
     def __init__(self, source: SampleSource, indices: np.ndarray, labels: np.ndarray,
@@ -81,54 +89,36 @@ class SampleDataset(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, item):
+        i, seed = item if isinstance(item, tuple) else (item, None)
         if not -len(self) <= i < len(self):
             raise IndexError(f"index {i} out of range for a {self.role} split of {len(self)} samples")
         i = int(i) % len(self)
-        x = self.source.load(int(self.indices[i]))
-        if self.source.input_kind == "image":
-            x = self.transforms.get(self.role)(x)
+        j = int(self.indices[i])
+        if self.source.input_kind != "image":
+            return self.source.load(j), int(self.labels[i]), i
+        images = self.transforms.images
+        x = images(j) if images is not None else self.source.load(j)
+        transform = self.transforms.get(self.role)
+        x = transform(x) if seed is None else seeded(int(seed), transform, x)
         return x, int(self.labels[i]), i
 
 
-@dataclass
-class EvalSplit:
-    """Retrieval split: ``query`` against ``gallery``, or leave-one-out on ``query`` when gallery is None."""
-
-    query: SampleDataset
-    gallery: Optional[SampleDataset] = None
-
-
-@dataclass
-class DatasetSplits:
-    """The trainer's view of a data set (see docs/data.md for the contract).
-
-    Class ids are global and contiguous over every split: training classes ``0..T-1``, then validation
-    classes, then test-only classes; ``num_classes`` counts them all. ``superclass_of[c]`` is the
-    contiguous super-class id of class ``c`` (None when the data set has no super-classes).
-    """
-
-    name: str
-    train: SampleDataset
-    val: Optional[EvalSplit]
-    test: EvalSplit
-    superclass_of: Optional[torch.Tensor]
-    num_classes: int
-    input_kind: str
-    input_shape: tuple
-    transforms: Transforms
-
-    @property
-    def train_labels(self) -> torch.Tensor:
-        """LongTensor [n_train] of training class ids (for PML MPerClassSampler)."""
-        return self.train.labels
-
-    @property
-    def num_train_classes(self) -> int:
-        return int(torch.unique(self.train.labels).numel())
-
-    def set_transforms(self, train_transform: Optional[Callable], eval_transform: Optional[Callable]) -> None:
-        """Use ``train_transform`` for the training split and ``eval_transform`` for val/test (None: default).
-        Ignored by vector data sets. Call before building DataLoaders (workers copy the datasets)."""
-        self.transforms.train = train_transform
-        self.transforms.eval = eval_transform
+def seeded(seed: int, fn: Callable, x):
+    """``fn(x)`` with torch's CPU generator, Python's ``random`` and NumPy's global RNG seeded by ``seed``
+    (torchvision and timm draw from all three). In the training process the three streams are restored
+    afterwards, so the run's own draws never move; a DataLoader worker draws nothing else, and saving
+    NumPy's state costs more than the transform, so there they are only seeded."""
+    in_worker = get_worker_info() is not None
+    if not in_worker:
+        states = torch.get_rng_state(), random.getstate(), np.random.get_state()
+    torch.default_generator.manual_seed(seed)  # not torch.manual_seed: CUDA generators stay untouched
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        return fn(x)
+    finally:
+        if not in_worker:
+            torch.set_rng_state(states[0])
+            random.setstate(states[1])
+            np.random.set_state(states[2])

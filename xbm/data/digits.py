@@ -2,7 +2,8 @@
 images, 10 classes), loaded with ``sklearn.datasets.load_digits`` (shipped with scikit-learn, no download).
 
 Protocol: digits 0-4 train, digits 5-9 test (leave-one-out retrieval on unseen classes); no
-super-classes. Images are PIL RGB 8x8 (grey levels 0-16 scaled to 0-255); the transform upsamples them.
+super-classes. Images are 8x8 grey levels 0-16 scaled to 0-255, strokes high on a 0 background
+(:data:`xbm.data.style.STROKES`: one grey channel); the transform upsamples them.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 
 from xbm.data.base import RawData
 from xbm.data.sources import ArrayImageSource
+from xbm.data.style import STROKES
 
 NUM_TRAIN_CLASSES = 5
 
@@ -22,4 +24,4 @@ def build_digits(cfg) -> RawData:
     labels = bunch.target.astype(np.int64)
     train = labels < NUM_TRAIN_CLASSES
     return RawData(name="digits", source=ArrayImageSource(images), labels=labels,
-                   train=np.flatnonzero(train), query=np.flatnonzero(~train))
+                   train=np.flatnonzero(train), query=np.flatnonzero(~train), style=STROKES)

@@ -6,8 +6,10 @@ Reads the official ``<Alphabet>/characterNN/<drawing>_<drawer>.png`` layout anyw
 from the release's zip files (images_background.zip, images_evaluation.zip, images_background_small1/2.zip)
 without extracting, and from extracted folders. A drawing present twice (Greek and Latin are in both small
 zips; a zip next to its extracted folder) is read once. Class = (alphabet, character); super-class =
-alphabet. Classes, never drawings, are split: in each alphabet the first half of the characters (in
-character order, the larger half when odd) trains, the rest is the test split (leave-one-out retrieval).
+alphabet. Black strokes on white: decoded grey and inverted, so strokes are high on a 0 background
+(:data:`xbm.data.style.DARK_STROKES`). Classes, never drawings, are split: in each alphabet the first
+half of the characters (in character order, the larger half when odd) trains, the rest is the test split
+(leave-one-out retrieval).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from xbm.data.base import RawData
 from xbm.data.layout import require_root
 from xbm.data.sources import ZipImageSource
 from xbm.data.splits import encode
+from xbm.data.style import DARK_STROKES
 from xbm.errors import DatasetNotFoundError
 
 LAYOUT = """\
@@ -86,4 +89,4 @@ def build_omniglot(cfg) -> RawData:
     is_train = np.array([k in train_classes for k in classes])
     return RawData(name="omniglot", source=ZipImageSource(archives, archive_of, members), labels=labels,
                    train=np.flatnonzero(is_train), query=np.flatnonzero(~is_train),
-                   superlabels=encode([a for a, _ in classes]))
+                   superlabels=encode([a for a, _ in classes]), style=DARK_STROKES)

@@ -9,6 +9,7 @@ from xbm.data.cifar import build_cifar10, build_cifar100
 from xbm.data.cub200 import build_cub200
 from xbm.data.deepfashion2 import build_deepfashion2
 from xbm.data.digits import build_digits
+from xbm.data.images import configure_images
 from xbm.data.inshop import build_inshop
 from xbm.data.omniglot import build_omniglot
 from xbm.data.sop import build_sop
@@ -31,7 +32,8 @@ DATASETS: dict[str, Callable[..., RawData]] = {
 
 def build_dataset(cfg) -> DatasetSplits:
     """Build ``cfg.dataset`` from ``cfg.data_root`` (never downloads) with ``cfg.val_fraction`` of the
-    training classes held out for validation; ``cfg.image_size`` sizes the default image transform.
+    training classes held out for validation, its images decoded and transformed as ``cfg.augment``,
+    ``cfg.normalize``, ``cfg.image_size`` and ``cfg.image_cache`` say (:mod:`xbm.data.images`).
 
     Raises ValueError for an unknown name (listing the valid ones) and
     :class:`xbm.errors.DatasetNotFoundError` for a missing root or file.
@@ -39,4 +41,6 @@ def build_dataset(cfg) -> DatasetSplits:
     if cfg.dataset not in DATASETS:
         raise ValueError(f"dataset must be one of {sorted(DATASETS)}, but got {cfg.dataset!r}")
     raw = DATASETS[cfg.dataset](cfg)
-    return assemble(raw, cfg.val_fraction, cfg.image_size)
+    splits = assemble(raw, cfg.val_fraction, cfg.image_size)
+    configure_images(splits, cfg)
+    return splits

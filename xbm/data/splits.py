@@ -76,10 +76,11 @@ def assemble(raw: RawData, val_fraction: float, image_size: int) -> DatasetSplit
     test = EvalSplit(dataset(query, "eval"), gallery)
 
     kind = raw.source.input_kind
-    shape = (3, image_size, image_size) if kind == "image" else tuple(raw.source.load(int(train_part[0])).shape)
+    shape = ((raw.style.channels, image_size, image_size) if kind == "image"
+             else tuple(raw.source.load(int(train_part[0])).shape))
     return DatasetSplits(name=raw.name, train=train, val=val, test=test,
                          superclass_of=_superclass_of(raw, lookup, len(order)), num_classes=len(order),
-                         input_kind=kind, input_shape=shape, transforms=transforms)
+                         input_kind=kind, input_shape=shape, transforms=transforms, style=raw.style)
 
 
 def _superclass_of(raw: RawData, lookup: np.ndarray, num_classes: int) -> Optional[torch.Tensor]:

@@ -51,8 +51,8 @@ def memory_size(ratio: float, n_train: int) -> int:
 class BatchLoss(nn.Module):
     """In-batch SupCon with an optional miner, called like ``XBMLoss``: ``crit(emb, labels, epoch=, indices=)``.
 
-    ``last_stats`` mirrors ``XBMLoss.last_stats``: ``batch_neg_pairs`` = negative pairs the loss sees (mined
-    ones with a miner, else all), ``memory_neg_pairs`` = 0 and ``memory_fill`` = 0 (no memory).
+    ``last_stats`` mirrors ``XBMLoss.last_stats``: ``batch_pos_pairs`` / ``batch_neg_pairs`` = pairs the loss
+    sees (mined ones with a miner, else all), ``loss_pos_pairs`` = ``batch_pos_pairs``, and 0 for the memory.
     """
 
     def __init__(self, loss: nn.Module, miner: Optional[nn.Module] = None) -> None:
@@ -65,5 +65,7 @@ class BatchLoss(nn.Module):
                 indices: Optional[torch.Tensor] = None) -> torch.Tensor:
         # All pairs when there is no miner (what SupCon uses then), so the count means the same as XBMLoss's.
         tuples = self.miner(embeddings, labels) if self.miner is not None else lmu.get_all_pairs_indices(labels)
-        self.last_stats = {"memory_neg_pairs": 0.0, "batch_neg_pairs": float(len(tuples[2])), "memory_fill": 0.0}
+        positives = float(len(tuples[0]))
+        self.last_stats = {"memory_pos_pairs": 0.0, "memory_neg_pairs": 0.0, "batch_pos_pairs": positives,
+                           "batch_neg_pairs": float(len(tuples[2])), "loss_pos_pairs": positives, "memory_fill": 0.0}
         return self.loss(embeddings, labels, tuples)

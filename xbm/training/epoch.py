@@ -19,20 +19,28 @@ from torch import nn
 from xbm.errors import NonFiniteLossError
 from xbm.training.runtime import Runtime
 
-STAT_NAMES = ("memory_neg_pairs", "batch_neg_pairs")
+# Pair counts per iteration (the criterion's ``last_stats``): mined against the memory, within the batch,
+# and the positive pairs that entered the loss. An epoch whose loss saw no positive pair has collapsed:
+# SupCon without positives is exactly 0 and teaches nothing (issue 8).
+STAT_NAMES = ("memory_pos_pairs", "memory_neg_pairs", "batch_pos_pairs", "batch_neg_pairs", "loss_pos_pairs")
 
 
 @dataclass
 class EpochResult:
-    """Mean loss and mean pair counts per iteration, images seen, seconds spent training, final memory fill."""
+    """Mean loss and mean pair counts per iteration (``pairs``, by :data:`STAT_NAMES`), images seen,
+    seconds spent training, final memory fill."""
 
     loss: float
     images: int
     iterations: int
     seconds: float
-    memory_neg_pairs: float
-    batch_neg_pairs: float
+    pairs: dict
     memory_fill: float
+
+    @property
+    def collapsed(self) -> bool:
+        """No positive pair reached the loss in the whole epoch."""
+        return self.iterations > 0 and self.pairs["loss_pos_pairs"] == 0
 
     @property
     def images_per_s(self) -> float:
@@ -86,5 +94,5 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
     seconds = time.perf_counter() - start
     n = max(iterations, 1)
     return EpochResult(loss=loss_sum / n if iterations else math.nan, images=images, iterations=iterations,
-                       seconds=seconds, memory_neg_pairs=pair_sums["memory_neg_pairs"] / n,
-                       batch_neg_pairs=pair_sums["batch_neg_pairs"] / n, memory_fill=float(fill))
+                       seconds=seconds, pairs={name: total / n for name, total in pair_sums.items()},
+                       memory_fill=float(fill))

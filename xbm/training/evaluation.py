@@ -1,8 +1,12 @@
 """Per-epoch evaluation and diagnostics, as flat metric dicts (names: docs/ARCHITECTURE.md).
 
 - Retrieval on an :class:`~xbm.data.EvalSplit` (``retrieval_metrics``: Recall@1/10, MAP@R, R-precision),
-  plus the distance diagnostics on the same embeddings (mean inter-embedding distance, mean distance to
-  the class mean) and, when super-classes exist, the super-class top-k proportion (thesis Table 5.16).
+  plus the distance diagnostics on the same embeddings (``embedding_spread``: mean distance over all
+  pairs, near 0 when the embedding collapses; ``inter_distance_mean``: over pairs of different classes;
+  ``intra_distance_mean``: to the class mean) and, when super-classes exist, the super-class top-k
+  proportion (thesis Table 5.16).
+- References computed once, before training (:func:`references`): Recall@1 of the untrained model and
+  of nearest neighbours on the raw inputs. A trained model below them is broken, not a finding.
 - Feature drift (seed 002 Fig. 4, seed 000 §5.4) on a fixed probe of training samples:
   ``||z_k - z_{k-1}||`` per sample between consecutive epochs, mean and max; NaN at the first epoch.
 - Memory staleness (seed 001 Appendix C) on a probe of memory rows: distance between the stored row and
@@ -41,9 +45,40 @@ def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder,
         return metrics
     every = query if gallery is None else torch.cat([query, gallery])
     every_labels = query_labels if gallery is None else torch.cat([query_labels, gallery_labels])
-    metrics["inter_distance_mean"] = float(diagnostics.mean_inter_distance(every))
+    metrics["embedding_spread"] = float(diagnostics.mean_inter_distance(every))
+    metrics["inter_distance_mean"] = float(diagnostics.mean_inter_distance(every, every_labels))
     metrics["intra_distance_mean"] = float(diagnostics.mean_intra_distance(every, every_labels))
     return metrics
+
+
+# Raw-input neighbours search N x D floats: above this many, images are average-pooled to fit (documented).
+RAW_ELEMENTS = 2**27
+
+
+class RawInputs(nn.Module):
+    """The "model" of the raw-pixel reference: the eval-transformed input, flattened, average-pooled first
+    when ``n`` samples of it would exceed :data:`RAW_ELEMENTS` floats."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.max_dim = max(RAW_ELEMENTS // max(n, 1), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim == 4 and x[0].numel() > self.max_dim:
+            side = max(int(math.sqrt(self.max_dim / x.shape[1])), 1)
+            x = torch.nn.functional.adaptive_avg_pool2d(x.float(), side)
+        return x.reshape(len(x), -1).float()
+
+
+def references(model: nn.Module, split: EvalSplit, embed: Embedder) -> dict[str, float]:
+    """``reference_untrained_recall_at_1`` (``model`` as it is now, before any training) and
+    ``reference_raw_recall_at_1`` (nearest neighbours on the flattened eval-transformed inputs) of
+    ``split``, the split ``recall_at_1`` is measured on."""
+    untrained = evaluate_split(model, split, embed, None, with_diagnostics=False)
+    size = len(split.query) + (len(split.gallery) if split.gallery is not None else 0)
+    raw = evaluate_split(RawInputs(size), split, embed, None, with_diagnostics=False)
+    return {"reference_untrained_recall_at_1": untrained["recall_at_1"],
+            "reference_raw_recall_at_1": raw["recall_at_1"]}
 
 
 def probe_indices(n_train: int, seed: int, size: int = PROBE_SIZE) -> torch.Tensor:

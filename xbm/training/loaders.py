@@ -1,37 +1,67 @@
-"""Data for a run: timm transforms, the M-per-class training loader, and batched embedding of datasets.
+"""Data for a run: the M-per-class training loader, its worker processes, and batched embedding.
 
 Training batches hold ``batch_size / samples_per_class`` classes with ``samples_per_class`` samples each
 (PML ``MPerClassSampler``; it draws from NumPy's global RNG, seeded and checkpointed by the trainer). An
 epoch has ``floor(n_train / batch_size)`` batches (the sampler's length is the training set size rounded
 down to whole batches), so an epoch sees about as many images as the training set holds.
+
+Each drawn sample carries its own augmentation seed (:class:`SeededSampler`), a function of the run's
+seed, the pass over the data and the draw's position: augmentations do not depend on the number of
+workers or on their processes' history, so persistent workers and a resumed run repeat exactly.
 """
 from __future__ import annotations
 
-from typing import Optional
+import os
+from typing import Iterator, Optional
 
+import numpy as np
 import torch
 from pytorch_metric_learning.samplers import MPerClassSampler
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from xbm.config import TrainConfig
 from xbm.training.runtime import Runtime
 from xbm.training.rng import seed_worker
 
-RAND_AUGMENT = "rand-m9-mstd0.5"
-RANDOM_ERASING = 0.2
-HFLIP = 0.5
 EVAL_BATCH = 256
+# Evaluation loaders are built per call: starting workers costs more than reading a few thousand
+# already-decoded images in the main process, so smaller sets are embedded without workers.
+EVAL_WORKERS_FROM = 4096
 
 
-def image_transforms(image_size: int):
-    """timm's train transform (RandomResizedCrop, flip 0.5, RandAugment m9 mstd0.5, random erasing 0.2)
-    and eval transform (resize to image_size / crop_pct, centre crop), both with ImageNet normalisation."""
-    from timm.data import create_transform
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask: what Ray or a job scheduler gave it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
-    train = create_transform(image_size, is_training=True, auto_augment=RAND_AUGMENT,
-                             re_prob=RANDOM_ERASING, hflip=HFLIP)
-    return train, create_transform(image_size, is_training=False)
+
+def resolve_workers(setting: str, input_kind: str, cpus: Optional[int] = None) -> int:
+    """``num_workers``: an integer as given, or ``auto``: the trial's CPUs minus one (the main process
+    trains) for image data, 0 for vectors (nothing to decode)."""
+    if setting != "auto":
+        return int(setting)
+    if input_kind != "image":
+        return 0
+    return max((cpus if cpus is not None else available_cpus()) - 1, 0)
+
+
+class SeededSampler(Sampler):
+    """Yields ``(index, seed)`` for every index of ``sampler``; seeds come from ``(seed, epoch)``, where
+    ``epoch`` counts passes over the data and is set by the trainer before each pass."""
+
+    def __init__(self, sampler: Sampler, seed: int) -> None:
+        self.sampler, self.seed, self.epoch = sampler, seed, 0
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        indices = list(self.sampler)
+        seeds = np.random.default_rng([self.seed, self.epoch]).integers(0, 2**63 - 1, size=len(indices))
+        return iter(zip(indices, seeds.tolist()))
 
 
 def make_sampler(labels: torch.Tensor, cfg: TrainConfig) -> MPerClassSampler:
@@ -45,10 +75,12 @@ def make_sampler(labels: torch.Tensor, cfg: TrainConfig) -> MPerClassSampler:
                             length_before_new_iter=length)
 
 
-def train_loader(dataset: Dataset, labels: torch.Tensor, cfg: TrainConfig, pin_memory: bool) -> DataLoader:
-    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=make_sampler(labels, cfg), drop_last=True,
-                      num_workers=cfg.num_workers, pin_memory=pin_memory, worker_init_fn=seed_worker,
-                      persistent_workers=False)
+def train_loader(dataset: Dataset, labels: torch.Tensor, cfg: TrainConfig, pin_memory: bool,
+                 workers: int = 0) -> DataLoader:
+    """Batches of ``(x, y, i)``; ``loader.sampler`` is the :class:`SeededSampler` (``.sampler``: PML's)."""
+    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=SeededSampler(make_sampler(labels, cfg), cfg.seed),
+                      drop_last=True, num_workers=workers, pin_memory=pin_memory, worker_init_fn=seed_worker,
+                      persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None)
 
 
 class Embedder:
@@ -67,7 +99,8 @@ class Embedder:
             dataset = Subset(dataset, indices.tolist())
         # An own generator: a DataLoader draws its base seed from the generator it is given, so evaluation
         # never moves the global torch RNG and evaluating more (evaluate_test) leaves training unchanged.
-        loader = DataLoader(dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers,
+        workers = self.num_workers if len(dataset) >= EVAL_WORKERS_FROM else 0
+        loader = DataLoader(dataset, batch_size=self.batch_size, shuffle=False, num_workers=workers,
                             pin_memory=self.runtime.device.type == "cuda",
                             generator=torch.Generator().manual_seed(0))
         was_training = model.training

@@ -1,0 +1,100 @@
+"""Augmentation presets and input statistics (xbm/data/augment.py)."""
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision import transforms as T
+
+from xbm.data.augment import (PRESETS, Stats, dataset_stats, imagenet_stats, preset, statistics_kind)
+from xbm.data.style import DARK_STROKES, PHOTO, STROKES
+
+STATS = Stats((0.25,), (0.5,))
+
+
+def ops(transform):
+    return list(transform.transforms)
+
+
+def kinds(transform):
+    return [type(t).__name__ for t in ops(transform)]
+
+
+def test_auto_means_the_data_sets_preset_and_bogus_names_the_valid_ones():
+    """Bug caught: augment=auto ignoring the data set (strokes flipped like photos), or a typo accepted."""
+    assert preset("auto", DARK_STROKES).name == "shift" and preset("auto", PHOTO).name == "metric"
+    assert preset("randaugment", STROKES).name == "randaugment"
+    with pytest.raises(ValueError, match=r"augment must be one of \['auto', 'none', 'shift', 'metric', 'randaugment'\]"):
+        preset("bogus", PHOTO)
+
+
+def test_shift_is_a_small_affine_without_flip_filled_with_background():
+    """Bug caught: characters mirrored (a flip makes another character) or shifted-in border not 0."""
+    train = PRESETS["shift"].train(32, STATS, 1)
+    assert kinds(train) == ["Resize", "CenterCrop", "RandomAffine", "ToTensor", "Normalize"]
+    affine = ops(train)[2]
+    assert affine.degrees == [-10.0, 10.0] and affine.translate == (0.08, 0.08) and affine.scale == (0.9, 1.1)
+    assert affine.fill == 0
+    assert not any("Flip" in k for k in kinds(train))
+
+
+def test_metric_is_random_resized_crop_and_flip_with_the_reality_check_eval():
+    """Bug caught: the DML standard's crop scale or its eval resize (s / 0.875 then centre crop) drifting."""
+    train = PRESETS["metric"].train(224, None, 3)
+    assert kinds(train) == ["RandomResizedCrop", "RandomHorizontalFlip", "ToTensor"]
+    assert ops(train)[0].scale == (0.16, 1.0) and ops(train)[0].size == (224, 224)
+    evaluation = PRESETS["metric"].eval(224, None)
+    assert kinds(evaluation) == ["Resize", "CenterCrop", "ToTensor"]
+    assert ops(evaluation)[0].size == 256 and ops(evaluation)[1].size == (224, 224)
+    assert PRESETS["metric"].load_size(224) == 256 and PRESETS["shift"].load_size(32) == 32
+
+
+def test_randaugment_is_timms_pipeline_with_the_run_statistics():
+    train = PRESETS["randaugment"].train(32, STATS, 1)
+    names = kinds(train)
+    assert "RandAugment" in names and "RandomErasing" in names and "RandomHorizontalFlip" in names
+    normalize = next(t for t in ops(train) if isinstance(t, T.Normalize))
+    assert list(normalize.mean) == [0.25] and list(normalize.std) == [0.5]
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_presets_eval_transform_uses_the_same_statistics_as_its_training(name):
+    """Bug caught: training inputs normalised one way and evaluation inputs another."""
+    p = PRESETS[name]
+    image = Image.fromarray(np.full((40, 40), 255, dtype=np.uint8), "L")  # all foreground
+    torch.manual_seed(0)
+    evaluated = p.eval(32, STATS)(image)
+    assert torch.allclose(evaluated, torch.full_like(evaluated, (1.0 - 0.25) / 0.5))
+    trained = p.train(32, STATS, 1)(image)
+    assert trained.shape == evaluated.shape == (1, 32, 32)
+    assert float(trained.max()) == pytest.approx((1.0 - 0.25) / 0.5)
+
+
+def test_none_trains_on_exactly_the_eval_inputs():
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (20, 30), dtype=np.uint8), "L")
+    p = PRESETS["none"]
+    assert torch.equal(p.train(16, STATS, 1)(image), p.eval(16, STATS)(image))
+
+
+def test_statistics_kind_auto_is_imagenet_for_photos_and_pretrained_backbones():
+    """Bug caught: Omniglot pushed through ImageNet statistics from scratch (the collapse of issue 8)."""
+    assert statistics_kind("auto", DARK_STROKES, pretrained=False) == "dataset"
+    assert statistics_kind("auto", DARK_STROKES, pretrained=True) == "imagenet"
+    assert statistics_kind("auto", PHOTO, pretrained=False) == "imagenet"
+    assert statistics_kind("none", PHOTO, pretrained=True) == "none"
+    with pytest.raises(ValueError, match=r"normalize must be one of \['auto', 'imagenet', 'dataset', 'none'\]"):
+        statistics_kind("bogus", PHOTO, False)
+
+
+def test_imagenet_statistics_for_grey_are_the_channel_average():
+    assert imagenet_stats(3).mean == (0.485, 0.456, 0.406)
+    grey = imagenet_stats(1)
+    assert grey.mean[0] == pytest.approx((0.485 + 0.456 + 0.406) / 3) and grey.std[0] == pytest.approx(0.226)
+
+
+def test_dataset_statistics_match_a_hand_computation():
+    """Bug caught: statistics over the wrong axis, of normalised inputs, or biased to a few images."""
+    rng = np.random.default_rng(1)
+    arrays = [rng.integers(0, 256, (8, 8), dtype=np.uint8) for _ in range(5)]
+    stats = dataset_stats(lambda j: Image.fromarray(arrays[j], "L"), 5, T.ToTensor())
+    pixels = np.stack(arrays).astype(np.float64) / 255.0
+    assert stats.mean[0] == pytest.approx(pixels.mean()) and stats.std[0] == pytest.approx(pixels.std(ddof=1))

@@ -1,0 +1,99 @@
+"""Decoded images (xbm/data/cache.py): one decode path, three readers that must agree."""
+import numpy as np
+import pytest
+from PIL import Image
+
+from xbm.data import cache
+from xbm.data.cache import LiveImages, decode, image_store, open_disk_cache, pack_in_memory
+from xbm.data.sources import ArrayImageSource, ImageFileSource
+from xbm.data.style import DARK_STROKES, PHOTO
+
+
+def drawings(n=6, size=20):
+    """Black strokes on white, as Omniglot's PNGs: a different stroke per image."""
+    images = np.full((n, size, size), 255, dtype=np.uint8)
+    for k in range(n):
+        images[k, 2 + k: 4 + k, 3:15] = 0
+    return ArrayImageSource(images)
+
+
+def photos(tmp_path, sizes=((64, 48), (40, 60), (30, 30))):
+    rng = np.random.default_rng(0)
+    paths = []
+    for k, (w, h) in enumerate(sizes):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(tmp_path / f"{k}.jpg", quality=95)
+        paths.append(f"{k}.jpg")
+    return ImageFileSource(tmp_path, paths)
+
+
+def test_dark_strokes_decode_to_high_strokes_on_a_zero_background():
+    """Bug caught: Omniglot entering with a white background (the collapse of issue 8)."""
+    image = decode(drawings(), 0, DARK_STROKES, load_size=20)
+    pixels = np.asarray(image)
+    assert image.mode == "L" and pixels[0, 0] == 0 and pixels[2, 5] == 255
+    assert (pixels == 0).mean() > 0.9
+
+
+def test_decode_shrinks_the_short_side_to_the_load_size_and_never_enlarges():
+    source = drawings(size=20)
+    assert decode(source, 0, DARK_STROKES, load_size=10).size == (10, 10)
+    assert decode(source, 0, DARK_STROKES, load_size=32).size == (20, 20)
+
+
+def test_memory_pack_returns_exactly_the_live_decode(tmp_path):
+    """Bug caught: a cache that changes pixels (offsets off by one, wrong shape, channels swapped)."""
+    for source, style, load in ((drawings(), DARK_STROKES, 12), (photos(tmp_path), PHOTO, 32)):
+        live = LiveImages(source, style, load)
+        packed = pack_in_memory(live, threads=2)
+        assert len(packed) == len(live)
+        for j in range(len(live)):
+            assert packed(j).mode == live(j).mode
+            assert np.array_equal(np.asarray(packed(j)), np.asarray(live(j)))
+
+
+def test_disk_cache_is_written_once_then_read_without_decoding(tmp_path, monkeypatch):
+    """Bug caught: every trial re-decoding the data set, or a second reader seeing another layout."""
+    source, folder = photos(tmp_path), tmp_path / "cache"
+    key = {"dataset": "fixture", "load_size": 32}
+    first = open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1)
+    calls = []
+    monkeypatch.setattr(cache, "decode", lambda *a, **k: calls.append(a) or decode(*a, **k))
+    second = open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1)
+    assert calls == []
+    assert isinstance(second.pixels, np.memmap)
+    for j in range(len(source)):
+        expected = np.asarray(decode(source, j, PHOTO, 32))
+        assert np.array_equal(np.asarray(second(j)), expected) and np.array_equal(np.asarray(first(j)), expected)
+    assert [p.name for p in folder.iterdir() if not p.name.startswith(".")] == [f"fixture-32-{p.name.split('-')[-1]}"
+                                                                                for p in folder.iterdir()
+                                                                                if not p.name.startswith(".")]
+
+
+def test_image_store_keeps_small_sets_in_memory_and_large_ones_on_disk_or_live(tmp_path):
+    source = photos(tmp_path)
+    assert isinstance(image_store(source, PHOTO, 32, {"dataset": "f", "load_size": 32}), cache.PackedImages)
+    live = image_store(source, PHOTO, 32, {"dataset": "f", "load_size": 32}, budget=10)
+    assert isinstance(live, LiveImages)
+    disk = image_store(source, PHOTO, 32, {"dataset": "f", "load_size": 32}, cache_dir=str(tmp_path / "c"), budget=10)
+    assert isinstance(disk.pixels, np.memmap)
+
+
+def test_jpeg_draft_decodes_at_least_the_asked_size_and_scales_boxes(tmp_path):
+    """Bug caught: draft mode returning an image smaller than the load size, or boxes left unscaled."""
+    rng = np.random.default_rng(2)
+    Image.fromarray(rng.integers(0, 256, (400, 600, 3), dtype=np.uint8)).save(tmp_path / "big.jpg")
+    full = ImageFileSource(tmp_path, ["big.jpg"]).load(0)
+    drafted = ImageFileSource(tmp_path, ["big.jpg"]).load(0, min_size=100)
+    assert full.size == (600, 400) and drafted.size == (150, 100)
+    boxed = ImageFileSource(tmp_path, ["big.jpg"], boxes=np.array([[100, 100, 500, 300]]))
+    assert boxed.load(0).size == (400, 200)
+    small = boxed.load(0, min_size=50)  # box short side 200 -> draft by 1/4 keeps it at 50
+    assert small.size == (100, 50)
+    assert ImageFileSource(tmp_path, ["big.jpg"]).load(0, min_size=300).size == (600, 400)  # < 2x: no draft
+
+
+def test_packed_images_of_grey_and_rgb_keep_their_shapes():
+    packed = pack_in_memory(LiveImages(drawings(n=3, size=9), DARK_STROKES, 9))
+    assert packed.array(2).shape == (9, 9) and packed.nbytes == 3 * 81
+    with pytest.raises(IndexError):
+        packed.shapes[3]

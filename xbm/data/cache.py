@@ -1,0 +1,161 @@
+"""Decoded images: decode once, read many times.
+
+Every image goes through one decode path, :func:`decode`: read the file (PIL's JPEG draft mode scales the
+DCT when the target is at most half the stored size), convert to the data set's mode, flip the polarity
+of dark-stroke drawings, and shrink the short side to the preset's load size (never enlarge). Then:
+
+- a data set whose decoded images fit :data:`MEMORY_BUDGET` is decoded once into one uint8 buffer
+  (:class:`PackedImages` in memory) and kept per process, so every trial a Ray actor runs reuses it and
+  forked DataLoader workers share it copy-on-write;
+- a larger one is read through ``image_cache=DIR`` when set: the same buffer as a file, written once
+  (atomically, under a lock) and memory-mapped by every trial and sweep after;
+- otherwise images are decoded on the fly (:class:`LiveImages`), still through :func:`decode`.
+
+All three return the same pixels for the same sample (tested), so a cache never changes results.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from xbm.data.sources import ArrayImageSource, SampleSource
+from xbm.data.style import ImageStyle
+
+MEMORY_BUDGET = 2 * 1024**3
+CACHE_FORMAT = 1
+_ASPECT_ALLOWANCE = 4 / 3  # photos are rarely longer than 4:3 once the short side is fixed
+
+
+def decode(source: SampleSource, j: int, style: ImageStyle, load_size: int) -> Image.Image:
+    """Sample ``j`` of ``source`` as the model's pixels before augmentation (see the module docstring)."""
+    image = source.load(j, min_size=load_size)
+    if image.mode != style.mode:
+        image = image.convert(style.mode)
+    if style.invert:
+        image = ImageOps.invert(image)
+    short = min(image.size)
+    if short > load_size:
+        w, h = image.size
+        image = image.resize((max(1, round(w * load_size / short)), max(1, round(h * load_size / short))),
+                             Image.BILINEAR)
+    return image
+
+
+class LiveImages:
+    """Decode on every read (data sets too large for memory, without ``image_cache``)."""
+
+    def __init__(self, source: SampleSource, style: ImageStyle, load_size: int) -> None:
+        self.source, self.style, self.load_size = source, style, load_size
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __call__(self, j: int) -> Image.Image:
+        return decode(self.source, j, self.style, self.load_size)
+
+
+class PackedImages:
+    """N uint8 images of any sizes in one flat buffer: image ``j`` is ``pixels[offsets[j]:offsets[j+1]]``
+    shaped ``shapes[j]`` ([H, W] grey or [H, W, 3] RGB). ``pixels`` is an array or a read-only memmap."""
+
+    def __init__(self, pixels: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, mode: str) -> None:
+        self.pixels, self.offsets, self.shapes, self.mode = pixels, offsets, shapes, mode
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def array(self, j: int) -> np.ndarray:
+        h, w = self.shapes[j]
+        shape = (h, w) if self.mode == "L" else (h, w, 3)
+        return self.pixels[self.offsets[j]: self.offsets[j + 1]].reshape(shape)
+
+    def __call__(self, j: int) -> Image.Image:
+        return Image.fromarray(np.ascontiguousarray(self.array(j)), self.mode)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.offsets[-1])
+
+
+def _decoded_arrays(images: LiveImages, threads: int):
+    """Decoded arrays in sample order; threads overlap file reads and decoding (PIL releases the GIL)."""
+    def one(j: int) -> np.ndarray:
+        return np.asarray(images(j), dtype=np.uint8)
+    if threads <= 1:
+        yield from map(one, range(len(images)))
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        yield from pool.map(one, range(len(images)))
+
+
+def pack_in_memory(images: LiveImages, threads: int = 1) -> PackedImages:
+    arrays = list(_decoded_arrays(images, threads))
+    sizes = np.array([a.size for a in arrays], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    pixels = np.concatenate([a.reshape(-1) for a in arrays]) if arrays else np.zeros(0, np.uint8)
+    shapes = np.array([a.shape[:2] for a in arrays], dtype=np.int64).reshape(-1, 2)
+    return PackedImages(pixels, offsets, shapes, images.style.mode)
+
+
+def estimated_bytes(source: SampleSource, style: ImageStyle, load_size: int) -> int:
+    """An upper estimate of the decoded buffer, without decoding everything."""
+    if isinstance(source, ArrayImageSource):
+        per = min(int(np.prod(source.images.shape[1:3])), int(load_size**2 * _ASPECT_ALLOWANCE))
+    else:
+        per = int(load_size**2 * _ASPECT_ALLOWANCE)
+    return len(source) * per * style.channels
+
+
+def open_disk_cache(folder: Path, key: dict, images: LiveImages, threads: int) -> PackedImages:
+    """The packed file for ``key`` under ``folder``, written first if absent. Writers hold a lock, write
+    under a temporary name and rename, so readers never see a partial cache and two trials never both
+    decode the data set."""
+    folder = Path(folder).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    final = folder / f"{key['dataset']}-{key['load_size']}-{digest}"
+    with open(folder / f".{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (final / "index.npz").is_file():
+            _write(final, key, images, threads)
+    index = np.load(final / "index.npz")
+    pixels = np.memmap(final / "pixels.u8", dtype=np.uint8, mode="r") if index["offsets"][-1] else np.zeros(0, np.uint8)
+    return PackedImages(pixels, index["offsets"], index["shapes"], str(index["mode"]))
+
+
+def _write(final: Path, key: dict, images: LiveImages, threads: int) -> None:
+    tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    offsets, shapes = [0], []
+    with open(tmp / "pixels.u8", "wb") as out:
+        for array in _decoded_arrays(images, threads):
+            out.write(array.tobytes())
+            offsets.append(offsets[-1] + array.size)
+            shapes.append(array.shape[:2])
+    np.savez(tmp / "index.npz", offsets=np.asarray(offsets, dtype=np.int64),
+             shapes=np.asarray(shapes, dtype=np.int64).reshape(-1, 2), mode=np.str_(images.style.mode))
+    (tmp / "key.json").write_text(json.dumps({**key, "format": CACHE_FORMAT}, indent=1))
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(tmp, final)
+
+
+def image_store(source: SampleSource, style: ImageStyle, load_size: int, key: dict,
+                cache_dir: str = "", budget: int = MEMORY_BUDGET, threads: Optional[int] = None) -> Callable:
+    """The fastest faithful reader of decoded images: in memory, on disk, or live (module docstring)."""
+    images = LiveImages(source, style, load_size)
+    threads = threads if threads is not None else min(8, os.cpu_count() or 1)
+    if estimated_bytes(source, style, load_size) <= budget:
+        return pack_in_memory(images, threads)
+    if cache_dir:
+        return open_disk_cache(Path(cache_dir), {**key, "format": CACHE_FORMAT}, images, threads)
+    return images

@@ -1,0 +1,36 @@
+"""Learning signals read from one epoch's metrics (torch-free: the sweep's driver and the CLIs use them).
+
+- **Collapse**: ``loss_pos_pairs == 0``, no positive pair reached the loss in the whole epoch. SupCon is
+  then exactly 0 (nothing to pull together) and the model learns nothing; issue 8 found real-image runs
+  in this state for epochs with nothing saying so.
+- **Below raw pixels**: the best Recall@1 under ``reference_raw_recall_at_1``, nearest neighbours on the
+  inputs themselves: the trained model is worse than no model.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional
+
+
+def collapsed(metrics: Mapping[str, Any]) -> bool:
+    value = metrics.get("loss_pos_pairs")
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
+
+
+def collapse_warning(metrics: Mapping[str, Any], who: str = "") -> Optional[str]:
+    """One warning line for a collapsed epoch, else None."""
+    if not collapsed(metrics):
+        return None
+    prefix = f"{who}: " if who else ""
+    return (f"warning: {prefix}epoch {metrics.get('epoch')} collapsed: the loss saw no positive pair "
+            f"(loss {metrics.get('loss', math.nan):.4g}); check the input statistics (normalize), the augmentation "
+            "(augment) and miner.pos_margin")
+
+
+def below_raw(best_recall_at_1: Any, raw_recall_at_1: Any) -> bool:
+    """True when a finite best Recall@1 is below the raw-pixel reference."""
+    try:
+        best, raw = float(best_recall_at_1), float(raw_recall_at_1)
+    except (TypeError, ValueError):
+        return False
+    return math.isfinite(best) and math.isfinite(raw) and best < raw
