@@ -287,7 +287,8 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
                               f"(the driver died before Tune saved it): start the sweep again with a new --name")
     options = SweepOptions.from_record(record["options"])
     located = relocated(record, paths or {}, RELOCATABLE_KEYS, "resume")
-    check_data([{**record.get("space", {}).get("base", {}), **located}])
+    if not set(PATH_KEYS) & set(record.get("space", {}).get("params", ())):  # a swept path: in its trials
+        check_data([{**record.get("space", {}).get("base", {}), **located}])
     record_paths(uri, record, located)
     info = connect(address, dashboard, **init_kwargs)
     print_info(info)
