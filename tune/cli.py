@@ -115,7 +115,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from tune.sweep import resume_sweep
 
-    return finish(resume_sweep(args.path, address=args.address, dashboard=args.dashboard))
+    return finish(resume_sweep(args.path, address=args.address, dashboard=args.dashboard,
+                               paths=parse_overrides(args.set)))
 
 
 def finish(outcome) -> int:
@@ -194,8 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_arguments(p)
     p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("resume", help="finish a sweep whose driver died", formatter_class=raw,
-                       epilog="example:\n  xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500")
+                       epilog="examples:\n  xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500\n"
+                              "  xbm-tune resume PATH --set data_root=/mnt/data/omniglot_small   # the data moved")
     p.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>)")
+    p.add_argument("--set", action="append", default=[], metavar="data_root=PATH",
+                   help="read the data set from another folder (the same files, moved; relative to here)")
     add_cluster_arguments(p)
     p.set_defaults(func=cmd_resume)
     sub.add_parser("spaces", help="list the shipped search spaces").set_defaults(func=cmd_spaces)

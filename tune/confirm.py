@@ -14,6 +14,10 @@ runs for that reason). The confirmation stage re-runs each chosen configuration 
 into the same sweep folder and the same Parquet layout, with ``stage = "confirm"``
 (``tune.sweep.run_configs``). ``--dry-run`` prints the selection and runs nothing.
 
+Paths: each run reads the sweep's files where ``sweep.json`` says they are now (``paths``); a
+``--set`` path (relative to the working directory) moves them, and is recorded there. The data set is
+opened once on the driver before Ray starts: a wrong path exits 2.
+
 Selection (``select_top``, pure): ``stage == "sweep"`` trials with a finite ``best_<metric>`` (the
 sweep's metric and mode from ``results/sweep.json``); ``completed`` trials rank before
 ``stopped_early`` ones (ASHA judged those at a rung and culled them, whatever their best value), then
@@ -107,13 +111,17 @@ class ConfirmPlan:
     candidates: list[Candidate]
     seeds: list[int]
     configs: list[dict[str, Any]]
+    overrides: dict[str, Any]  # --set, paths made absolute
 
 
 def plan(args: argparse.Namespace) -> ConfirmPlan:
     """Read and check everything before Ray starts; any bad input raises SweepInputError (exit 2)."""
+    from pathlib import Path
+
     from tune.options import SweepInputError, parse_overrides
-    from tune.sweep import read_record
+    from tune.sweep import check_data, read_record
     from tune.trainable import train_config
+    from xbm.inputs import absolute_paths
 
     if args.top < 1 or args.seeds < 1:
         raise SweepInputError(f"--top and --seeds must be >= 1, but got --top {args.top} --seeds {args.seeds}")
@@ -127,20 +135,23 @@ def plan(args: argparse.Namespace) -> ConfirmPlan:
                                   f"a finite best_{metric}")
         start = args.seed_start if args.seed_start is not None else int(record.get("options", {}).get("seed", 0)) + 1
         seeds = list(range(start, start + args.seeds))
-        configs = confirm_configs(candidates, seeds, parse_overrides(args.overrides))
+        overrides = absolute_paths(parse_overrides(args.overrides), Path.cwd())
+        configs = confirm_configs(candidates, seeds, {**record.get("paths", {}), **overrides})
         for config in configs:
             train_config(config)  # a bad --set fails here
+        check_data(configs)
     except SweepInputError:
         raise
     except ValueError as exc:
         raise SweepInputError(str(exc)) from exc
-    return ConfirmPlan(uri, record, candidates, seeds, configs)
+    return ConfirmPlan(uri, record, candidates, seeds, configs, overrides)
 
 
 def run(args: argparse.Namespace, **init_kwargs) -> int:
     """Select, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
     from tune.options import SweepOptions
-    from tune.sweep import run_configs
+    from tune.sweep import record_paths, run_configs
+    from xbm.inputs import RELOCATABLE_KEYS
 
     p = plan(args)
     metric, mode = p.record["metric"], p.record["mode"]
@@ -151,6 +162,9 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
               "values are optimistic; sweep with --set val_fraction=0.2 to hold the test classes out")
     if args.dry_run:
         return 0
+    # the sweep's data is there now: a later resume or confirm reads it there too
+    moved = {k: v for k, v in p.overrides.items() if k in RELOCATABLE_KEYS and k not in swept}
+    record_paths(p.uri, p.record, {**p.record.get("paths", {}), **moved})
     options = SweepOptions.from_record(p.record.get("options", {}))
     changes = {k: getattr(args, k) for k in ("cpus_per_trial", "gpus_per_trial", "address")
                if getattr(args, k) is not None}

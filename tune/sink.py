@@ -13,14 +13,16 @@ deterministic). ``stop_reason`` says why in words, ``error`` holds the exception
 from __future__ import annotations
 
 import math
+import os
 import time
+from pathlib import Path
 from typing import Any, Mapping
 
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 
 from tune.parquet import CONFIG_PREFIX, Storage, build_table, config_fields, finite, value_type
-from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, train_config
+from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, train_config
 
 #: Tune's own bookkeeping keys, not metrics of the run
 _TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | frozenset(DEBUG_METRICS) | {
@@ -100,6 +102,7 @@ class ParquetSink(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         row = self._trial_row(trial)
         self._update_location(row, result)
+        self._relocate(trial.trial_id, row, result.get(RELOCATED_KEY))
         if ERROR_KEY in result:
             row.update(status="failed", stop_reason="non-finite loss", error=str(result[ERROR_KEY]))
             self._summarise(trial, row, result)
@@ -180,6 +183,13 @@ class ParquetSink(Callback):
             if result.get(key) is not None:
                 row[key] = result[key]
 
+    def _relocate(self, trial_id: str, row: dict, moved: Mapping[str, Any] | None) -> None:
+        """A resumed trial whose files moved reports where it read them: its ``config.*`` say so from now on."""
+        if moved:
+            columns = {CONFIG_PREFIX + key: value for key, value in moved.items()}
+            self._configs[trial_id].update(columns)
+            row.update(columns)
+
     def _summarise(self, trial, row: dict, result: Mapping[str, Any]) -> None:
         """best_/final_ of the sweep metric and of recall_at_1 / map_at_r, over the rows kept."""
         rows = [self.epochs.get(trial.trial_id, {})[e] for e in sorted(self.epochs.get(trial.trial_id, {}))]
@@ -242,8 +252,13 @@ class ParquetSink(Callback):
 
 
 def _error_message(trial) -> str | None:
-    """The exception's own message (last line of the stored traceback), not the whole traceback."""
-    text = trial.get_error()
+    """The exception's own message (last line of the stored traceback), not the whole traceback.
+
+    Read from the driver's copy of the trial's error.txt when there is one: Tune writes it there and
+    syncs it to the storage folder later, so ``trial.get_error()`` (which reads storage) is still
+    empty when ``on_trial_error`` runs."""
+    path = getattr(trial, "error_file", None)
+    text = Path(path).read_text() if path and os.path.isfile(path) else trial.get_error()
     if not text:
         return None
     lines = [line for line in str(text).strip().splitlines() if line.strip()]

@@ -1,10 +1,17 @@
 """Run a sweep: validate everything, start or join Ray, build the ``Tuner``, fit, summarise; resume one;
 run fixed configs (the ``confirm`` stage).
 
-Order matters for "bad input writes nothing": the space, the options, the base TrainConfig, the
-searcher, the scheduler, the fairness check and the experiment name are all checked before Ray starts
-or a folder is created (``prepare``). Only then ``run_sweep`` connects, writes ``results/sweep.json``
-and fits.
+Order matters for "bad input writes nothing": the space, the options, the base TrainConfig, the data
+set and ``pretrained_path`` (opened once, here on the driver: ``check_data``), the searcher, the
+scheduler, the fairness check and the experiment name are all checked before Ray starts or a folder is
+created (``prepare``). Only then ``run_sweep`` connects, writes ``results/sweep.json`` and fits.
+
+Paths (``xbm.inputs.PATH_KEYS``) are absolute from ``prepare`` on: ``--set`` values against the launch
+directory, space-file values against the file's folder (``tune.spaces.loader``). Trials run in their
+own trial directories, so a relative path would point elsewhere there. ``sweep.json`` records them under
+``paths`` (the non-swept ones): where the sweep's files are now. ``resume --set data_root=NEW`` and
+``confirm --set data_root=NEW`` move a sweep to files elsewhere: ``paths`` is updated, the trials read
+there, and their rows' ``config.data_root`` says so from then on.
 
 Tune settings every sweep shares: ``reuse_actors=True`` (issue 4 measured 16 trivial trials at ~25 s
 without it and ~3.5 s with it in Ray 2.60: a new actor per trial re-imports torch and the trainer),
@@ -21,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler
@@ -32,6 +39,7 @@ from tune.schedulers import build_scheduler
 from tune.searchers import FixedConfigs, build_searcher, check_search_options
 from tune.sink import ParquetSink
 from tune.trainable import TrialNamer, make_trainable, train_config, trial_dirname
+from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS, absolute_paths
 
 # The experiment state (what `resume` restores) is saved at most this often; Tune's "auto" can wait
 # minutes on long sweeps, and a killed driver loses what happened since.
@@ -97,6 +105,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     if options.smoke_test:
         options = options.replace(**SMOKE, overrides={**SMOKE_OVERRIDES, **options.overrides},
                                   max_concurrent=options.max_concurrent)
+    options = options.replace(overrides=absolute_paths(options.overrides, Path.cwd()))
     overrides = dict(options.overrides)
     if options.max_epochs is not None:
         overrides["epochs"] = options.max_epochs
@@ -107,6 +116,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     space.check_search(options.search)
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs
+    check_data(_data_variants(space))
     if options.grace_period > max_epochs and options.scheduler != "fifo":
         raise SweepInputError(f"--grace-period must be <= the epoch budget ({max_epochs}), but got "
                               f"{options.grace_period}; lower it or raise --max-epochs")
@@ -126,6 +136,57 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
                               f"choose another --name, or continue it with `xbm-tune resume "
                               f"{options.storage_path()}/{experiment}`")
     return SweepPlan(space, options, experiment, max_epochs, warnings, warm)
+
+
+def check_data(configs: Iterable[Mapping[str, Any]]) -> None:
+    """Open each distinct data set (and ``pretrained_path``) the configs read, once, on this machine:
+    ``xbm.inputs.check_inputs`` (the data set's own layout check; no image decoded). A missing or wrong
+    path raises SweepInputError carrying the data set's layout message (exit 2, before Ray starts)."""
+    from xbm.inputs import check_inputs
+
+    seen = set()
+    for config in configs:
+        cfg = train_config(config)
+        key = (cfg.dataset, cfg.val_fraction, *(getattr(cfg, k) for k in PATH_KEYS))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_inputs(cfg)
+        except (ValueError, FileNotFoundError) as exc:
+            raise SweepInputError(str(exc)) from exc
+
+
+def _data_variants(space) -> list[dict[str, Any]]:
+    """The base config, and one config per value of a swept path key (e.g. a choice of pretrained_path
+    files), for ``check_data``. A swept ``dataset`` is checked only in its trials."""
+    variants = [dict(space.base)]
+    for key in PATH_KEYS:
+        values = space.params[key].possible_values() if key in space.params else None
+        variants += [{**space.base, key: value} for value in values or ()]
+    return variants
+
+
+def relocated(record: Mapping[str, Any], changes: Mapping[str, Any], allowed: tuple[str, ...],
+              command: str) -> dict[str, Any]:
+    """The sweep's recorded paths (``sweep.json`` ``paths``) updated with ``changes`` (``--set`` on
+    ``resume`` / ``confirm``), made absolute against the working directory. A key outside ``allowed``,
+    or a swept one (each trial has its own value), raises SweepInputError."""
+    swept = set(record.get("space", {}).get("params", ()))
+    for key in changes:
+        if key not in allowed or key in swept:
+            raise SweepInputError(
+                f"{command} --set must name one of {list(k for k in allowed if k not in swept)} (files at another "
+                f"location), but got {key!r}: other keys change what the trials learn; start a new sweep, or "
+                f"re-run chosen configs with `xbm-tune confirm PATH --set KEY=VALUE`")
+    return {**record.get("paths", {}), **absolute_paths(changes, Path.cwd())}
+
+
+def record_paths(uri: str, record: dict[str, Any], paths: Mapping[str, Any]) -> None:
+    """Store where the sweep's files are now in ``sweep.json`` (a no-op when they have not moved)."""
+    if dict(paths) != record.get("paths", {}):
+        record["paths"] = dict(paths)
+        Storage(f"{uri.rstrip('/')}/{RESULTS}").write_json(SWEEP_JSON, record)
 
 
 def _warm_start(options: SweepOptions, space):
@@ -171,9 +232,10 @@ def start(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     return build_tuner(plan, callbacks)
 
 
-def trainable(options: SweepOptions):
+def trainable(options: SweepOptions, paths: Mapping[str, Any] | None = None):
+    """The trainable; ``paths`` (a resumed sweep's recorded paths) replace the trials' own values."""
     return make_trainable(options.metric, options.mode,
-                          {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial})
+                          {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}, paths)
 
 
 def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: list) -> tune.RunConfig:
@@ -191,6 +253,7 @@ def sweep_record(plan: SweepPlan) -> dict[str, Any]:
             "space": {"name": space.name, "path": str(space.path) if space.path else None,
                       "description": space.description, "text": space.text, "base": space.base,
                       "params": list(space.params)},
+            "paths": {k: space.base[k] for k in PATH_KEYS if space.base.get(k) and k not in space.params},
             "fairness_warnings": plan.warnings, "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **provenance()}
 
@@ -208,9 +271,13 @@ def run_sweep(plan: SweepPlan, **init_kwargs) -> SweepOutcome:
         disconnect(info)
 
 
-def resume_sweep(path: str, address: str | None = None, dashboard: bool = True, **init_kwargs) -> SweepOutcome:
+def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
+                 paths: Mapping[str, Any] | None = None, **init_kwargs) -> SweepOutcome:
     """Continue a sweep whose driver died: finished trials stay finished, errored and unfinished ones
-    continue from their last checkpoints (``Tuner.restore(resume_errored=True, restart_errored=False)``)."""
+    continue from their last checkpoints (``Tuner.restore(resume_errored=True, restart_errored=False)``).
+
+    ``paths`` (``--set data_root=NEW``) moves the sweep to files elsewhere (module docstring); the data
+    set is checked before Ray starts either way."""
     from tune.cluster import connect, disconnect, print_info
 
     uri = path if "://" in path else os.path.abspath(os.path.expanduser(path))
@@ -219,10 +286,14 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True, 
         raise SweepInputError(f"resume needs a sweep folder with Tune's experiment state, but {uri!r} has none "
                               f"(the driver died before Tune saved it): start the sweep again with a new --name")
     options = SweepOptions.from_record(record["options"])
+    located = relocated(record, paths or {}, RELOCATABLE_KEYS, "resume")
+    if not set(PATH_KEYS) & set(record.get("space", {}).get("params", ())):  # a swept path: in its trials
+        check_data([{**record.get("space", {}).get("base", {}), **located}])
+    record_paths(uri, record, located)
     info = connect(address, dashboard, **init_kwargs)
     print_info(info)
     try:
-        tuner = tune.Tuner.restore(uri, trainable=trainable(options), resume_unfinished=True,
+        tuner = tune.Tuner.restore(uri, trainable=trainable(options, located), resume_unfinished=True,
                                    resume_errored=True, restart_errored=False)
         tuner.fit()
         return outcome(uri, record["metric"], record["mode"])

@@ -11,11 +11,18 @@ A non-finite loss (``xbm.errors.NonFiniteLossError``) is deterministic, so retry
 sweep metric, so schedulers rank it last) and returns. The Parquet sink records it as ``failed`` with
 the reason, the searcher tells Optuna ``FAIL``, and the sweep goes on. Other exceptions propagate, so
 ``FailureConfig(max_failures)`` retries the trial from its last checkpoint.
+
+Files: a resumed sweep whose files moved (``resume --set data_root=NEW``) hands the trainable its
+recorded ``paths``; they replace the trial's own values, and every report carries them under
+``relocated`` so the sink records where the trial read its data. A data set or ``pretrained_path``
+missing on the trial's node raises :class:`MissingOnNodeError` naming the node: on a cluster the
+driver's check (``tune.sweep.check_data``) only proves the files exist on the driver's machine.
 """
 from __future__ import annotations
 
 import math
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,6 +36,14 @@ CHECKPOINT_FILE = "trainer.pt"
 ERROR_KEY = "error"
 #: trial-level facts reported with every epoch (strings; the sink puts them in trials.parquet too)
 NODE_KEY, GPU_KEY = "node_id", "gpu_ids"
+#: result key: {path key: value} a trial read instead of its config's (a sweep moved on resume)
+RELOCATED_KEY = "relocated"
+
+
+class MissingOnNodeError(FileNotFoundError):
+    """A trial's data set or ``pretrained_path`` is missing on the node the trial runs on. The message
+    is the underlying error's, then a last line naming the node and the path (the line trials.parquet's
+    ``error`` column keeps)."""
 
 
 def train_config(config: Mapping[str, Any]):
@@ -62,23 +77,34 @@ def worst_value(mode: str) -> float:
     return -math.inf if mode == "max" else math.inf
 
 
-def run_trial(config: Mapping[str, Any], metric: str, mode: str) -> None:
-    """Train one trial, reporting each epoch with a checkpoint; resume from Tune's checkpoint if any."""
+def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[str, Any] | None = None) -> None:
+    """Train one trial, reporting each epoch with a checkpoint; resume from Tune's checkpoint if any.
+    ``paths`` replace the config's values of those keys (module docstring)."""
     # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
     import ray
     import torch
+    from ray.util import get_node_ip_address
 
     from xbm.errors import NonFiniteLossError
     from xbm.trainer import Trainer
     from xbm.training.rng import seed_everything
 
-    cfg = train_config(config)
+    moved = {k: v for k, v in (paths or {}).items() if config.get(k) != v}
+    cfg = train_config({**config, **moved})
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     cfg = cfg.replace(device=assigned_device(cfg.device, gpu_ids))
     seed_everything(cfg.seed)
-    where = {NODE_KEY: ray.get_runtime_context().get_node_id(), GPU_KEY: ",".join(gpu_ids) or None}
+    node_id = ray.get_runtime_context().get_node_id()
+    where = {NODE_KEY: node_id, GPU_KEY: ",".join(gpu_ids) or None, **({RELOCATED_KEY: moved} if moved else {})}
 
-    trainer = Trainer(cfg)
+    try:
+        trainer = Trainer(cfg)
+    except FileNotFoundError as exc:  # DatasetNotFoundError, or a missing pretrained_path file
+        missing = getattr(exc, "filename", None) or cfg.pretrained_path
+        raise MissingOnNodeError(
+            f"{exc}\nmissing on node {socket.gethostname()} ({get_node_ip_address()}, Ray node "
+            f"{node_id[:12]}): {missing}. Every node that runs trials needs the files at this path (a "
+            f"shared file system, or a copy on each node); the driver's check only saw its own") from exc
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
@@ -99,7 +125,8 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str) -> None:
                      ERROR_KEY: f"{type(exc).__name__}: {exc}"})
 
 
-def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None = None) -> type:
+def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None = None,
+                   paths: Mapping[str, Any] | None = None) -> type:
     """The Tune trainable class for a sweep optimising ``metric`` in ``mode``.
 
     A function trainable (``run_trial``) wrapped by Ray, subclassed only to name its actors: the
@@ -108,10 +135,12 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
     with ``reuse_actors=True`` it names the first trial that actor ran. ``resources`` (e.g.
     ``{"cpu": 1, "gpu": 0.5}``) is each trial's request; set on the function before Ray wraps it, so the
     class keeps its name (``tune.with_resources`` on the class would rename it ``ResourceTrainable``).
+    ``paths`` go to ``run_trial``.
     """
+    paths = dict(paths or {})
 
     def xbm_trial(config):
-        return run_trial(config, metric, mode)
+        return run_trial(config, metric, mode, paths)
 
     if resources is not None:
         xbm_trial = tune.with_resources(xbm_trial, dict(resources))

@@ -4,7 +4,9 @@
     xbm-tune train --config run.yaml --set lr=3e-4 --output runs/lr3e-4
 
 Options come from ``--config FILE.yaml`` (dotted keys such as ``memory.ratio: 0.2``, or nested mappings),
-overridden by each ``--set key=value``. The output folder receives ``config.yaml`` (the resolved config),
+overridden by each ``--set key=value``. Relative paths (``data_root``, ``pretrained_path``) are relative to
+the config file's folder in the file, to the working directory in ``--set``; config.yaml records them
+absolute. The output folder receives ``config.yaml`` (the resolved config),
 ``metrics.jsonl`` and ``metrics.csv`` (one row per epoch) and ``checkpoint.pt`` (``Trainer.state_dict()``
 after the last good epoch, replaced atomically). Exit status: 0 done, 2 bad input (unknown key, bad value,
 missing data set, occupied output folder), 1 failure (e.g. a non-finite loss, missing pretrained weights).
@@ -77,8 +79,10 @@ def load_yaml(path: Optional[str]) -> dict[str, Any]:
 
 def resolve_config(args: argparse.Namespace):
     from xbm.config import TrainConfig
+    from xbm.inputs import absolute_paths
 
-    return TrainConfig.from_dict({**load_yaml(args.config), **parse_overrides(args.overrides)})
+    in_file = absolute_paths(load_yaml(args.config), Path(args.config).parent) if args.config else {}
+    return TrainConfig.from_dict({**in_file, **absolute_paths(parse_overrides(args.overrides), Path.cwd())})
 
 
 def output_folder(path: Optional[str]) -> Path:

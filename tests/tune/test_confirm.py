@@ -140,3 +140,20 @@ def test_confirm_end_to_end_on_the_toy_trainable(ray_session, toy_space, tmp_pat
         epochs = pd.read_parquet(sweep / "results" / "epochs" / f"{trial_id}.parquet")
         assert list(epochs["epoch"]) == [1, 2] and epochs["test_recall_at_1"].notna().all()
         assert (epochs["stage"] == "confirm").all()
+
+
+def test_plan_reads_files_where_the_sweep_records_them_and_checks_them(tmp_path, monkeypatch):
+    """Bug: confirm re-ran the sweep's configs with the paths as recorded per trial (a relative one read
+    in the trial's own directory, an old one after the sweep moved), and found a missing file only in the
+    trials. sweep.json's paths win, --set paths are relative to the working directory, files are checked."""
+    path = write_sweep(tmp_path, ROWS)
+    record_file = tmp_path / "sweep" / "results" / "sweep.json"
+    weights = tmp_path / "w.pth"
+    weights.write_bytes(b"checked for existence only")
+    record = json.loads(record_file.read_text())
+    record_file.write_text(json.dumps({**record, "paths": {"pretrained_path": str(weights)}}))
+    monkeypatch.chdir(tmp_path)
+    p = plan(args(path, "--top", "1", "--seeds", "1", "--set", "data_root=data"))
+    assert p.configs[0]["pretrained_path"] == str(weights) and p.configs[0]["data_root"] == str(tmp_path / "data")
+    with pytest.raises(SweepInputError, match=f"pretrained_path must name an existing.*{tmp_path / 'gone.pth'}"):
+        plan(args(path, "--set", "pretrained_path=gone.pth"))

@@ -1,4 +1,9 @@
-"""Find, read and validate search spaces: ``load_space`` and ``list_spaces``."""
+"""Find, read and validate search spaces: ``load_space`` and ``list_spaces``.
+
+Path-valued keys (``xbm.inputs.PATH_KEYS``) are made absolute here, once: in the file (``base:`` values
+and ``choice``/``grid`` values of a swept path) relative to the file's folder, as in any config file;
+in ``overrides`` (the CLI's ``--set``) relative to the directory the command runs in.
+"""
 from __future__ import annotations
 
 import difflib
@@ -6,7 +11,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import search_spaces
+from xbm.inputs import PATH_KEYS, absolute_path, absolute_paths
+from tune.spaces.distributions import Choice
 from tune.spaces.errors import SpaceError
+from tune.spaces.param import Branch, Param
 from tune.spaces.schema import RawSpace, read_space
 from tune.spaces.space import SearchSpace
 from tune.spaces.validation import check_key, validate
@@ -55,13 +63,31 @@ def load_space(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
     path = _locate(name_or_path)
     text = path.read_text()
     source = str(path)
-    raw = read_space(text, source)
+    raw = _absolute(read_space(text, source), path.parent)
     base, params = validate(raw, source)
     if overrides:
         for key in overrides:
             check_key(key, source, "--set")
+        overrides = absolute_paths(overrides, Path.cwd())
         pinned = {**base, **overrides}
         kept = {k: p for k, p in params.items() if k not in overrides}
         base, params = validate(RawSpace(raw.description, pinned, kept), source + " with --set overrides",
                                 prune=True)
     return SearchSpace(path.stem, raw.description, path, text, base, params, overrides)
+
+
+def _absolute(raw: RawSpace, folder: Path) -> RawSpace:
+    """``raw`` with the file's relative paths (base values, discrete values of a swept path key) joined
+    to ``folder``, the file's own folder."""
+    params = {}
+    for key, param in raw.params.items():
+        if key in PATH_KEYS:
+            param = Param(key, tuple(Branch(_absolute_choice(b.dist, folder), b.when) for b in param.branches))
+        params[key] = param
+    return RawSpace(raw.description, absolute_paths(raw.base, folder), params)
+
+
+def _absolute_choice(dist, folder: Path):
+    if not isinstance(dist, Choice):
+        return dist  # a range over a path is refused by validation (it draws numbers)
+    return dist.with_values([absolute_path(v, folder) if isinstance(v, str) else v for v in dist.values()])
