@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 #: every TrainConfig key whose value is a file or folder path (extend here when adding one)
-PATH_KEYS: tuple[str, ...] = ("data_root", "pretrained_path")
+PATH_KEYS: tuple[str, ...] = ("data_root", "pretrained_path", "image_cache")
 #: the path keys a checkpointed run may resume with at another location (the same files, moved); each
 #: is also in ``xbm.trainer.RESUMABLE_CHANGES``. ``pretrained_path`` is not: it is part of what a
 #: checkpoint's run learnt from.
-RELOCATABLE_KEYS: tuple[str, ...] = ("data_root",)
+RELOCATABLE_KEYS: tuple[str, ...] = ("data_root", "image_cache")
 
 
 def absolute_path(value: str, base_dir: str | Path) -> str:
@@ -45,8 +45,8 @@ def absolute_paths(values: Mapping[str, Any], base_dir: str | Path, prefix: str 
 def check_inputs(cfg) -> None:
     """Fail fast, on this machine, if ``cfg``'s data set or ``pretrained_path`` cannot be opened.
 
-    The data set is built as a trial builds it (``build_dataset``): its own layout check, annotation
-    files and file lists are read, no image is decoded. Raises ``DatasetNotFoundError`` (a
+    The data set is built as a trial builds it (``build_dataset(cfg, images=False)``): its own layout
+    check, annotation files and file lists are read, no image is decoded. Raises ``DatasetNotFoundError`` (a
     ``FileNotFoundError``) with the data set's layout, ``FileNotFoundError`` for a missing
     ``pretrained_path``, ``ValueError`` for an unknown data set name.
     """
@@ -55,4 +55,4 @@ def check_inputs(cfg) -> None:
     if cfg.pretrained_path and not Path(cfg.pretrained_path).is_file():
         raise FileNotFoundError(f"pretrained_path must name an existing state-dict file, but got "
                                 f"{cfg.pretrained_path!r}")
-    build_dataset(cfg)
+    build_dataset(cfg, images=False)

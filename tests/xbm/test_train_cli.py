@@ -37,6 +37,10 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
     (["--set", "lr=fast"], "lr must be of type float"),
     (["--config", "/nonexistent/run.yaml"], "--config must name a readable YAML file"),
     (["--set", "dataset=sop", "--set", "data_root=/nonexistent"], "data set 'sop': missing"),
+    (["--set", "augment=bogus"],
+     "augment must satisfy one of ['auto', 'none', 'shift', 'metric', 'randaugment'], but got 'bogus'"),
+    (["--set", "normalize=bogus"], "normalize must satisfy one of ['auto', 'imagenet', 'dataset', 'none'], but got 'bogus'"),
+    (["--set", "num_workers=many"], "num_workers must satisfy 'auto' (the trial's CPUs minus one) or an integer >= 0"),
 ])
 def test_bad_input_exits_2_with_the_message_and_no_traceback(tmp_path, capsys, args, message):
     assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 2
@@ -69,3 +73,11 @@ def test_help_lists_the_flags(capsys):
     text = capsys.readouterr().out
     for flag in ("--set", "--config", "--output", "examples:"):
         assert flag in text
+
+
+def test_a_collapsed_epoch_prints_one_warning_line(tmp_path, capsys):
+    """Bug caught: a run whose loss saw no positive pair finishing quietly (issue 8)."""
+    assert train_cli.main([*TOY, "--set", "epochs=2", "--set", "miner.pos_margin=2.5", "--set", "memory.enabled=false",
+                           "--output", str(tmp_path / "out")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2 and "epoch 1 collapsed: the loss saw no positive pair" in warnings[0]

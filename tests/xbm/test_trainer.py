@@ -9,13 +9,17 @@ import torch
 from xbm.config import TrainConfig
 from xbm.data import build_dataset
 from xbm.errors import NonFiniteLossError
+from xbm.evaluate import retrieval_metrics
+from xbm.signals import collapsed
 from xbm.trainer import Trainer
 
 BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "epochs": 2, "warmup_epochs": 1, "lr": 1e-3,
         "batch_size": 64, "samples_per_class": 4, "seed": 3}
 METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1", "recall_at_10", "map_at_r",
            "r_precision", "eval_split", "drift_mean", "drift_max", "staleness_mean", "inter_distance_mean",
-           "intra_distance_mean", "superclass_top_k", "memory_neg_pairs", "batch_neg_pairs", "memory_fill")
+           "intra_distance_mean", "superclass_top_k", "memory_neg_pairs", "batch_neg_pairs", "memory_fill",
+           "memory_pos_pairs", "batch_pos_pairs", "loss_pos_pairs", "embedding_spread",
+           "reference_untrained_recall_at_1", "reference_raw_recall_at_1")
 TIMINGS = ("epoch_time_s", "images_per_s")
 
 
@@ -148,3 +152,54 @@ def test_image_data_set_trains_an_epoch_with_a_tiny_timm_backbone():
                     batch_size=20, samples_per_class=4, embedding_size=32)  # digits trains on 5 classes
     m = history[0]
     assert math.isfinite(m["loss"]) and m["recall_at_1"] > 0.5 and m["images_per_s"] > 0
+
+
+def test_a_collapsing_run_counts_no_positive_pair_and_says_so():
+    """Bug caught: the silent collapse of issue 8. A pos_margin beyond the sphere's diameter (2) leaves the
+    miner no positive pair: SupCon is exactly 0, and every epoch must report it as collapsed."""
+    history = train(**{"miner.pos_margin": 2.5, "memory.enabled": False}, epochs=2, warmup_epochs=0)
+    for m in history:
+        assert m["batch_pos_pairs"] == 0 and m["loss_pos_pairs"] == 0 and m["loss"] == 0.0 and collapsed(m)
+    healthy = train(epochs=1, warmup_epochs=0)[0]
+    assert healthy["memory_pos_pairs"] > healthy["batch_pos_pairs"] > 0 and not collapsed(healthy)
+    assert healthy["loss_pos_pairs"] == healthy["memory_pos_pairs"]  # batch_loss_weight 0: memory pairs only
+
+
+def test_references_are_the_untrained_model_and_raw_inputs_measured_once_before_training():
+    """Bug caught: references measured after training (then they equal the trained model), on another split,
+    or recomputed (and so drifting) every epoch."""
+    cfg = config(epochs=2)
+    trainer = Trainer(cfg)
+    query = trainer.splits.test.query
+    raw = torch.stack([query[i][0] for i in range(len(query))])
+    expected_raw = retrieval_metrics(raw, query.labels, ks=(1,))["recall_at_1"]
+    expected_untrained = retrieval_metrics(trainer.embed(trainer.model, query)[0], query.labels, ks=(1,))["recall_at_1"]
+    history = list(trainer.fit())
+    for m in history:
+        assert m["reference_raw_recall_at_1"] == pytest.approx(expected_raw)
+        assert m["reference_untrained_recall_at_1"] == pytest.approx(expected_untrained)
+    assert history[-1]["recall_at_1"] > expected_untrained + 0.05
+    assert 0.0 < history[-1]["embedding_spread"] <= 2.0
+    assert history[-1]["inter_distance_mean"] > history[-1]["intra_distance_mean"]
+
+
+def test_num_workers_auto_is_the_runs_cpus_minus_one_for_images_and_zero_for_vectors():
+    """Bug caught: auto starting workers for the CPU toy (pure overhead) or leaving a GPU trial unfed."""
+    assert Trainer(config(num_workers="auto"), cpus=4).workers == 0  # toy: vectors
+    splits = build_dataset(config(dataset="digits", model="test_resnet", image_size=16, batch_size=20))
+    assert Trainer(config(dataset="digits", model="test_resnet", image_size=16, batch_size=20), splits=splits,
+                   cpus=4).workers == 3
+    assert Trainer(config(dataset="digits", model="test_resnet", image_size=16, batch_size=20, num_workers="0"),
+                   splits=splits, cpus=4).workers == 0
+
+
+@pytest.mark.slow
+def test_augmentations_do_not_depend_on_the_number_of_workers():
+    """Bug caught: augmentations drawn from each worker's own RNG, so that num_workers (and so num_workers=auto
+    on another machine, or a resume) changes the numbers."""
+    values = dict(dataset="digits", model="test_resnet", image_size=16, batch_size=20, epochs=2, warmup_epochs=0,
+                  embedding_size=16)
+    splits = build_dataset(config(**values))
+    runs = [list(Trainer(config(**values, num_workers=w), splits=splits).fit()) for w in ("0", "1")]
+    for a, b in zip(*runs):
+        assert a["loss"] == b["loss"] and a["recall_at_1"] == b["recall_at_1"]

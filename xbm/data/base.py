@@ -122,3 +122,49 @@ def seeded(seed: int, fn: Callable, x):
             torch.set_rng_state(states[0])
             random.setstate(states[1])
             np.random.set_state(states[2])
+
+
+@dataclass
+class EvalSplit:
+    """Retrieval split: ``query`` against ``gallery``, or leave-one-out on ``query`` when gallery is None."""
+
+    query: SampleDataset
+    gallery: Optional[SampleDataset] = None
+
+
+@dataclass
+class DatasetSplits:
+    """The trainer's view of a data set (see docs/data.md for the contract).
+
+    Class ids are global and contiguous over every split: training classes ``0..T-1``, then validation
+    classes, then test-only classes; ``num_classes`` counts them all. ``superclass_of[c]`` is the
+    contiguous super-class id of class ``c`` (None when the data set has no super-classes).
+    """
+
+    name: str
+    train: SampleDataset
+    val: Optional[EvalSplit]
+    test: EvalSplit
+    superclass_of: Optional[torch.Tensor]
+    num_classes: int
+    input_kind: str
+    input_shape: tuple
+    transforms: Transforms
+    style: ImageStyle = PHOTO
+    augment: str = ""  # the preset in use (xbm.data.images.configure_images)
+    statistics: Optional[object] = None  # xbm.data.augment.Stats of the inputs, None: pixels in [0, 1]
+
+    @property
+    def train_labels(self) -> torch.Tensor:
+        """LongTensor [n_train] of training class ids (for PML MPerClassSampler)."""
+        return self.train.labels
+
+    @property
+    def num_train_classes(self) -> int:
+        return int(torch.unique(self.train.labels).numel())
+
+    def set_transforms(self, train_transform: Optional[Callable], eval_transform: Optional[Callable]) -> None:
+        """Use ``train_transform`` for the training split and ``eval_transform`` for val/test (None: default).
+        Ignored by vector data sets. Call before building DataLoaders (workers copy the datasets)."""
+        self.transforms.train = train_transform
+        self.transforms.eval = eval_transform

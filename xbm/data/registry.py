@@ -30,10 +30,11 @@ DATASETS: dict[str, Callable[..., RawData]] = {
 }
 
 
-def build_dataset(cfg) -> DatasetSplits:
+def build_dataset(cfg, images: bool = True) -> DatasetSplits:
     """Build ``cfg.dataset`` from ``cfg.data_root`` (never downloads) with ``cfg.val_fraction`` of the
     training classes held out for validation, its images decoded and transformed as ``cfg.augment``,
     ``cfg.normalize``, ``cfg.image_size`` and ``cfg.image_cache`` say (:mod:`xbm.data.images`).
+    ``images=False`` skips that wiring (no image decoded): enough to check that the data set opens.
 
     Raises ValueError for an unknown name (listing the valid ones) and
     :class:`xbm.errors.DatasetNotFoundError` for a missing root or file.
@@ -42,5 +43,6 @@ def build_dataset(cfg) -> DatasetSplits:
         raise ValueError(f"dataset must be one of {sorted(DATASETS)}, but got {cfg.dataset!r}")
     raw = DATASETS[cfg.dataset](cfg)
     splits = assemble(raw, cfg.val_fraction, cfg.image_size)
-    configure_images(splits, cfg)
+    if images:
+        configure_images(splits, cfg)
     return splits

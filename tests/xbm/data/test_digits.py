@@ -1,3 +1,5 @@
+import numpy as np
+import pytest
 import torch
 
 from xbm.data import build_dataset
@@ -7,7 +9,7 @@ def test_digits_train_0_to_4_test_5_to_9(config, check_splits):
     splits = build_dataset(config(dataset="digits", image_size=24))
     check_splits(splits)
     assert splits.num_classes == 10 and splits.superclass_of is None
-    assert splits.input_kind == "image" and splits.input_shape == (3, 24, 24)
+    assert splits.input_kind == "image" and splits.input_shape == (1, 24, 24)
     assert len(splits.train) + len(splits.test.query) == 1797
     image = splits.train.source.load(0)
     assert image.size == (8, 8) and image.mode == "RGB"
@@ -16,8 +18,20 @@ def test_digits_train_0_to_4_test_5_to_9(config, check_splits):
     assert splits.test.query.labels.unique().tolist() == [5, 6, 7, 8, 9]
 
 
-def test_digits_default_transform_normalises(config):
+def test_digits_enter_as_one_grey_channel_strokes_high_normalised_by_their_own_statistics(config):
+    """Bug caught: digits pushed through ImageNet statistics from scratch, or their polarity flipped."""
     splits = build_dataset(config(dataset="digits", image_size=16))
-    x = splits.train[0][0]
-    black = (0.0 - torch.tensor([0.485, 0.456, 0.406])) / torch.tensor([0.229, 0.224, 0.225])
-    assert torch.allclose(x[:, 0, 0], black, atol=1e-5)  # the corner of every digit is background
+    assert splits.augment == "shift"
+    decoded = np.asarray(splits.transforms.images(int(splits.train.indices[0])))
+    assert decoded.shape == (8, 8) and decoded[0, 0] == 0 and decoded.max() > 200  # background 0, strokes high
+    (mean,), (std,) = splits.statistics.mean, splits.statistics.std
+    assert 0.1 < mean < 0.5 and std > 0.2  # digits cover about a third of the 8x8 square
+    x = splits.test.query[0][0]
+    assert x.shape == (1, 16, 16) and float(x[0, 0, 0]) == pytest.approx(-mean / std, abs=1e-5)
+
+
+def test_digits_imagenet_and_no_normalisation_on_request(config):
+    x = build_dataset(config(dataset="digits", image_size=16, normalize="imagenet")).test.query[0][0]
+    assert float(x[0, 0, 0]) == pytest.approx(-((0.485 + 0.456 + 0.406) / 3) / 0.226, abs=1e-4)
+    x = build_dataset(config(dataset="digits", image_size=16, normalize="none")).test.query[0][0]
+    assert float(x[0, 0, 0]) == 0.0 and float(x.max()) <= 1.0

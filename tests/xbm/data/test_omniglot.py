@@ -1,6 +1,7 @@
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -24,7 +25,21 @@ def test_omniglot_small_from_zips(config, check_splits):
     test_sup = torch.bincount(splits.superclass_of[splits.test.query.labels.unique()], minlength=8)
     assert (train_sup - test_sup).abs().max() <= 1 and test_sup.min() >= 1
     x, label, index = splits.test.query[len(splits.test.query) - 1]
-    assert x.shape == (3, 28, 28) and index == len(splits.test.query) - 1
+    assert x.shape == (1, 28, 28) and index == len(splits.test.query) - 1
+
+
+@needs_small
+def test_omniglot_strokes_are_high_on_a_zero_background(config):
+    """Bug caught: the release's black-on-white drawings entering as they are stored (the collapse of issue 8)."""
+    splits = build_dataset(config(dataset="omniglot", data_root=str(SMALL), image_size=28, normalize="none",
+                                  augment="none"))
+    decoded = np.asarray(splits.transforms.images(int(splits.train.indices[0])))
+    assert decoded.dtype == np.uint8 and decoded.shape == (28, 28)
+    assert decoded[0, 0] == 0 and decoded.max() > 200 and (decoded == 0).mean() > 0.7  # resized: strokes blur
+    x = splits.test.query[0][0]
+    assert float(x[0, 0, 0]) == 0.0 and float(x.mean()) < 0.25
+    statistics = build_dataset(config(dataset="omniglot", data_root=str(SMALL), image_size=28)).statistics
+    assert 0.03 < statistics.mean[0] < 0.2  # strokes cover a small share of the square
 
 
 @needs_small
@@ -60,7 +75,7 @@ def test_omniglot_folders_zips_and_duplicates(tmp_path, write_image, config, che
     assert len(splits.train) + len(splits.test.query) == 14
     # Alpha: characters 01, 02 train, 03 test; Beta and Gamma: 01 train, 02 test
     assert splits.num_train_classes == 4 and splits.superclass_of.tolist() == [0, 0, 1, 2, 0, 1, 2]
-    assert all(splits.train[i][0].shape == (3, 16, 16) for i in range(len(splits.train)))
+    assert all(splits.train[i][0].shape == (1, 16, 16) for i in range(len(splits.train)))
 
 
 def test_omniglot_without_drawings(tmp_path, config):
