@@ -17,6 +17,7 @@ from analysis import compare, curves, effects, importance, markdown, plots, tabl
 from analysis.columns import param_name, varying_columns
 from analysis.errors import NotApplicable
 from analysis.loader import Sweep, load
+from xbm.signals import trial_flags
 
 TOP = 10
 
@@ -103,10 +104,29 @@ class _Report:
             hours = pd.to_numeric(s.trials["wall_time_s"], errors="coerce").sum() / 3600
             lines.append(f"- trials: {len(s.trials)}, summed trial wall time {hours:.3g} h")
         lines += ["", markdown.table(tables.status_counts(s))]
+        lines += self.health()
         if s.problems:
             lines += ["", f"**Read problems ({len(s.problems)})** — nothing was skipped silently:", ""]
             lines += [f"- {p}" for p in s.problems]
         return lines
+
+    def health(self) -> list[str]:
+        """Trials whose loss saw no positive pair in some epoch, or that end below raw-pixel neighbours:
+        their numbers measure a broken run, not the configuration (issue 8)."""
+        trials = self.sweep.trials
+        if trials.empty:
+            return []
+        def column(name):
+            return trials[name] if name in trials else [None] * len(trials)
+        flags = [(t, trial_flags(c, b, r)) for t, c, b, r in zip(trials["trial_id"], column("collapsed_epochs"),
+                                                                  column("best_recall_at_1"),
+                                                                  column("reference_raw_recall_at_1"))]
+        flagged = [f"- `{t}`: {f}" for t, f in flags if f]
+        if not flagged:
+            return []
+        return ["", f"**Unhealthy trials ({len(flagged)} of {len(trials)})**: a collapsed epoch (no positive pair in "
+                "the loss) or a best Recall@1 below nearest neighbour on raw pixels; read their values with care.",
+                "", *flagged]
 
     def leaderboard(self) -> list[str]:
         board = tables.leaderboard(self.sweep, self.metric)

@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from tune.parquet import CONFIG_PREFIX, RESULTS, SWEEP_JSON, Storage
+from xbm.signals import trial_flags
 
 
 def load_status(path: str) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -34,6 +35,9 @@ def status_table(record: dict[str, Any], trials: pd.DataFrame, top: int | None =
     columns = ["trial_id", "stage", "status", "epochs_completed", best, "best_epoch", f"final_{metric}",
                *[c for c in swept if c in trials], "stop_reason"]
     shown = trials[[c for c in columns if c in trials]].copy()
+    flags = health(trials)
+    if flags.str.len().gt(0).any():
+        shown.insert(3, "health", flags)
     if best in shown:
         shown = shown.sort_values(best, ascending=(mode == "min"), na_position="last")
     if "stop_reason" in shown:
@@ -46,3 +50,13 @@ def status_table(record: dict[str, Any], trials: pd.DataFrame, top: int | None =
     with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.4g}".format):
         table = shown.to_string(index=False)
     return (f"sweep {name}: {len(trials)} trial(s); metric {metric} ({mode})\n{counts}\n\n{table}{more}")
+
+
+def health(trials: pd.DataFrame) -> pd.Series:
+    """Per trial: "" or what is wrong with it (xbm.signals.trial_flags): collapsed epochs, best Recall@1
+    below nearest neighbour on raw pixels."""
+    def column(name):
+        return trials[name] if name in trials else pd.Series([None] * len(trials), index=trials.index)
+    return pd.Series([trial_flags(c, b, r) for c, b, r in zip(column("collapsed_epochs"), column("best_recall_at_1"),
+                                                             column("reference_raw_recall_at_1"))],
+                     index=trials.index, dtype="string")

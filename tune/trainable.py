@@ -97,8 +97,10 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     node_id = ray.get_runtime_context().get_node_id()
     where = {NODE_KEY: node_id, GPU_KEY: ",".join(gpu_ids) or None, **({RELOCATED_KEY: moved} if moved else {})}
 
+    # num_workers=auto: the CPUs Ray gave this trial (--cpus-per-trial) minus one
+    cpus = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
     try:
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, cpus=cpus)
     except FileNotFoundError as exc:  # DatasetNotFoundError, or a missing pretrained_path file
         missing = getattr(exc, "filename", None) or cfg.pretrained_path
         raise MissingOnNodeError(

@@ -34,3 +34,18 @@ def below_raw(best_recall_at_1: Any, raw_recall_at_1: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return math.isfinite(best) and math.isfinite(raw) and best < raw
+
+
+def trial_flags(collapsed_epochs: Any, best_recall_at_1: Any, raw_recall_at_1: Any) -> str:
+    """What ``xbm-tune status`` and the report mark a trial with: "" when healthy, else e.g.
+    ``collapsed 3 epochs; below raw pixels (0.412 < 0.435)``."""
+    flags = []
+    try:
+        count = int(collapsed_epochs)
+    except (TypeError, ValueError):
+        count = 0
+    if count > 0:
+        flags.append(f"collapsed {count} epoch{'s' if count > 1 else ''}")
+    if below_raw(best_recall_at_1, raw_recall_at_1):
+        flags.append(f"below raw pixels ({float(best_recall_at_1):.3f} < {float(raw_recall_at_1):.3f})")
+    return "; ".join(flags)
