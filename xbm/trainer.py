@@ -90,7 +90,9 @@ class Trainer:
         self.loader = train_loader(train, train.labels, cfg, pin_memory=self.runtime.device.type == "cuda",
                                    workers=self.workers)
         self.passes = 0  # passes over the training data so far: the augmentation seeds' epoch
-        self.embed = Embedder(self.runtime, self.workers)
+        device = self.runtime.device
+        self.prepare_train, prepare_eval = (_on(self.splits.batch_transform(role), device) for role in ("train", "eval"))
+        self.embed = Embedder(self.runtime, self.workers, prepare=prepare_eval)
         # The training samples seen through the eval transform: drift and staleness probes.
         self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
         self.probe = evaluation.probe_indices(len(train), cfg.seed)
@@ -126,7 +128,7 @@ class Trainer:
         self.model.backbone.eval()  # frozen: no BatchNorm statistics move either
         self.model.backbone.requires_grad_(False)
         step = Step(self.model, self.warmup_loss, self.warmup_optimizer, self.scaler,
-                    list(self.model.head.parameters()), self.cfg.clip_grad)
+                    list(self.model.head.parameters()), self.cfg.clip_grad, self.prepare_train)
         try:
             for w in range(self.cfg.warmup_epochs):
                 batches = self._batches(f"warm-up {w + 1}/{self.cfg.warmup_epochs}")
@@ -150,7 +152,7 @@ class Trainer:
         """The training pass of main epoch ``epoch`` (1-based) alone: no scheduler step, no evaluation."""
         self.model.train()
         step = Step(self.model, self.criterion(epoch - 1), self.optimizer, self.scaler,
-                    list(self.model.parameters()), self.cfg.clip_grad)
+                    list(self.model.parameters()), self.cfg.clip_grad, self.prepare_train)
         batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}")
         return run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)
 
@@ -233,3 +235,8 @@ class Trainer:
         self.previous_probe = None if probe is None else probe.cpu()
         self.epoch = int(state["epoch"])
         self.warmup_done = bool(state["warmup_done"])
+
+
+def _on(transform, device: torch.device):
+    """A batch transform with its buffers (statistics) on ``device``."""
+    return transform.to(device) if isinstance(transform, torch.nn.Module) else transform

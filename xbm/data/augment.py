@@ -1,7 +1,10 @@
 """Augmentation presets (config key ``augment``) and input statistics (config key ``normalize``).
 
-A preset gives the training transform, the matching evaluation transform (same geometry, polarity and
-statistics) and the size images are decoded (and cached) at. Registry, one small class per preset:
+A preset gives the training transform, the matching evaluation transform (same geometry and polarity)
+and the size images are decoded (and cached) at. Per sample they end in a uint8 tensor: loader workers do
+geometry only, batches cross processes and the PCIe bus at a quarter of float32's size, and the
+statistics are applied to the whole batch on the training device (:class:`InputNorm`, as timm's
+prefetcher does). Registry, one small class per preset:
 
 ==============  =====================================================================================
 ``none``        resize the short side to ``s`` = image_size, centre crop ``s``; the same for evaluation
@@ -10,8 +13,8 @@ statistics) and the size images are decoded (and cached) at. Registry, one small
 ``metric``      random resized crop at scale (0.16, 1) + horizontal flip; evaluation resizes the short
                 side to ``s / 0.875`` and centre crops ``s``: the deep-metric-learning standard of the XBM
                 paper (seed 002 §4.1) and Musgrave et al., "A Metric Learning Reality Check" (2020)
-``randaugment`` timm's pipeline (random resized crop, flip, RandAugment m9 mstd0.5, random erasing 0.2),
-                evaluation as ``metric``: the thesis's (seed 000 §5.2)
+``randaugment`` timm's pipeline (random resized crop, flip, RandAugment m9 mstd0.5, then random erasing
+                0.2 on the normalised batch), evaluation as ``metric``: the thesis's (seed 000 §5.2)
 ==============  =====================================================================================
 
 ``auto`` is the data set's preset (:class:`xbm.data.style.ImageStyle`). Statistics: ``imagenet`` (timm's
@@ -26,6 +29,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
+import torch
+from torch import nn
 
 from xbm.data.style import ImageStyle
 
@@ -45,13 +50,30 @@ class Stats:
     std: Sequence[float]
 
 
-def _tail(stats: Optional[Stats]) -> list:
+def _tail() -> list:
     from torchvision import transforms as T
 
-    tail = [T.ToTensor()]
-    if stats is not None:
-        tail.append(T.Normalize(list(stats.mean), list(stats.std)))
-    return tail
+    return [T.PILToTensor()]  # uint8 [C, H, W]; InputNorm scales and normalises the batch
+
+
+class InputNorm(nn.Module):
+    """On the batch, on its device: uint8 pixels -> ``(x / 255 - mean) / std`` (``stats`` None: ``x / 255``),
+    then ``after`` (e.g. timm's random erasing on the normalised batch). Float inputs pass unchanged."""
+
+    def __init__(self, stats: Optional[Stats], after: Optional[Callable] = None) -> None:
+        super().__init__()
+        mean = torch.tensor(stats.mean if stats is not None else [0.0], dtype=torch.float32)
+        std = torch.tensor(stats.std if stats is not None else [1.0], dtype=torch.float32)
+        # x / 255 - mean) / std == x * scale + shift, one fused pass
+        self.register_buffer("scale", (1.0 / (255.0 * std)).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("shift", (-mean / std).view(1, -1, 1, 1), persistent=False)
+        self.after = after
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.uint8:
+            return x
+        x = torch.addcmul(self.shift, x.float(), self.scale)
+        return self.after(x) if self.after is not None else x
 
 
 class Preset:
@@ -66,20 +88,28 @@ class Preset:
     def eval_size(self, image_size: int) -> int:
         return image_size
 
-    def eval(self, image_size: int, stats: Optional[Stats]) -> Callable:
+    def eval(self, image_size: int) -> Callable:
         from torchvision import transforms as T
 
-        return T.Compose([T.Resize(self.eval_size(image_size)), T.CenterCrop(image_size), *_tail(stats)])
+        return T.Compose([T.Resize(self.eval_size(image_size)), T.CenterCrop(image_size), *_tail()])
 
     def train(self, image_size: int, stats: Optional[Stats], channels: int) -> Callable:
+        """Per sample, PIL image -> uint8 tensor (``stats``: only where an op fills with the mean)."""
         raise NotImplementedError
+
+    def batch_train(self, stats: Optional[Stats]) -> nn.Module:
+        """On the training batch, on its device."""
+        return InputNorm(stats)
+
+    def batch_eval(self, stats: Optional[Stats]) -> nn.Module:
+        return InputNorm(stats)
 
 
 class NoAugment(Preset):
     name = "none"
 
     def train(self, image_size, stats, channels):
-        return self.eval(image_size, stats)
+        return self.eval(image_size)
 
 
 class Shift(Preset):
@@ -92,7 +122,7 @@ class Shift(Preset):
         return T.Compose([T.Resize(image_size), T.CenterCrop(image_size),
                           T.RandomAffine(self.degrees, translate=(self.translate, self.translate), scale=self.scale,
                                          interpolation=T.InterpolationMode.BILINEAR, fill=0),
-                          *_tail(stats)])
+                          *_tail()])
 
 
 class Metric(Preset):
@@ -106,18 +136,38 @@ class Metric(Preset):
         from torchvision import transforms as T
 
         return T.Compose([T.RandomResizedCrop(image_size, scale=self.crop_scale), T.RandomHorizontalFlip(),
-                          *_tail(stats)])
+                          *_tail()])
 
 
 class RandAugment(Metric):
     name = "randaugment"
 
+    erase_probability = 0.2
+
     def train(self, image_size, stats, channels):
         from timm.data import create_transform
 
-        mean, std = (stats.mean, stats.std) if stats is not None else ((0.0,) * channels, (1.0,) * channels)
-        return create_transform(image_size, is_training=True, auto_augment="rand-m9-mstd0.5", re_prob=0.2,
-                                hflip=0.5, mean=tuple(mean), std=tuple(std))
+        # timm fills RandAugment's geometric ops with the mean colour; it needs one value per channel
+        mean = tuple(stats.mean) if stats is not None else (0.0,) * channels
+        return create_transform(image_size, is_training=True, auto_augment="rand-m9-mstd0.5", hflip=0.5,
+                                mean=mean, use_prefetcher=True)  # uint8 out: erasing and statistics per batch
+
+    def batch_train(self, stats):
+        return InputNorm(stats, BatchErasing(self.erase_probability))
+
+
+class BatchErasing:
+    """timm's random erasing of a normalised batch, as its prefetcher applies it (mode "pixel": N(0, 1)
+    pixels), on whatever device the batch is on."""
+
+    def __init__(self, probability: float) -> None:
+        from timm.data.random_erasing import RandomErasing
+
+        self.erasing = RandomErasing(probability, mode="pixel", device="cpu")
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.erasing.device = x.device
+        return self.erasing(x)
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (NoAugment(), Shift(), Metric(), RandAugment())}
@@ -148,12 +198,10 @@ def imagenet_stats(channels: int) -> Stats:
 
 
 def dataset_stats(images: Callable[[int], object], n: int, transform: Callable) -> Stats:
-    """Mean and std per channel of ``transform(images(j))`` (tensors in [0, 1]) over up to
+    """Mean and std per channel of ``transform(images(j)) / 255`` (uint8 tensors) over up to
     ``STATS_SAMPLES`` samples drawn with a fixed seed (the same for every trial)."""
-    import torch
-
     picks = np.random.default_rng(STATS_SEED).permutation(n)[:STATS_SAMPLES]
-    x = torch.stack([transform(images(int(j))) for j in np.sort(picks)]).double()
+    x = torch.stack([transform(images(int(j))) for j in np.sort(picks)]).double() / 255.0
     dims = [0, 2, 3]
     std = x.std(dim=dims).clamp_min(1e-6)
     return Stats(tuple(float(v) for v in x.mean(dim=dims)), tuple(float(v) for v in std))

@@ -124,6 +124,10 @@ def seeded(seed: int, fn: Callable, x):
             np.random.set_state(states[2])
 
 
+def _identity(x):
+    return x
+
+
 @dataclass
 class EvalSplit:
     """Retrieval split: ``query`` against ``gallery``, or leave-one-out on ``query`` when gallery is None."""
@@ -153,6 +157,15 @@ class DatasetSplits:
     style: ImageStyle = PHOTO
     augment: str = ""  # the preset in use (xbm.data.images.configure_images)
     statistics: Optional[object] = None  # xbm.data.augment.Stats of the inputs, None: pixels in [0, 1]
+    # (train, eval) callables on a batch on its device: uint8 -> normalised float (xbm.data.augment.InputNorm)
+    batch_transforms: Optional[tuple] = None
+
+    def batch_transform(self, role: str) -> Callable:
+        """What the trainer applies to a batch of ``role`` ("train"/"eval") after moving it to its device:
+        identity for vectors."""
+        if self.batch_transforms is None:
+            return _identity
+        return self.batch_transforms[0 if role == "train" else 1]
 
     @property
     def train_labels(self) -> torch.Tensor:

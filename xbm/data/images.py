@@ -36,7 +36,8 @@ def data_key(cfg) -> tuple:
 
 
 def configure_images(splits: DatasetSplits, cfg) -> None:
-    """Give ``splits`` the reader and the (train, eval) transforms ``cfg`` asks for; a no-op for vectors."""
+    """Give ``splits`` the reader, the per-sample (train, eval) transforms (to uint8 tensors) and the
+    per-batch ones (statistics, batch-level augmentation) ``cfg`` asks for; a no-op for vectors."""
     if splits.input_kind != "image":
         return
     chosen = preset(cfg.augment, splits.style)
@@ -52,11 +53,12 @@ def configure_images(splits: DatasetSplits, cfg) -> None:
     if kind == "imagenet":
         stats = imagenet_stats(channels)
     elif kind == "dataset":
-        bare = chosen.eval(cfg.image_size, None)
+        bare = chosen.eval(cfg.image_size)
         train = splits.train
         stats = kept(("stats", key, chosen.name, cfg.image_size, cfg.val_fraction), lambda: dataset_stats(
             lambda i: splits.transforms.images(int(train.indices[i])), len(train), bare))
     else:
         stats = None
-    splits.set_transforms(chosen.train(cfg.image_size, stats, channels), chosen.eval(cfg.image_size, stats))
+    splits.set_transforms(chosen.train(cfg.image_size, stats, channels), chosen.eval(cfg.image_size))
     splits.augment, splits.statistics = chosen.name, stats
+    splits.batch_transforms = (chosen.batch_train(stats), chosen.batch_eval(stats))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -57,6 +57,7 @@ class Step:
     scaler: torch.amp.GradScaler
     params: list[torch.nn.Parameter]
     clip_grad: float
+    prepare: Callable = lambda x: x  # the batch on its device -> the model's input (e.g. uint8 -> normalised)
 
 
 def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_index: int) -> EpochResult:
@@ -68,7 +69,7 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
     runtime.synchronize()
     start = time.perf_counter()
     for iterations, (x, y, idx) in enumerate(loader, 1):
-        x = runtime.to_device(x)
+        x = step.prepare(runtime.to_device(x))
         y = y.to(runtime.device, non_blocking=True)
         idx = idx.to(runtime.device, non_blocking=True)
         with runtime.autocast():

@@ -12,7 +12,7 @@ workers or on their processes' history, so persistent workers and a resumed run 
 from __future__ import annotations
 
 import os
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -86,10 +86,12 @@ def train_loader(dataset: Dataset, labels: torch.Tensor, cfg: TrainConfig, pin_m
 class Embedder:
     """Embeds datasets in eval mode, batch by batch, under the run's autocast; returns fp32 on the device."""
 
-    def __init__(self, runtime: Runtime, num_workers: int, batch_size: int = EVAL_BATCH) -> None:
+    def __init__(self, runtime: Runtime, num_workers: int, batch_size: int = EVAL_BATCH,
+                 prepare: Callable = lambda x: x) -> None:
         self.runtime = runtime
         self.num_workers = num_workers
         self.batch_size = batch_size
+        self.prepare = prepare  # the batch on its device -> the model's input (the data set's eval statistics)
 
     @torch.no_grad()
     def __call__(self, model: nn.Module, dataset: Dataset,
@@ -109,7 +111,7 @@ class Embedder:
         try:
             for x, y, _ in loader:
                 with self.runtime.autocast():
-                    out.append(model(self.runtime.to_device(x)).float())
+                    out.append(model(self.prepare(self.runtime.to_device(x))).float())
                 labels.append(y)
         finally:
             model.train(was_training)

@@ -63,7 +63,11 @@ def _check_splits(splits, *, class_disjoint_test: bool = True):
             x, label, index = dataset[i]
             assert index == i and isinstance(label, int) and label == int(dataset.labels[i])
             assert isinstance(x, torch.Tensor) and tuple(x.shape) == tuple(splits.input_shape)
-            assert x.dtype == torch.float32
+            if splits.input_kind == "image":  # uint8 per sample; statistics applied to the batch
+                assert x.dtype == torch.uint8
+                assert splits.batch_transform(dataset.role)(x[None]).dtype == torch.float32
+            else:
+                assert x.dtype == torch.float32
     assert splits.input_kind in ("image", "vector")
 
 

@@ -5,7 +5,7 @@ import torch
 from PIL import Image
 from torchvision import transforms as T
 
-from xbm.data.augment import (PRESETS, Stats, dataset_stats, imagenet_stats, preset, statistics_kind)
+from xbm.data.augment import (PRESETS, InputNorm, Stats, dataset_stats, imagenet_stats, preset, statistics_kind)
 from xbm.data.style import DARK_STROKES, PHOTO, STROKES
 
 STATS = Stats((0.25,), (0.5,))
@@ -30,7 +30,7 @@ def test_auto_means_the_data_sets_preset_and_bogus_names_the_valid_ones():
 def test_shift_is_a_small_affine_without_flip_filled_with_background():
     """Bug caught: characters mirrored (a flip makes another character) or shifted-in border not 0."""
     train = PRESETS["shift"].train(32, STATS, 1)
-    assert kinds(train) == ["Resize", "CenterCrop", "RandomAffine", "ToTensor", "Normalize"]
+    assert kinds(train) == ["Resize", "CenterCrop", "RandomAffine", "PILToTensor"]
     affine = ops(train)[2]
     assert affine.degrees == [-10.0, 10.0] and affine.translate == (0.08, 0.08) and affine.scale == (0.9, 1.1)
     assert affine.fill == 0
@@ -40,20 +40,32 @@ def test_shift_is_a_small_affine_without_flip_filled_with_background():
 def test_metric_is_random_resized_crop_and_flip_with_the_reality_check_eval():
     """Bug caught: the DML standard's crop scale or its eval resize (s / 0.875 then centre crop) drifting."""
     train = PRESETS["metric"].train(224, None, 3)
-    assert kinds(train) == ["RandomResizedCrop", "RandomHorizontalFlip", "ToTensor"]
+    assert kinds(train) == ["RandomResizedCrop", "RandomHorizontalFlip", "PILToTensor"]
     assert ops(train)[0].scale == (0.16, 1.0) and ops(train)[0].size == (224, 224)
-    evaluation = PRESETS["metric"].eval(224, None)
-    assert kinds(evaluation) == ["Resize", "CenterCrop", "ToTensor"]
+    evaluation = PRESETS["metric"].eval(224)
+    assert kinds(evaluation) == ["Resize", "CenterCrop", "PILToTensor"]
     assert ops(evaluation)[0].size == 256 and ops(evaluation)[1].size == (224, 224)
     assert PRESETS["metric"].load_size(224) == 256 and PRESETS["shift"].load_size(32) == 32
 
 
-def test_randaugment_is_timms_pipeline_with_the_run_statistics():
-    train = PRESETS["randaugment"].train(32, STATS, 1)
-    names = kinds(train)
-    assert "RandAugment" in names and "RandomErasing" in names and "RandomHorizontalFlip" in names
-    normalize = next(t for t in ops(train) if isinstance(t, T.Normalize))
-    assert list(normalize.mean) == [0.25] and list(normalize.std) == [0.5]
+def test_randaugment_is_timms_pipeline_with_erasing_on_the_normalised_batch():
+    """Bug caught: the thesis's pipeline losing RandAugment or random erasing, or erasing raw pixels."""
+    p = PRESETS["randaugment"]
+    names = kinds(p.train(32, STATS, 1))
+    assert "RandAugment" in names and "RandomHorizontalFlip" in names and names[-1] == "MaybePILToTensor"
+    grey = Image.fromarray(np.zeros((40, 40), dtype=np.uint8), "L")
+    for seed in range(30):  # geometric ops fill grey images with a one-channel mean (timm's default is RGB)
+        torch.manual_seed(seed)
+        assert p.train(32, STATS, 1)(grey).dtype == torch.uint8
+    erasing = p.batch_train(STATS).after.erasing
+    assert erasing.probability == 0.2 and erasing.mode == "pixel"
+    torch.manual_seed(0)
+    import random
+    random.seed(0)
+    batch = torch.full((64, 1, 8, 8), 255, dtype=torch.uint8)
+    out = p.batch_train(STATS)(batch)
+    erased = ~torch.isclose(out, torch.tensor(1.5)).flatten(1).all(1)  # (1 - 0.25) / 0.5 = 1.5 where not erased
+    assert 0 < int(erased.sum()) < 64
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -61,10 +73,10 @@ def test_every_presets_eval_transform_uses_the_same_statistics_as_its_training(n
     """Bug caught: training inputs normalised one way and evaluation inputs another."""
     p = PRESETS[name]
     image = Image.fromarray(np.full((40, 40), 255, dtype=np.uint8), "L")  # all foreground
-    evaluated = p.eval(32, STATS)(image)
-    assert torch.allclose(evaluated, torch.full_like(evaluated, (1.0 - 0.25) / 0.5))
-    normalize = [next(t for t in ops(tf) if isinstance(t, T.Normalize)) for tf in (p.train(32, STATS, 1), p.eval(32, STATS))]
-    assert [(list(n.mean), list(n.std)) for n in normalize] == [([0.25], [0.5])] * 2
+    evaluated = p.eval(32)(image)
+    assert evaluated.dtype == torch.uint8 and bool((evaluated == 255).all())
+    for batch in (p.batch_eval(STATS), InputNorm(STATS) if name == "randaugment" else p.batch_train(STATS)):
+        assert torch.allclose(batch(evaluated[None]), torch.full((1, 1, 32, 32), (1.0 - 0.25) / 0.5))
     torch.manual_seed(0)
     assert p.train(32, STATS, 1)(image).shape == evaluated.shape == (1, 32, 32)
 
@@ -72,7 +84,18 @@ def test_every_presets_eval_transform_uses_the_same_statistics_as_its_training(n
 def test_none_trains_on_exactly_the_eval_inputs():
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (20, 30), dtype=np.uint8), "L")
     p = PRESETS["none"]
-    assert torch.equal(p.train(16, STATS, 1)(image), p.eval(16, STATS)(image))
+    assert torch.equal(p.train(16, STATS, 1)(image), p.eval(16)(image))
+
+
+def test_input_norm_is_x_over_255_minus_mean_over_std_per_channel():
+    """Bug caught: statistics applied per pixel row instead of per channel, or to already-float inputs twice."""
+    x = torch.tensor([0, 51, 255], dtype=torch.uint8).view(1, 3, 1, 1).repeat(2, 1, 2, 2)
+    out = InputNorm(Stats((0.1, 0.2, 0.3), (0.5, 0.25, 2.0)))(x)
+    expected = torch.tensor([(0 - 0.1) / 0.5, (0.2 - 0.2) / 0.25, (1.0 - 0.3) / 2.0]).view(1, 3, 1, 1)
+    assert torch.allclose(out, expected.expand(2, 3, 2, 2), atol=1e-6)
+    assert torch.allclose(InputNorm(None)(x)[0, :, 0, 0], torch.tensor([0.0, 0.2, 1.0]))
+    floats = torch.rand(2, 3, 2, 2)
+    assert InputNorm(Stats((0.1,) * 3, (0.5,) * 3))(floats) is floats
 
 
 def test_statistics_kind_auto_is_imagenet_for_photos_and_pretrained_backbones():
@@ -95,6 +118,6 @@ def test_dataset_statistics_match_a_hand_computation():
     """Bug caught: statistics over the wrong axis, of normalised inputs, or biased to a few images."""
     rng = np.random.default_rng(1)
     arrays = [rng.integers(0, 256, (8, 8), dtype=np.uint8) for _ in range(5)]
-    stats = dataset_stats(lambda j: Image.fromarray(arrays[j], "L"), 5, T.ToTensor())
+    stats = dataset_stats(lambda j: Image.fromarray(arrays[j], "L"), 5, T.PILToTensor())
     pixels = np.stack(arrays).astype(np.float64) / 255.0
     assert stats.mean[0] == pytest.approx(pixels.mean()) and stats.std[0] == pytest.approx(pixels.std(ddof=1))

@@ -26,12 +26,16 @@ def test_digits_enter_as_one_grey_channel_strokes_high_normalised_by_their_own_s
     assert decoded.shape == (8, 8) and decoded[0, 0] == 0 and decoded.max() > 200  # background 0, strokes high
     (mean,), (std,) = splits.statistics.mean, splits.statistics.std
     assert 0.1 < mean < 0.5 and std > 0.2  # digits cover about a third of the 8x8 square
-    x = splits.test.query[0][0]
+    x = splits.batch_transform("eval")(splits.test.query[0][0][None])[0]
     assert x.shape == (1, 16, 16) and float(x[0, 0, 0]) == pytest.approx(-mean / std, abs=1e-5)
 
 
+def first_eval_input(splits):
+    return splits.batch_transform("eval")(splits.test.query[0][0][None])[0]
+
+
 def test_digits_imagenet_and_no_normalisation_on_request(config):
-    x = build_dataset(config(dataset="digits", image_size=16, normalize="imagenet")).test.query[0][0]
+    x = first_eval_input(build_dataset(config(dataset="digits", image_size=16, normalize="imagenet")))
     assert float(x[0, 0, 0]) == pytest.approx(-((0.485 + 0.456 + 0.406) / 3) / 0.226, abs=1e-4)
-    x = build_dataset(config(dataset="digits", image_size=16, normalize="none")).test.query[0][0]
+    x = first_eval_input(build_dataset(config(dataset="digits", image_size=16, normalize="none")))
     assert float(x[0, 0, 0]) == 0.0 and float(x.max()) <= 1.0

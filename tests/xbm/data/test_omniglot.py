@@ -36,7 +36,7 @@ def test_omniglot_strokes_are_high_on_a_zero_background(config):
     decoded = np.asarray(splits.transforms.images(int(splits.train.indices[0])))
     assert decoded.dtype == np.uint8 and decoded.shape == (28, 28)
     assert decoded[0, 0] == 0 and decoded.max() > 200 and (decoded == 0).mean() > 0.7  # resized: strokes blur
-    x = splits.test.query[0][0]
+    x = splits.batch_transform("eval")(splits.test.query[0][0][None])[0]
     assert float(x[0, 0, 0]) == 0.0 and float(x.mean()) < 0.25
     statistics = build_dataset(config(dataset="omniglot", data_root=str(SMALL), image_size=28)).statistics
     assert 0.03 < statistics.mean[0] < 0.2  # strokes cover a small share of the square
