@@ -33,7 +33,7 @@ from tune.spaces import SearchSpace
 from tune.spaces.validation import DEFAULTS
 
 #: keys that say where or how a run executes, not what it learns
-IGNORED = frozenset({"seed", "device", "num_workers", "data_root", "pretrained_path", "evaluate_test"})
+IGNORED = frozenset({"seed", "device", "num_workers", "data_root", "image_cache", "pretrained_path", "evaluate_test"})
 KEPT_STATUS = "completed"
 
 
