@@ -14,18 +14,14 @@ is the one to trust there.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_trainer.py           # digits, timm test_resnet at 32 px
     OMP_NUM_THREADS=1 python benchmarks/bench_trainer.py --quick   # toy, mlp (seconds)
-    python benchmarks/bench_trainer.py --omniglot # Recall@1 of XBM, XBN and no memory on omniglot_small
 
-``--omniglot`` trains resnet10t from scratch (no weights offline) on 32 px drawings of
-``../shared/datasets/omniglot_small`` three times with the same seed: XBM (``normaliser.kind=none``),
-XBN (``normaliser.kind=xbn``) and no memory (``memory.enabled=false``), and prints Recall@1 per epoch.
+Real-image learning against a bare loop (Recall@1 per epoch, Omniglot) is ``benchmarks/bench_omniglot.py``.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 import torch
 from pytorch_metric_learning import losses, miners
@@ -58,41 +54,11 @@ def bare_epoch(model, loader, loss_fn, miner, optimizer) -> int:
     return images
 
 
-OMNIGLOT = Path(__file__).resolve().parents[1] / ".." / "shared" / "datasets" / "omniglot_small"
-OMNIGLOT_VARIANTS = {"XBM": {"normaliser.kind": "none"}, "XBN": {"normaliser.kind": "xbn"},
-                     "no memory": {"memory.enabled": False}}
-
-
-def omniglot(epochs: int) -> None:
-    base = {"dataset": "omniglot", "data_root": str(OMNIGLOT.resolve()), "model": "resnet10t", "image_size": 32,
-            "embedding_size": 128, "batch_size": 64, "samples_per_class": 4, "lr": 1e-3, "epochs": epochs,
-            "warmup_epochs": 0, "memory.ratio": 0.5, "device": "cpu", "seed": 0}
-    splits = None
-    finals = {}
-    for name, variant in OMNIGLOT_VARIANTS.items():
-        cfg = TrainConfig.from_dict({**base, **variant})
-        splits = splits or build_dataset(cfg)
-        start = time.perf_counter()
-        history = []
-        for m in Trainer(cfg, splits=splits).fit():
-            history.append(m)
-            print(f"  {name} epoch {m['epoch']}: Recall@1 {m['recall_at_1']:.3f} ({m['epoch_time_s']:.0f} s)", flush=True)
-        curve = " ".join(f"{m['recall_at_1']:.3f}" for m in history)
-        print(f"{name:>9}: Recall@1 per epoch {curve}  (MAP@R {history[-1]['map_at_r']:.3f}, "
-              f"{time.perf_counter() - start:.0f} s)", flush=True)
-        finals[name] = history[-1]["recall_at_1"]
-    print("final Recall@1: " + ", ".join(f"{k} {v:.3f}" for k, v in finals.items()))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="toy + mlp, a few seconds")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of one epoch per loop (default 3)")
-    parser.add_argument("--omniglot", action="store_true", help="Recall@1 of XBM / XBN / no memory instead")
-    parser.add_argument("--epochs", type=int, default=5, help="epochs of each --omniglot run")
     args = parser.parse_args()
-    if args.omniglot:
-        return omniglot(args.epochs)
     if args.quick:
         base = {"dataset": "toy", "model": "mlp", "embedding_size": 64, "batch_size": 64}
     else:
