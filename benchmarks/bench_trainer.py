@@ -1,6 +1,6 @@
 """Trainer throughput against a bare hand-written PML loop, side by side in one process.
 
-Both train the same model (``create_embedding_model``) on the same data set object (same timm transforms),
+Both train the same model (``create_embedding_model``) on the same data set object (same transforms),
 with the same PML ``MPerClassSampler`` batches, SupCon + PairMarginMiner and AdamW. The trainer runs its
 full training step (``Trainer.train_epoch``: autocast context, finiteness check with ``loss.item()``, grad
 clipping, GradScaler, pair statistics) with ``memory.enabled=false`` so the loss is the same in-batch loss;
@@ -40,12 +40,12 @@ def timed(fn) -> tuple[int, float, float]:
     return images, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def bare_epoch(model, loader, loss_fn, miner, optimizer) -> int:
-    """The loop a PML user writes by hand."""
+def bare_epoch(model, loader, loss_fn, miner, optimizer, prepare) -> int:
+    """The loop a PML user writes by hand (``prepare``: the data set's uint8 -> normalised batch step)."""
     model.train()
     images = 0
     for x, y, _ in loader:
-        embeddings = model(x)
+        embeddings = model(prepare(x))
         loss = loss_fn(embeddings, y, miner(embeddings, y))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -78,7 +78,7 @@ def main() -> None:
     loader = train_loader(splits.train, splits.train.labels, plain_cfg, pin_memory=False)
 
     loops = {
-        "bare": lambda r: bare_epoch(model, loader, loss_fn, miner, optimizer),
+        "bare": lambda r: bare_epoch(model, loader, loss_fn, miner, optimizer, splits.batch_transform("train")),
         "trainer": lambda r: plain.train_epoch(r + 1).images,
         "trainer+XBM": lambda r: xbm.train_epoch(r + 1).images,
     }
