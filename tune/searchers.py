@@ -72,6 +72,7 @@ class PrunedOptunaSearch(OptunaSearch):
             self._report(trial_id, result)
             self._ot_study.tell(ot_trial, None, state=TrialState.PRUNED)
         else:
+            self._report(trial_id, result)  # the last epoch too, so the study's curve is whole
             self._ot_study.tell(ot_trial, float(value), state=TrialState.COMPLETE)
         self._completed_trials.add(trial_id)
 
