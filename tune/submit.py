@@ -14,11 +14,14 @@ Token authentication: like ``ray.init`` and ``ray start``, a token in ``~/.ray/a
 from __future__ import annotations
 
 import shlex
+import time
 from typing import Sequence
 
 from tune.options import SweepInputError
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
+#: how long to wait for the job agent of a head that is still starting
+AGENT_WAIT_S = 60.0
 #: flags of ``xbm-tune sweep`` that the job sets itself (value-taking ones drop their value too)
 _DROPPED_WITH_VALUE = ("--address",)
 _DROPPED = ("--dashboard", "--no-dashboard")
@@ -56,23 +59,38 @@ def enable_token_auth_if_available() -> None:
 
 def submit(argv: Sequence[str], name: str, address: str) -> str:
     """Submit the sweep named ``name`` as a job; return the job's submission id (= ``name``)."""
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     enable_token_auth_if_available()
     entrypoint = shlex.join(["xbm-tune", *job_argv(argv, name)])
     try:
         client = JobSubmissionClient(address)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+        return _submit_when_ready(client, entrypoint, name)
+    except AuthenticationError as exc:
+        raise SweepInputError(f"--address {address}: the dashboard refused the token ({exc}); put the "
+                              f"cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
+                              f"(on the head: `ray get-auth-token`)") from None
+    except ConnectionError as exc:
         raise SweepInputError(f"--address {address}: no Ray dashboard answered ({exc}); start one with "
                               f"`ray start --head` or give the head's dashboard URL (http://HEAD:8265)") from None
-    try:
-        return client.submit_job(entrypoint=entrypoint, submission_id=name,
-                                 metadata={"xbm_sweep": name})
     except RuntimeError as exc:
-        text = str(exc)
-        if "already exists" in text:
+        if "already exists" in str(exc):
             raise SweepInputError(f"a job named {name!r} already exists on {address}: choose another --name") from None
         raise
+
+
+def _submit_when_ready(client, entrypoint: str, name: str, wait_s: float = AGENT_WAIT_S) -> str:
+    """Submit; a head started seconds ago answers "No available agent" until its job agent is up (Ray
+    asks to "try again later"), so retry that one answer for up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return client.submit_job(entrypoint=entrypoint, submission_id=name, metadata={"xbm_sweep": name})
+        except RuntimeError as exc:
+            if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
 
 
 def follow_help(job_id: str, address: str) -> str:
