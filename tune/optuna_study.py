@@ -6,8 +6,8 @@ Live: an ``--search optuna`` sweep on a local folder keeps its searcher's study 
 log that readers replay, safe to read while the driver writes), study name = the sweep's name. It holds
 what the searcher tells Optuna: each trial's params, its metric per epoch as intermediate values (step =
 epoch), ``PRUNED`` for trials stopped before the epoch budget, ``COMPLETE`` with the final value,
-``FAIL`` for errors, and user attribute ``trial_id`` = Ray's trial id (warm-start points carry
-``warm_start`` instead). ``optuna-dashboard <sweep>/results/optuna.journal`` shows it while it runs.
+``FAIL`` for errors, the objective named after the metric, and user attribute ``ray_trial_id`` = Ray's
+trial id (warm-start points carry ``warm_start`` instead). ``optuna-dashboard <sweep>/results/optuna.journal`` shows it while it runs.
 Sweeps on a bucket (``s3://``) keep the study in memory only; export it afterwards.
 
 Export: the same study from ``results/trials.parquet`` and ``results/epochs/``: for each sweep-stage trial,
@@ -25,6 +25,8 @@ from tune.options import SweepInputError
 from tune.parquet import RESULTS, SWEEP_JSON, Storage, finite
 
 JOURNAL = "optuna.journal"
+#: the user attribute that holds Ray's trial id (Optuna's own ``trial_id`` is its storage key)
+RAY_TRIAL_ID = "ray_trial_id"
 STATES = {"completed": "COMPLETE", "stopped_early": "PRUNED", "failed": "FAIL"}
 
 
@@ -67,6 +69,7 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
     space = space_of(record)
     study = optuna.create_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler(0),
                                 direction="maximize" if mode == "max" else "minimize")
+    name_objective(study, metric)
     counts: dict[str, int] = {}
     for row in results.read_table("trials.parquet").to_pylist():
         if (row.get("stage") or "sweep") != "sweep":
@@ -76,6 +79,15 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
         state = add_trial(study, space, row, curve, metric)
         counts[state] = counts.get(state, 0) + 1
     return out, name, counts
+
+
+def name_objective(study, metric: str) -> None:
+    """Name the objective after the sweep's metric (optuna-dashboard shows it instead of "Objective 0")."""
+    import warnings
+
+    with warnings.catch_warnings():  # set_metric_names is marked experimental
+        warnings.simplefilter("ignore")
+        study.set_metric_names([metric])
 
 
 def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]], metric: str) -> str:
@@ -90,7 +102,7 @@ def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]]
     if trial.params != point:  # Optuna samples instead of a point outside the space: say so, never guess
         raise SweepInputError(f"trial {row['trial_id']}: its params {point} are not a point of the sweep's "
                               f"space (Optuna suggested {trial.params})")
-    trial.set_user_attr("trial_id", row["trial_id"])
+    trial.set_user_attr(RAY_TRIAL_ID, row["trial_id"])
     for epoch, value in sorted(curve):
         if finite(value):
             trial.report(float(value), int(epoch))

@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from tune.optuna_study import RAY_TRIAL_ID, name_objective
 from tune.options import SweepInputError
 from tune.parquet import finite
 from tune.trainable import ERROR_KEY
@@ -46,11 +47,15 @@ class PrunedOptunaSearch(OptunaSearch):
                          points_to_evaluate=points or None, evaluated_rewards=rewards or None,
                          study_name=study_name, storage=storage)
 
+    def _setup_study(self, mode) -> None:
+        super()._setup_study(mode)
+        name_objective(self._ot_study, self._metric)
+
     def suggest(self, trial_id: str) -> dict | str | None:
         config = super().suggest(trial_id)
         if trial_id in self._ot_trials and isinstance(config, dict):
             # optuna-dashboard shows user attributes: Ray's trial id ties a study trial to the Parquet row
-            self._ot_trials[trial_id].set_user_attr("trial_id", trial_id)
+            self._ot_trials[trial_id].set_user_attr(RAY_TRIAL_ID, trial_id)
         return config
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
@@ -105,6 +110,10 @@ class FixedConfigs(Searcher):
         super().__init__(metric=metric, mode=mode)
         self._configs = [dict(c) for c in configs]
         self._next = 0
+
+    def _setup_study(self, mode) -> None:
+        super()._setup_study(mode)
+        name_objective(self._ot_study, self._metric)
 
     def suggest(self, trial_id: str) -> dict | str:
         if self._next >= len(self._configs):

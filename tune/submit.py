@@ -86,7 +86,8 @@ def _submit_when_ready(client, entrypoint: str, name: str, wait_s: float = AGENT
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return client.submit_job(entrypoint=entrypoint, submission_id=name, metadata={"xbm_sweep": name})
+            return client.submit_job(entrypoint=entrypoint, submission_id=name,
+                                     metadata={"job_name": name, "xbm_sweep": name})  # job_name: the Name column
         except RuntimeError as exc:
             if "No available agent" not in str(exc) or time.monotonic() > deadline:
                 raise

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,57 +34,33 @@ def test_bad_sweep_input_exits_2_before_contacting_any_cluster(capsys):
     assert "lrr" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _scripts_module(name: str):
+    """A module of scripts/ (not a package), loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture
-def head(monkeypatch):
-    """A local `ray start --head --block` with token auth, in its own process group and temp dir (so no
-    other Ray on this machine finds or joins it), killed by its group at the end (never `ray stop`,
-    which stops every Ray of the machine)."""
+def head(monkeypatch, tmp_path_factory):
+    """A local ``ray start --head`` with token auth on free ports and its own temp folder (so no other Ray
+    on this machine finds or joins it), killed by process group at the end: never ``ray stop``, which
+    stops every Ray of the machine. (scripts/screenshots.py ``ray_head``.)"""
     token = secrets.token_hex(16)
-    temp = tempfile.mkdtemp(prefix="xr", dir="/tmp")  # short: Ray's unix sockets live under it
-    port, dash = _free_port(), _free_port()
-    bin_dir = os.path.dirname(sys.executable)
+    work = Path(tempfile.mkdtemp(prefix="xr", dir="/tmp"))  # short: Ray's unix sockets live under it
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "PYTHONPATH": str(ROOT),
-           "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1"}
+           "PATH": f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "1"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([os.path.join(bin_dir, "ray"), "start", "--head", "--block", f"--port={port}",
-                             f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--num-cpus=2",
-                             "--num-gpus=0", f"--temp-dir={temp}", "--include-dashboard=true"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{dash}"
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     monkeypatch.setenv("RAY_AUTH_TOKEN", token)
     try:
-        _wait_for_dashboard(url, token, proc)
-        yield url
+        with _scripts_module("screenshots").ray_head(work, env) as url:
+            yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        shutil.rmtree(temp, ignore_errors=True)
-
-
-def _wait_for_dashboard(url: str, token: str, proc, timeout: float = 120.0) -> None:
-    import requests
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"ray start --head exited with {proc.returncode}")
-        try:
-            if requests.get(f"{url}/api/jobs/", headers={"Authorization": f"Bearer {token}"}, timeout=2).ok:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(1)
-    pytest.fail(f"the dashboard at {url} did not answer in {timeout:.0f} s")
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.mark.slow

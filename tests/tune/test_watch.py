@@ -103,7 +103,7 @@ def test_tensorboard_has_one_run_per_trial_named_after_it_with_the_metric_tags(w
 
 def _study(path: str, name: str) -> dict:
     study = optuna.load_study(study_name=name, storage=journal_storage(path))
-    return {t.user_attrs["trial_id"]: t for t in study.trials}
+    return {t.user_attrs["ray_trial_id"]: t for t in study.trials}
 
 
 @pytest.mark.slow
@@ -113,6 +113,8 @@ def test_live_optuna_study_matches_the_parquet(watched):
     plan, trials, epochs, _ = watched
     study = _study(plan.optuna_journal, "watched")
     assert set(study) == set(trials.trial_id)
+    assert optuna.load_study(study_name="watched", storage=journal_storage(plan.optuna_journal)).metric_names == [
+        "recall_at_1"]
     states = [t.state for t in study.values()]
     assert states.count(TrialState.PRUNED) == (trials.status == "stopped_early").sum() >= 1
     assert states.count(TrialState.COMPLETE) == (trials.status == "completed").sum() >= 1

@@ -1,0 +1,232 @@
+"""Prove, in a real browser, that a running sweep shows up where researchers look, and save screenshots.
+
+It starts its own Ray head (``ray start --head --block``, token authentication on, its own ports and temp
+folder, stopped by killing its process group: never ``ray stop``, which would stop every Ray on the
+machine), submits a quickstart sweep with ``xbm-tune submit``, and, while the sweep runs, starts
+TensorBoard and optuna-dashboard on the sweep folder. Headless Chromium (Debian's ``chromium`` driven by
+the ``playwright`` package through ``executable_path``; no browser download) then opens:
+
+* the Ray dashboard (logging in with the token as a user does: the page asks, the token is pasted), the
+  job's page (listed under the sweep's name; its driver log holds Tune's table and the trials' lines);
+* TensorBoard's scalars (one run per trial, named after it);
+* optuna-dashboard's trial list of the study (named after the sweep).
+
+Each page must show the id of a trial that is running at that moment and the metric ``recall_at_1``;
+the script fails (exit 1) otherwise. Screenshots go to ``--out`` (default docs/img), as small PNGs.
+
+    .venv/bin/python scripts/screenshots.py [--out docs/img] [--num-samples 30]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+METRIC = "recall_at_1"
+VIEWPORT = {"width": 1280, "height": 800}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def process(argv: list[str], env: dict | None = None, log: Path | None = None):
+    """A child in its own process group, killed (group-wide) on exit."""
+    out = open(log, "w") if log else subprocess.DEVNULL
+    proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+                proc.wait(timeout=wait)
+                break
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if log:
+            out.close()
+
+
+@contextmanager
+def ray_head(work: Path, env: dict, num_cpus: int = 2):
+    """``ray start --head --block`` on free ports with its temp folder under ``work`` (so no other Ray on
+    this machine finds or joins it, and no port clashes with one), killed by process group on exit.
+    Yields the dashboard URL once its job API answers."""
+    ports = {flag: free_port() for flag in ("--port", "--dashboard-port", "--dashboard-agent-listen-port",
+                                            "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+                                            "--metrics-export-port", "--ray-client-server-port")}
+    argv = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
+            *[f"{flag}={port}" for flag, port in ports.items()], "--dashboard-host=127.0.0.1",
+            f"--num-cpus={num_cpus}", "--num-gpus=0", f"--temp-dir={work / 'ray'}", "--include-dashboard=true"]
+    url = f"http://127.0.0.1:{ports['--dashboard-port']}"
+    headers = {"Authorization": f"Bearer {env['RAY_AUTH_TOKEN']}"} if env.get("RAY_AUTH_TOKEN") else {}
+    with process(argv, env, work / "ray-head.log") as proc:
+        wait_until("the Ray dashboard", lambda: proc.poll() is not None or http_ok(f"{url}/api/jobs/", headers), 120)
+        if proc.poll() is not None:
+            raise RuntimeError(f"ray start --head exited with {proc.returncode}: see {work / 'ray-head.log'}")
+        yield url
+
+
+def wait_until(what: str, check, timeout: float, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+
+
+def http_ok(url: str, headers: dict | None = None) -> bool:
+    import requests
+
+    try:
+        return requests.get(url, headers=headers or {}, timeout=2).ok
+    except requests.RequestException:
+        return False
+
+
+def running_trials(sweep: Path) -> set[str]:
+    """Ids of the trials trials.parquet lists as running now (the file is replaced atomically)."""
+    import pyarrow.parquet as pq
+
+    path = sweep / "results" / "trials.parquet"
+    if not path.exists():
+        return set()
+    table = pq.read_table(path, columns=["trial_id", "status", "epochs_completed"]).to_pylist()
+    return {r["trial_id"] for r in table if r["status"] == "running" and (r["epochs_completed"] or 0) >= 1}
+
+
+def page_shows_running_trial(page, sweep: Path, timeout: float, reload_every: float = 0.0) -> str:
+    """Wait until the page's text holds the metric and the id of a trial running now; return that id."""
+    last = [time.monotonic()]
+
+    def check():
+        text = page.inner_text("body")
+        if reload_every and time.monotonic() - last[0] > reload_every:
+            page.reload()
+            last[0] = time.monotonic()
+        if METRIC not in text:
+            return None
+        shown = [t for t in running_trials(sweep) if t in text]
+        return shown[0] if shown else None
+
+    return wait_until(f"the page {page.url} to show a running trial's id and {METRIC}", check, timeout, 1.0)
+
+
+def shoot(page, path: Path) -> None:
+    """A PNG reduced to a 128-colour palette (text stays legible, the file stays small)."""
+    from PIL import Image
+
+    page.screenshot(path=str(path))
+    Image.open(path).convert("RGB").quantize(colors=128).save(path, optimize=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "docs" / "img"), help="folder for the PNGs")
+    parser.add_argument("--num-samples", type=int, default=30, help="trials of the quickstart sweep")
+    parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for each page")
+    args = parser.parse_args(argv)
+    if not os.path.exists(CHROMIUM):
+        print(f"no browser: {CHROMIUM} is missing (apt-get install -y chromium)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="xs", dir="/tmp"))  # short: Ray's unix sockets live under it
+    token = secrets.token_hex(16)
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "PYTHONPATH": str(ROOT),
+           "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    env.pop("RAY_ADDRESS", None)
+    tb_port, od_port = free_port(), free_port()
+    sweep = work / "sweeps" / "quickstart-live"
+    try:
+        with ExitStack() as stack:
+            ray_url = stack.enter_context(ray_head(work, env))
+            submit = subprocess.run(
+                [sys.executable, "-m", "tune.cli", "submit", "quickstart", "--num-samples", str(args.num_samples),
+                 "--max-concurrent", "2", "--storage", str(work / "sweeps"), "--name", sweep.name,
+                 "--address", ray_url], env=env, capture_output=True, text=True)
+            print(submit.stdout, submit.stderr, sep="\n")
+            if submit.returncode != 0:
+                return 1
+            wait_until("a running trial with an epoch done", lambda: running_trials(sweep), 300)
+            stack.enter_context(process([os.path.join(bin_dir, "tensorboard"), "--logdir", str(sweep / "tensorboard"),
+                                         "--host", "127.0.0.1", "--port", str(tb_port), "--reload_interval", "2"],
+                                        env, work / "tensorboard.log"))
+            stack.enter_context(process([os.path.join(bin_dir, "optuna-dashboard"),
+                                         str(sweep / "results" / "optuna.journal"),
+                                         "--host", "127.0.0.1", "--port", str(od_port)], env, work / "optuna.log"))
+            wait_until("TensorBoard", lambda: http_ok(f"http://127.0.0.1:{tb_port}/"), 120)
+            wait_until("optuna-dashboard", lambda: http_ok(f"http://127.0.0.1:{od_port}/"), 120)
+            browse(out, sweep, token, ray_url, tb_port, od_port, args.timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def browse(out: Path, sweep: Path, token: str, ray_url: str, tb_port: int, od_port: int, timeout: float) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page(viewport=VIEWPORT)
+        try:
+            visit(page, out, sweep, token, ray_url, tb_port, od_port, timeout)
+        except Exception:
+            page.screenshot(path=str(out / "failed-page.png"))
+            print(f"failed on {page.url}; its text:\n{page.inner_text('body')[:3000]}", file=sys.stderr)
+            raise
+        finally:
+            browser.close()
+
+
+def visit(page, out: Path, sweep: Path, token: str, ray_url: str, tb_port: int, od_port: int, timeout: float) -> None:
+    # Ray dashboard: the page asks for the token; paste it as a user does
+    page.goto(f"{ray_url}/#/jobs")
+    field = page.get_by_role("dialog").locator("input").first
+    field.wait_for(timeout=60_000)
+    field.fill(token)
+    page.get_by_role("button", name="Submit").click()
+    page.get_by_text(sweep.name).first.wait_for(timeout=60_000)  # the Jobs page lists the job by name
+    shoot(page, out / "ray-jobs.png")
+    page.goto(f"{ray_url}/#/jobs/{sweep.name}")
+    trial = page_shows_running_trial(page, sweep, timeout, reload_every=10)
+    page.get_by_text(f"[xbm] trial {trial}").last.scroll_into_view_if_needed()
+    shoot(page, out / "ray-job-log.png")
+    print(f"Ray dashboard: job {sweep.name}, running trial {trial} shown")
+
+    page.goto(f"http://127.0.0.1:{tb_port}/?runFilter=&tagFilter={METRIC}#timeseries")
+    trial = page_shows_running_trial(page, sweep, timeout, reload_every=15)
+    shoot(page, out / "tensorboard.png")
+    print(f"TensorBoard: running trial {trial} shown")
+
+    page.goto(f"http://127.0.0.1:{od_port}/dashboard")
+    page.get_by_text(sweep.name).first.click()
+    page.wait_for_load_state()
+    page.goto(page.url.rstrip("/") + "/trial-list")
+    trial = page_shows_running_trial(page, sweep, timeout, reload_every=10)
+    shoot(page, out / "optuna-dashboard.png")
+    print(f"optuna-dashboard: running trial {trial} shown")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
