@@ -9,10 +9,11 @@ the ``playwright`` package through ``executable_path``; no browser download) the
 * the Ray dashboard (logging in with the token as a user does: the page asks, the token is pasted), the
   job's page (listed under the sweep's name; its driver log holds Tune's table and the trials' lines);
 * TensorBoard's scalars (one run per trial, named after it);
-* optuna-dashboard's trial list of the study (named after the sweep).
+* optuna-dashboard: the study (named after the sweep) and a running trial's page.
 
-Each page must show the id of a trial that is running at that moment and the metric ``recall_at_1``;
-the script fails (exit 1) otherwise. Screenshots go to ``--out`` (default docs/img), as small PNGs.
+Each page must show the id of a trial running at that moment, and the metric ``recall_at_1`` (on
+optuna-dashboard: the history plot names its objective so; the trial page shows the Ray trial id and
+the metric per epoch as intermediate values); the script fails otherwise. Screenshots go to ``--out`` (default docs/img), as small PNGs.
 
     .venv/bin/python scripts/screenshots.py [--out docs/img] [--num-samples 30]
 """
@@ -110,25 +111,49 @@ def running_trials(sweep: Path) -> set[str]:
     path = sweep / "results" / "trials.parquet"
     if not path.exists():
         return set()
-    table = pq.read_table(path, columns=["trial_id", "status", "epochs_completed"]).to_pylist()
+    # one open file: the sink replaces trials.parquet by rename while we read, and a path read can open
+    # the footer of one version and the pages of the next
+    with open(path, "rb") as stream:
+        table = pq.read_table(stream, columns=["trial_id", "status", "epochs_completed"]).to_pylist()
     return {r["trial_id"] for r in table if r["status"] == "running" and (r["epochs_completed"] or 0) >= 1}
 
 
-def page_shows_running_trial(page, sweep: Path, timeout: float, reload_every: float = 0.0) -> str:
-    """Wait until the page's text holds the metric and the id of a trial running now; return that id."""
+def page_shows_running_trial(page, sweep: Path, timeout: float, metric: bool = True, reload_every: float = 0.0,
+                             open_page=None) -> str:
+    """Wait until the page's text holds the id of a trial running now (and the metric's name when
+    ``metric``); return that id. "Now": running in trials.parquet just before or just after the page's
+    text was read (a toy trial lasts seconds). ``open_page(running_ids)`` (re)loads the page each try."""
     last = [time.monotonic()]
 
     def check():
-        text = page.inner_text("body")
-        if reload_every and time.monotonic() - last[0] > reload_every:
+        before = running_trials(sweep)
+        if open_page is not None:
+            if not before:
+                return None
+            open_page(before)
+        elif reload_every and time.monotonic() - last[0] > reload_every:
             page.reload()
             last[0] = time.monotonic()
-        if METRIC not in text:
+        text = page.inner_text("body")
+        if metric and METRIC not in text:
             return None
-        shown = [t for t in running_trials(sweep) if t in text]
+        shown = [t for t in before | running_trials(sweep) if t in text]
         return shown[0] if shown else None
 
-    return wait_until(f"the page {page.url} to show a running trial's id and {METRIC}", check, timeout, 1.0)
+    return wait_until(f"the page {page.url} to show a running trial's id" + (f" and {METRIC}" if metric else ""),
+                      check, timeout, 1.0)
+
+
+def optuna_numbers(sweep: Path) -> tuple[int, dict[str, int]]:
+    """(the study's id, Ray trial id -> Optuna trial number) from the live journal (safe to read while
+    the sweep writes: readers replay the append-only log)."""
+    import optuna
+
+    sys.path.insert(0, str(ROOT))
+    from tune.optuna_study import RAY_TRIAL_ID, journal_storage
+
+    study = optuna.load_study(study_name=sweep.name, storage=journal_storage(str(sweep / "results" / "optuna.journal")))
+    return study._study_id, {t.user_attrs.get(RAY_TRIAL_ID): t.number for t in study.get_trials(deepcopy=False)}
 
 
 def shoot(page, path: Path) -> None:
@@ -142,9 +167,11 @@ def shoot(page, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "docs" / "img"), help="folder for the PNGs")
-    parser.add_argument("--num-samples", type=int, default=30, help="trials of the quickstart sweep")
+    parser.add_argument("--num-samples", type=int, default=100, help="trials of the quickstart sweep")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds to wait for each page")
     args = parser.parse_args(argv)
+    # a SIGTERM (a test's timeout, a CI cancel) unwinds like Ctrl-C, so the children are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not os.path.exists(CHROMIUM):
         print(f"no browser: {CHROMIUM} is missing (apt-get install -y chromium)", file=sys.stderr)
         return 2
@@ -192,8 +219,11 @@ def browse(out: Path, sweep: Path, token: str, ray_url: str, tb_port: int, od_po
         try:
             visit(page, out, sweep, token, ray_url, tb_port, od_port, timeout)
         except Exception:
-            page.screenshot(path=str(out / "failed-page.png"))
-            print(f"failed on {page.url}; its text:\n{page.inner_text('body')[:3000]}", file=sys.stderr)
+            try:  # best effort: the page that failed, for the person reading the error
+                page.screenshot(path=str(out / "failed-page.png"), timeout=10_000)
+                print(f"failed on {page.url}; its text:\n{page.inner_text('body')[:3000]}", file=sys.stderr)
+            except Exception as exc:
+                print(f"failed on {page.url} (no screenshot: {exc})", file=sys.stderr)
             raise
         finally:
             browser.close()
@@ -202,29 +232,60 @@ def browse(out: Path, sweep: Path, token: str, ray_url: str, tb_port: int, od_po
 def visit(page, out: Path, sweep: Path, token: str, ray_url: str, tb_port: int, od_port: int, timeout: float) -> None:
     # Ray dashboard: the page asks for the token; paste it as a user does
     page.goto(f"{ray_url}/#/jobs")
+    from playwright.sync_api import TimeoutError as PageTimeout
+
     field = page.get_by_role("dialog").locator("input").first
-    field.wait_for(timeout=60_000)
-    field.fill(token)
-    page.get_by_role("button", name="Submit").click()
+    try:
+        field.wait_for(timeout=30_000)
+        field.fill(token)
+        page.get_by_role("button", name="Submit").click()
+    except PageTimeout:  # no dialog: this browser already holds the token's cookie
+        pass
     page.get_by_text(sweep.name).first.wait_for(timeout=60_000)  # the Jobs page lists the job by name
     shoot(page, out / "ray-jobs.png")
-    page.goto(f"{ray_url}/#/jobs/{sweep.name}")
-    trial = page_shows_running_trial(page, sweep, timeout, reload_every=10)
-    page.get_by_text(f"[xbm] trial {trial}").last.scroll_into_view_if_needed()
+    # the job's page: its driver log, filtered to the trials' lines, newest first (reloaded per try: the
+    # viewer's own Refresh button clears the filter)
+    def open_job_log(_running):
+        page.goto(f"{ray_url}/#/jobs/{sweep.name}")
+        page.reload()
+        keyword = page.get_by_label("Keyword")
+        keyword.wait_for(timeout=60_000)
+        keyword.fill("[xbm] trial")
+        keyword.press("Enter")
+        page.get_by_text("Reverse").locator("..").locator("input[type=checkbox]").check()
+        page.get_by_text("[xbm] trial").first.wait_for(timeout=30_000)
+
+    trial = page_shows_running_trial(page, sweep, timeout, open_page=open_job_log)
+    keyword = page.get_by_label("Keyword")
+    keyword.evaluate("e => e.scrollIntoView({block: 'start'})")
     shoot(page, out / "ray-job-log.png")
     print(f"Ray dashboard: job {sweep.name}, running trial {trial} shown")
 
-    page.goto(f"http://127.0.0.1:{tb_port}/?runFilter=&tagFilter={METRIC}#timeseries")
-    trial = page_shows_running_trial(page, sweep, timeout, reload_every=15)
+    # TensorBoard lists runs in a scrolled table: filter it to the running trials (a regex of their ids)
+    def open_tensorboard(running):
+        page.goto(f"http://127.0.0.1:{tb_port}/?tagFilter={METRIC}&runFilter={'|'.join(sorted(running))}#timeseries")
+        page.get_by_text(f"ray/tune/{METRIC}").first.wait_for(timeout=30_000)
+        time.sleep(2)  # the curves draw after the cards
+
+    trial = page_shows_running_trial(page, sweep, timeout, open_page=open_tensorboard)
     shoot(page, out / "tensorboard.png")
     print(f"TensorBoard: running trial {trial} shown")
 
-    page.goto(f"http://127.0.0.1:{od_port}/dashboard")
-    page.get_by_text(sweep.name).first.click()
-    page.wait_for_load_state()
-    page.goto(page.url.rstrip("/") + "/trial-list")
-    trial = page_shows_running_trial(page, sweep, timeout, reload_every=10)
-    shoot(page, out / "optuna-dashboard.png")
+    # optuna-dashboard: the study's history (the objective is named after the metric), then a running
+    # trial's page (its Ray id is a user attribute; its epochs so far are intermediate values)
+    study_id, _ = optuna_numbers(sweep)
+    page.goto(f"http://127.0.0.1:{od_port}/dashboard/studies/{study_id}")
+    page.get_by_text(METRIC).first.wait_for(timeout=60_000)
+    shoot(page, out / "optuna-dashboard-history.png")
+
+    def open_running(running):
+        numbers = optuna_numbers(sweep)[1]
+        number = next((numbers[t] for t in sorted(running) if t in numbers), None)
+        page.goto(f"http://127.0.0.1:{od_port}/dashboard/studies/{study_id}/trials?numbers={number}")
+        page.get_by_text("User Attributes").first.wait_for(timeout=30_000)
+
+    trial = page_shows_running_trial(page, sweep, timeout, metric=False, open_page=open_running)
+    shoot(page, out / "optuna-dashboard-trial.png")
     print(f"optuna-dashboard: running trial {trial} shown")
 
 

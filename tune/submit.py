@@ -100,3 +100,17 @@ def follow_help(job_id: str, address: str) -> str:
             f"  status:  ray job status --address {address} {job_id}\n"
             f"  stop:    ray job stop --address {address} {job_id}\n"
             f"  Jobs page: {address.rstrip('/')}/#/jobs (the driver log holds Tune's progress table)")
+
+
+#: what `xbm-tune dashboard` prints
+DASHBOARD_HELP = """A sweep started without --address runs its own Ray, whose dashboard dies with the sweep.
+To keep Ray and its dashboard alive across sweeps, start Ray once and join it:
+
+  ray start --head --dashboard-host=127.0.0.1       # Ray and its dashboard on http://127.0.0.1:8265
+  xbm-tune sweep quickstart --address auto           # the sweep joins it; the dashboard outlives it
+  xbm-tune submit quickstart                         # or as a Ray job: the Jobs page shows its driver log
+  ray stop                                           # when done
+
+Token authentication is on by default: the page asks for the token that `ray get-auth-token` prints.
+From another machine, tunnel first: ssh -L 8265:127.0.0.1:8265 <this host>.
+What the dashboard shows of a sweep: docs/sweeps.md, "Watching a sweep"."""

@@ -307,8 +307,9 @@ def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results
     info = connect(options.address, options.dashboard, **init_kwargs)
     print_info(info)
     try:
-        tuner = tune.Tuner(trainable(options), tune_config=tune_config,
-                           run_config=_run_config(options, name, sweep_uri, [sink]))
+        best = SweepBest(name, options.metric, options.mode)  # the stage's best, in the trials' lines
+        tuner = tune.Tuner(trainable(options, name), tune_config=tune_config,
+                           run_config=_run_config(options, name, sweep_uri, [sink, best]))
         tuner.fit()
         return outcome(sweep_uri, options.metric, options.mode)
     finally:
