@@ -81,7 +81,8 @@ def ray_head(work: Path, env: dict, num_cpus: int = 2):
     with process(argv, env, work / "ray-head.log") as proc:
         wait_until("the Ray dashboard", lambda: proc.poll() is not None or http_ok(f"{url}/api/jobs/", headers), 120)
         if proc.poll() is not None:
-            raise RuntimeError(f"ray start --head exited with {proc.returncode}: see {work / 'ray-head.log'}")
+            tail = (work / "ray-head.log").read_text()[-3000:]
+            raise RuntimeError(f"ray start --head exited with {proc.returncode}:\n{tail}")
         yield url
 
 

@@ -67,7 +67,12 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
                               f"live): open it with `optuna-dashboard {out}`, or export elsewhere with --out")
     metric, mode = record.get("metric", "recall_at_1"), record.get("mode", "max")
     space = space_of(record)
-    study = optuna.create_study(study_name=name, storage=storage, sampler=optuna.samplers.RandomSampler(0),
+    # built in a side file, appended to ``out`` only when whole: a refused trial leaves ``out`` as it was
+    partial = f"{out}.partial"
+    if os.path.exists(partial):
+        os.remove(partial)
+    study = optuna.create_study(study_name=name, storage=journal_storage(partial),
+                                sampler=optuna.samplers.RandomSampler(0),
                                 direction="maximize" if mode == "max" else "minimize")
     name_objective(study, metric)
     counts: dict[str, int] = {}
@@ -76,8 +81,14 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
             continue
         epochs = results.read_table(f"epochs/{row['trial_id']}.parquet")
         curve = [(r["epoch"], r.get(metric)) for r in (epochs.to_pylist() if epochs is not None else [])]
-        state = add_trial(study, space, row, curve, metric)
+        try:
+            state = add_trial(study, space, row, curve, metric)
+        except BaseException:
+            os.remove(partial)
+            raise
         counts[state] = counts.get(state, 0) + 1
+    optuna.copy_study(from_study_name=name, from_storage=study._storage, to_storage=storage)
+    os.remove(partial)
     return out, name, counts
 
 
@@ -98,7 +109,11 @@ def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]]
     point = {k: row[f"config.{k}"] for k in space.params if row.get(f"config.{k}") is not None}
     study.enqueue_trial(point, skip_if_exists=False)
     trial = study.ask()
-    space.define_by_run(trial)
+    try:
+        space.define_by_run(trial)
+    except ValueError as exc:  # a choice the space does not offer
+        raise SweepInputError(f"trial {row['trial_id']}: its params {point} are not a point of the sweep's "
+                              f"space ({exc})") from None
     if trial.params != point:  # Optuna samples instead of a point outside the space: say so, never guess
         raise SweepInputError(f"trial {row['trial_id']}: its params {point} are not a point of the sweep's "
                               f"space (Optuna suggested {trial.params})")
