@@ -78,6 +78,8 @@ def ray_head(work: Path, env: dict, num_cpus: int = 2):
             f"--num-cpus={num_cpus}", "--num-gpus=0", f"--temp-dir={work / 'ray'}", "--include-dashboard=true"]
     url = f"http://127.0.0.1:{ports['--dashboard-port']}"
     headers = {"Authorization": f"Bearer {env['RAY_AUTH_TOKEN']}"} if env.get("RAY_AUTH_TOKEN") else {}
+    # a busy machine starts the dashboard slowly; Ray's own wait for it is 60 s
+    env = {"RAY_DASHBOARD_STARTUP_TIMEOUT_S": "300", **env}
     with process(argv, env, work / "ray-head.log") as proc:
         wait_until("the Ray dashboard", lambda: proc.poll() is not None or http_ok(f"{url}/api/jobs/", headers), 120)
         if proc.poll() is not None:

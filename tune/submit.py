@@ -20,7 +20,7 @@ from typing import Sequence
 from tune.options import SweepInputError
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
-#: how long to wait for the job agent of a head that is still starting
+#: how long to wait for a head (or its job agent) that is still starting
 AGENT_WAIT_S = 60.0
 #: flags of ``xbm-tune sweep`` that the job sets itself (value-taking ones drop their value too)
 _DROPPED_WITH_VALUE = ("--address",)
@@ -65,8 +65,7 @@ def submit(argv: Sequence[str], name: str, address: str) -> str:
     enable_token_auth_if_available()
     entrypoint = shlex.join(["xbm-tune", *job_argv(argv, name)])
     try:
-        client = JobSubmissionClient(address)
-        return _submit_when_ready(client, entrypoint, name)
+        return _submit_when_ready(lambda: JobSubmissionClient(address), entrypoint, name)
     except AuthenticationError as exc:
         raise SweepInputError(f"--address {address}: the dashboard refused the token ({exc}); put the "
                               f"cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN "
@@ -80,16 +79,18 @@ def submit(argv: Sequence[str], name: str, address: str) -> str:
         raise
 
 
-def _submit_when_ready(client, entrypoint: str, name: str, wait_s: float = AGENT_WAIT_S) -> str:
-    """Submit; a head started seconds ago answers "No available agent" until its job agent is up (Ray
-    asks to "try again later"), so retry that one answer for up to ``wait_s`` seconds."""
+def _submit_when_ready(connect, entrypoint: str, name: str, wait_s: float = AGENT_WAIT_S) -> str:
+    """Connect and submit; a head started seconds ago (or a very busy one) may not answer yet, or answer
+    "No available agent" until its job agent is up (Ray asks to "try again later"): retry those two for
+    up to ``wait_s`` seconds, then raise the last error."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return client.submit_job(entrypoint=entrypoint, submission_id=name,
-                                     metadata={"job_name": name, "xbm_sweep": name})  # job_name: the Name column
-        except RuntimeError as exc:
-            if "No available agent" not in str(exc) or time.monotonic() > deadline:
+            return connect().submit_job(entrypoint=entrypoint, submission_id=name,
+                                        metadata={"job_name": name, "xbm_sweep": name})  # job_name: the Name column
+        except (ConnectionError, RuntimeError) as exc:
+            retry = isinstance(exc, ConnectionError) or "No available agent" in str(exc)
+            if not retry or time.monotonic() > deadline:
                 raise
             time.sleep(2)
 
