@@ -81,7 +81,7 @@ def ray_head(work: Path, env: dict, num_cpus: int = 2):
     # a busy machine starts the dashboard slowly; Ray's own wait for it is 60 s
     env = {"RAY_DASHBOARD_STARTUP_TIMEOUT_S": "300", **env}
     with process(argv, env, work / "ray-head.log") as proc:
-        wait_until("the Ray dashboard", lambda: proc.poll() is not None or http_ok(f"{url}/api/jobs/", headers), 120)
+        wait_until("the Ray dashboard", lambda: proc.poll() is not None or http_ok(f"{url}/api/jobs/", headers), 300)
         if proc.poll() is not None:
             tail = (work / "ray-head.log").read_text()[-3000:]
             raise RuntimeError(f"ray start --head exited with {proc.returncode}:\n{tail}")
@@ -102,7 +102,7 @@ def http_ok(url: str, headers: dict | None = None) -> bool:
     import requests
 
     try:
-        return requests.get(url, headers=headers or {}, timeout=2).ok
+        return requests.get(url, headers=headers or {}, timeout=5).ok
     except requests.RequestException:
         return False
 
