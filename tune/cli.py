@@ -1,4 +1,4 @@
-"""``xbm-tune``: sweeps, resume, spaces, status, train, confirm, report.
+"""``xbm-tune``: sweeps, submit, resume, spaces, status, train, confirm, report, export-optuna, dashboard.
 
 Exit status: 0 done, 2 bad input (nothing started, nothing written), 1 failure.
 """
@@ -20,6 +20,9 @@ EXAMPLES = """examples:
   xbm-tune sweep my_space.yaml --search random --scheduler fifo --set dataset=omniglot \\
       --set data_root=../shared/datasets/omniglot_small --set model=resnet18 --set image_size=64
   xbm-tune sweep variants --address auto --storage s3://bucket/sweeps --name variants-v1
+  xbm-tune submit quickstart --address http://127.0.0.1:8265   # as a Ray job on a running cluster
+  xbm-tune dashboard                               # how to keep a local Ray and its dashboard alive
+  xbm-tune export-optuna ~/xbm_sweeps/quickstart-20261121-081500   # then optuna-dashboard <file>
   xbm-tune status ~/xbm_sweeps/quickstart-20261121-081500
   xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500
   xbm-tune confirm ~/xbm_sweeps/quickstart-20261121-081500 --top 3 --seeds 3
@@ -35,7 +38,7 @@ SWEEP_EXAMPLES = """examples:
 """
 
 
-def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -> None:
     parser.add_argument("space", metavar="SPACE_OR_FILE",
                         help="a shipped space name (xbm-tune spaces) or a YAML file")
     d = SweepOptions()
@@ -71,7 +74,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--storage", default=DEFAULT_STORAGE,
                      help="a folder, or a URI pyarrow.fs understands (s3://, gs://) for clusters (default %(default)s)")
     out.add_argument("--name", default=None, help="experiment name (default <space>-<UTC time>); must be new")
-    add_cluster_arguments(parser)
+    if cluster:
+        add_cluster_arguments(parser)
     cfg = parser.add_argument_group("training config")
     cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="pin a TrainConfig value, e.g. --set dataset=toy --set lr=3e-4 (repeatable)")
@@ -88,12 +92,13 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from(args: argparse.Namespace) -> SweepOptions:
+    cluster = {"address": args.address, "dashboard": args.dashboard} if hasattr(args, "dashboard") else {}
     return SweepOptions(
         num_samples=args.num_samples, search=args.search, scheduler=args.scheduler, max_epochs=args.max_epochs,
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, max_failures=args.max_failures,
         metric=args.metric, mode=args.mode, seed=args.seed, storage=args.storage, name=args.name,
-        address=args.address, dashboard=args.dashboard, strict=args.strict, warm_start=args.warm_start,
+        **cluster, strict=args.strict, warm_start=args.warm_start,
         overrides=parse_overrides(args.set), smoke_test=args.smoke_test)
 
 
@@ -108,8 +113,53 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"warm start: {plan.warm.summary()}")
     print(f"sweep {plan.experiment}: space {plan.space.name}, search {plan.options.search}, scheduler "
           f"{plan.options.scheduler}, {plan.options.num_samples} sample(s), {plan.max_epochs} epoch(s) max")
-    print(f"results: {plan.results_uri}", flush=True)
+    print(f"results: {plan.results_uri}")
+    print_watch_help(plan)
     return finish(run_sweep(plan))
+
+
+def print_watch_help(plan) -> None:
+    """Where to watch this sweep besides Ray's dashboard (docs/sweeps.md "Watching a sweep")."""
+    from tune.tensorboard_logger import TENSORBOARD_DIR
+
+    print(f"TensorBoard: tensorboard --logdir {plan.experiment_uri}/{TENSORBOARD_DIR}")
+    journal = plan.optuna_journal
+    if journal:
+        print(f"optuna-dashboard: optuna-dashboard {journal}")
+    else:
+        print(f"optuna-dashboard: after (or during) the sweep, xbm-tune export-optuna {plan.experiment_uri}")
+    print(flush=True)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from tune.submit import follow_help, submit
+    from tune.sweep import prepare
+
+    with bad_input():  # the sweep's own checks, here, before anything reaches the cluster
+        plan = prepare(args.space, options_from(args))
+    argv = list(args.argv)
+    forwarded = argv[argv.index("submit") + 1:] if "submit" in argv else argv
+    job_id = submit(forwarded, plan.experiment, args.address)
+    print(follow_help(job_id, args.address))
+    print(f"results (on the cluster's storage): {plan.results_uri}")
+    return 0
+
+
+def cmd_export_optuna(args: argparse.Namespace) -> int:
+    from tune.optuna_study import export_optuna
+
+    with bad_input():
+        out, name, counts = export_optuna(args.path, args.out)
+    shown = ", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no trials"
+    print(f"study {name!r} ({shown}) in {out}\nopen it: optuna-dashboard {out}")
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from tune.submit import DASHBOARD_HELP
+
+    print(DASHBOARD_HELP)
+    return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -194,6 +244,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run a sweep over a search space", epilog=SWEEP_EXAMPLES, formatter_class=raw)
     add_sweep_arguments(p)
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("submit", help="run a sweep as a Ray job on a running cluster", formatter_class=raw,
+                       epilog="examples:\n  xbm-tune submit quickstart --address http://127.0.0.1:8265\n"
+                              "  xbm-tune submit full --num-samples 200 --gpus-per-trial 0.5 --address http://HEAD:8265")
+    add_sweep_arguments(p, cluster=False)
+    p.add_argument("--address", default="http://127.0.0.1:8265",
+                   help="the cluster's dashboard URL, http://HEAD:8265 (default %(default)s)")
+    p.set_defaults(func=cmd_submit)
+    p = sub.add_parser("dashboard", help="how to keep a local Ray and its dashboard alive")
+    p.set_defaults(func=cmd_dashboard)
+    p = sub.add_parser("export-optuna", help="write a sweep's Optuna study (for optuna-dashboard) from its Parquet",
+                       formatter_class=raw,
+                       epilog="example:\n  xbm-tune export-optuna ~/xbm_sweeps/quickstart-20261121-081500\n"
+                              "  optuna-dashboard ~/xbm_sweeps/quickstart-20261121-081500/results/optuna.journal")
+    p.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>)")
+    p.add_argument("--out", default=None,
+                   help="the journal file (default <PATH>/results/optuna.journal; ./<name>.optuna.journal for a bucket)")
+    p.set_defaults(func=cmd_export_optuna)
     p = sub.add_parser("resume", help="finish a sweep whose driver died", formatter_class=raw,
                        epilog="examples:\n  xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500\n"
                               "  xbm-tune resume PATH --set data_root=/mnt/data/omniglot_small   # the data moved")
@@ -254,6 +321,7 @@ def bad_input():
 def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # `submit` forwards the flags as given
     except SystemExit as exc:  # --help (0) or a usage error (2), as a return value for callers and tests
         return int(exc.code or 0)
     try:

@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
+from tune.optuna_study import RAY_TRIAL_ID, name_objective
 from tune.options import SweepInputError
 from tune.parquet import finite
 from tune.trainable import ERROR_KEY
@@ -37,13 +38,25 @@ class PrunedOptunaSearch(OptunaSearch):
 
     def __init__(self, space: Callable, metric: str, mode: str, seed: int, budget: int,
                  time_attr: str = "epoch", points: list[dict] | None = None,
-                 rewards: list[float] | None = None) -> None:
+                 rewards: list[float] | None = None, study_name: str | None = None, storage=None) -> None:
         self._budget = int(budget)
         self._time_attr = time_attr
         self._steps: dict[str, set[int]] = {}
         sampler = optuna.samplers.TPESampler(seed=seed)
         super().__init__(space=space, metric=metric, mode=mode, sampler=sampler,
-                         points_to_evaluate=points or None, evaluated_rewards=rewards or None)
+                         points_to_evaluate=points or None, evaluated_rewards=rewards or None,
+                         study_name=study_name, storage=storage)
+
+    def _setup_study(self, mode) -> None:
+        super()._setup_study(mode)
+        name_objective(self._ot_study, self._metric)
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        config = super().suggest(trial_id)
+        if trial_id in self._ot_trials and isinstance(config, dict):
+            # optuna-dashboard shows user attributes: Ray's trial id ties a study trial to the Parquet row
+            self._ot_trials[trial_id].set_user_attr(RAY_TRIAL_ID, trial_id)
+        return config
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         if ERROR_KEY in result or trial_id not in self._ot_trials:
@@ -64,6 +77,7 @@ class PrunedOptunaSearch(OptunaSearch):
             self._report(trial_id, result)
             self._ot_study.tell(ot_trial, None, state=TrialState.PRUNED)
         else:
+            self._report(trial_id, result)  # the last epoch too, so the study's curve is whole
             self._ot_study.tell(ot_trial, float(value), state=TrialState.COMPLETE)
         self._completed_trials.add(trial_id)
 
@@ -74,6 +88,7 @@ class PrunedOptunaSearch(OptunaSearch):
         self._ot_study.enqueue_trial(dict(parameters), skip_if_exists=False)
         ot_trial = self._ot_study.ask()
         self._suggest_from_define_by_run_func(self._space, ot_trial)
+        ot_trial.set_user_attr("warm_start", True)
         if error or not finite(value):
             self._ot_study.tell(ot_trial, None, state=TrialState.FAIL)
         else:
@@ -96,6 +111,10 @@ class FixedConfigs(Searcher):
         self._configs = [dict(c) for c in configs]
         self._next = 0
 
+    def _setup_study(self, mode) -> None:
+        super()._setup_study(mode)
+        name_objective(self._ot_study, self._metric)
+
     def suggest(self, trial_id: str) -> dict | str:
         if self._next >= len(self._configs):
             return Searcher.FINISHED
@@ -114,22 +133,25 @@ class FixedConfigs(Searcher):
             self.__dict__.update(pickle.load(stream))
 
 
-def _optuna(space, options, budget: int, warm) -> tuple[PrunedOptunaSearch, dict]:
+def _optuna(space, options, budget: int, warm, study=None) -> tuple[PrunedOptunaSearch, dict]:
     points, rewards = (warm.points, warm.rewards) if warm is not None else (None, None)
     # Offset TPE's seed by the number of warm points: with the old sweep's seed, its first random
     # draws would repeat the old sweep's own start-up points, already evaluated.
     seed = options.seed + len(points or ())
+    name, storage = study if study is not None else (None, None)
     searcher = PrunedOptunaSearch(space.define_by_run, options.metric, options.mode, seed, budget,
-                                  points=points, rewards=rewards)
+                                  points=points, rewards=rewards, study_name=name, storage=storage)
     return searcher, {}
 
 
-def _variants(space, options, budget: int, warm) -> tuple[BasicVariantGenerator, dict]:
-    """Random and grid search: Ray's variant generator; conditional params draw from ``options.seed`` too."""
+def _variants(space, options, budget: int, warm, study=None) -> tuple[BasicVariantGenerator, dict]:
+    """Random and grid search: Ray's variant generator; conditional params draw from ``options.seed`` too.
+    No Optuna study (``study`` is ignored): ``xbm-tune export-optuna`` builds one from the Parquet."""
     return BasicVariantGenerator(random_state=options.seed), space.to_param_space(seed=options.seed)
 
 
-#: name -> factory(space, options, budget, warm_start) -> (search_alg, param_space of swept params)
+#: name -> factory(space, options, budget, warm_start, study=(name, optuna storage) or None)
+#:   -> (search_alg, param_space of swept params)
 SEARCHERS = {"optuna": _optuna, "random": _variants, "grid": _variants}
 
 
@@ -142,7 +164,8 @@ def check_search_options(options) -> None:
                               f"--search {options.search}: drop --warm-start or use --search optuna")
 
 
-def build_searcher(space, options, budget: int, warm=None):
-    """The search algorithm and the Tune param_space for the swept parameters."""
+def build_searcher(space, options, budget: int, warm=None, study=None):
+    """The search algorithm and the Tune param_space for the swept parameters; ``study`` = (name, Optuna
+    storage) persists an optuna searcher's study there (tune/optuna_study.py)."""
     check_search_options(options)
-    return SEARCHERS[options.search](space, options, budget, warm)
+    return SEARCHERS[options.search](space, options, budget, warm, study)

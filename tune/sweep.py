@@ -17,7 +17,10 @@ Tune settings every sweep shares: ``reuse_actors=True`` (issue 4 measured 16 tri
 without it and ~3.5 s with it in Ray 2.60: a new actor per trial re-imports torch and the trainer),
 ``FailureConfig(max_failures)`` (a crashed trial restarts from its last checkpoint),
 ``CheckpointConfig(num_to_keep=1)`` (the trainer state is rewritten each epoch; older ones are dead
-weight), readable trial names (``TrialNamer``), the Parquet sink as a callback.
+weight), readable trial names (``TrialNamer``), the Parquet sink as a callback, and what a running
+sweep shows (docs/sweeps.md "Watching a sweep"): the sweep's best published to the trials
+(``tune.live.SweepBest``), TensorBoard runs per trial (``SweepTensorBoard``), and for optuna sweeps on a
+local folder the searcher's study in ``results/optuna.journal`` (``tune.optuna_study``).
 """
 from __future__ import annotations
 
@@ -37,7 +40,10 @@ from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions
 from tune.parquet import RESULTS, SWEEP_JSON, Storage
 from tune.schedulers import build_scheduler
 from tune.searchers import FixedConfigs, build_searcher, check_search_options
+from tune.live import SweepBest
+from tune.optuna_study import journal_storage, live_journal
 from tune.sink import ParquetSink
+from tune.tensorboard_logger import SweepTensorBoard
 from tune.trainable import TrialNamer, make_trainable, train_config, trial_dirname
 from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS, absolute_paths
 
@@ -68,6 +74,11 @@ class SweepPlan:
     @property
     def results_uri(self) -> str:
         return f"{self.experiment_uri}/{RESULTS}"
+
+    @property
+    def optuna_journal(self) -> str | None:
+        """The live Optuna study's file (optuna search on a local folder), else None."""
+        return live_journal(self.results_uri) if self.options.search == "optuna" else None
 
 
 @dataclass
@@ -212,7 +223,9 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     """The Tuner for ``plan``; ``callbacks`` are extra Tune callbacks after the Parquet sink."""
     options = plan.options
     stop_reasons: dict[str, str] = {}
-    searcher, swept_space = build_searcher(plan.space, options, plan.max_epochs, plan.warm)
+    journal = plan.optuna_journal
+    study = (plan.experiment, journal_storage(journal)) if journal else None
+    searcher, swept_space = build_searcher(plan.space, options, plan.max_epochs, plan.warm, study)
     scheduler = build_scheduler(options, plan.max_epochs, stop_reasons)
     sink = ParquetSink(None, plan.experiment, options.metric, options.mode, stage="sweep",
                        swept=tuple(plan.space.params), stop_reasons=stop_reasons, provenance=provenance())
@@ -220,8 +233,9 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
         metric=options.metric, mode=options.mode, search_alg=searcher, scheduler=scheduler,
         num_samples=options.num_samples, max_concurrent_trials=options.max_concurrent, reuse_actors=True,
         trial_name_creator=TrialNamer(list(plan.space.params)), trial_dirname_creator=trial_dirname)
-    run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *callbacks])
-    tuner = tune.Tuner(trainable(options), param_space={**plan.space.base, **swept_space},
+    watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard()]
+    run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *watch, *callbacks])
+    tuner = tune.Tuner(trainable(options, plan.experiment), param_space={**plan.space.base, **swept_space},
                        tune_config=tune_config, run_config=run_config)
     return Built(tuner, sink, searcher, scheduler)
 
@@ -232,10 +246,11 @@ def start(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     return build_tuner(plan, callbacks)
 
 
-def trainable(options: SweepOptions, paths: Mapping[str, Any] | None = None):
-    """The trainable; ``paths`` (a resumed sweep's recorded paths) replace the trials' own values."""
+def trainable(options: SweepOptions, sweep: str | None = None, paths: Mapping[str, Any] | None = None):
+    """The trainable class; ``sweep`` (the experiment name) lets trials print the sweep's best so far;
+    ``paths`` (a resumed sweep's recorded paths) replace the trials' own values."""
     return make_trainable(options.metric, options.mode,
-                          {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}, paths)
+                          {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}, paths, sweep)
 
 
 def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: list) -> tune.RunConfig:
@@ -293,7 +308,8 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     info = connect(address, dashboard, **init_kwargs)
     print_info(info)
     try:
-        tuner = tune.Tuner.restore(uri, trainable=trainable(options, located), resume_unfinished=True,
+        tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.get("experiment"), located),
+                                   resume_unfinished=True,
                                    resume_errored=True, restart_errored=False)
         tuner.fit()
         return outcome(uri, record["metric"], record["mode"])
@@ -363,8 +379,9 @@ def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results
     info = connect(options.address, options.dashboard, **init_kwargs)
     print_info(info)
     try:
-        tuner = tune.Tuner(trainable(options), tune_config=tune_config,
-                           run_config=_run_config(options, name, sweep_uri, [sink]))
+        best = SweepBest(name, options.metric, options.mode)  # the stage's best, in the trials' lines
+        tuner = tune.Tuner(trainable(options, name), tune_config=tune_config,
+                           run_config=_run_config(options, name, sweep_uri, [sink, best]))
         tuner.fit()
         return outcome(sweep_uri, options.metric, options.mode)
     finally:

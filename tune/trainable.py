@@ -31,6 +31,8 @@ import numpy as np
 from ray import tune
 from ray.tune.trainable.function_trainable import wrap_function
 
+from tune import live
+
 CHECKPOINT_FILE = "trainer.pt"
 #: result keys that mark the final report of a trial ended by a non-finite loss
 ERROR_KEY = "error"
@@ -77,9 +79,13 @@ def worst_value(mode: str) -> float:
     return -math.inf if mode == "max" else math.inf
 
 
-def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[str, Any] | None = None) -> None:
+def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[str, Any] | None = None,
+              sweep: str | None = None) -> None:
     """Train one trial, reporting each epoch with a checkpoint; resume from Tune's checkpoint if any.
-    ``paths`` replace the config's values of those keys (module docstring)."""
+    ``paths`` replace the config's values of those keys (module docstring).
+
+    It prints a header and one line per epoch to the actor's stdout (``tune.live``); ``sweep`` is the
+    experiment name under which the driver publishes the sweep's best so far."""
     # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
     import ray
     import torch
@@ -89,6 +95,9 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     from xbm.trainer import Trainer
     from xbm.training.rng import seed_everything
 
+    context = tune.get_context()
+    trial_id = context.get_trial_id()
+    live.print_header(trial_id, context.get_trial_name(), config)
     moved = {k: v for k, v in (paths or {}).items() if config.get(k) != v}
     cfg = train_config({**config, **moved})
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
@@ -117,24 +126,28 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     try:
         for metrics in trainer.fit():
             epoch = int(metrics["epoch"])
+            print(live.epoch_line(trial_id, metrics, cfg.epochs, metric, mode, live.published_best(sweep)), flush=True)
             with tempfile.TemporaryDirectory(prefix="xbm-ckpt-") as folder:
                 torch.save(trainer.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
                 # report() persists the folder to the trial's storage before it returns
                 tune.report({**metrics, **where}, checkpoint=tune.Checkpoint.from_directory(folder))
     except NonFiniteLossError as exc:
+        print(f"{live.PREFIX} trial {trial_id} epoch {exc.epoch}/{cfg.epochs} failed: {exc}", flush=True)
         # no checkpoint: the last good one stays the trial's last checkpoint
         tune.report({"epoch": max(exc.epoch, epoch), metric: worst_value(mode), **where,
                      ERROR_KEY: f"{type(exc).__name__}: {exc}"})
 
 
 def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None = None,
-                   paths: Mapping[str, Any] | None = None) -> type:
-    """The Tune trainable class for a sweep optimising ``metric`` in ``mode``.
+                   paths: Mapping[str, Any] | None = None, sweep: str | None = None) -> type:
+    """The Tune trainable class for a sweep ``sweep`` optimising ``metric`` in ``mode``.
 
-    A function trainable (``run_trial``) wrapped by Ray, subclassed only to name its actors: the
-    dashboard's Actors view shows ``XbmTrial(<trial name>)`` where the trial name carries the trial id
-    and its variant (see ``TrialNamer``). Ray records an actor's repr once, when the actor starts, so
-    with ``reuse_actors=True`` it names the first trial that actor ran. ``resources`` (e.g.
+    A function trainable (``run_trial``) wrapped by Ray, subclassed to name its actors and their logs:
+    ``repr`` is ``XbmTrial(<trial name>)`` of the trial the actor runs now (the name carries the trial
+    id and its variant, see ``TrialNamer``). Ray records the repr once, when the actor starts, for the
+    dashboard's Actors table and the log prefix; with ``reuse_actors=True`` the Actors table keeps
+    naming the first trial of that actor, while ``reset_config`` re-announces the name so the log
+    prefix follows the new trial (``tune.live.announce_actor_name``). ``resources`` (e.g.
     ``{"cpu": 1, "gpu": 0.5}``) is each trial's request; set on the function before Ray wraps it, so the
     class keeps its name (``tune.with_resources`` on the class would rename it ``ResourceTrainable``).
     ``paths`` go to ``run_trial``.
@@ -142,7 +155,7 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
     paths = dict(paths or {})
 
     def xbm_trial(config):
-        return run_trial(config, metric, mode, paths)
+        return run_trial(config, metric, mode, paths, sweep)
 
     if resources is not None:
         xbm_trial = tune.with_resources(xbm_trial, dict(resources))
@@ -151,7 +164,13 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
     def __repr__(self) -> str:
         return f"XbmTrial({getattr(self, 'trial_name', '')})"
 
-    return type("XbmTrial", (base,), {"__repr__": __repr__, "__module__": __name__})
+    def reset_config(self, new_config) -> bool:
+        ok = base.reset_config(self, new_config)
+        if ok:  # Tune set the new trial's info before this call
+            live.announce_actor_name(repr(self))
+        return ok
+
+    return type("XbmTrial", (base,), {"__repr__": __repr__, "reset_config": reset_config, "__module__": __name__})
 
 
 class TrialNamer:
