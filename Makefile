@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup test test-fast sweep train bench
+.PHONY: setup test test-fast sweep train bench browser
 
 setup:
 	@bash scripts/setup.sh
@@ -21,3 +21,8 @@ train: setup
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The browser check (tests/tune/test_browser.py, scripts/screenshots.py): Debian's chromium driven by playwright.
+browser: setup
+	@[ -x /usr/bin/chromium ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	XBM_BROWSER_TEST=1 $(PY) -m pytest -q tests/tune/test_browser.py
