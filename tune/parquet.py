@@ -12,12 +12,20 @@ other reported number is float64 and any other string is string.
 A file is written to a temporary name next to it and moved over the old one (``rename`` on a local disk,
 atomic on POSIX; object stores publish an object only once complete), so a crash leaves the old file or
 the new one, never a torn one.
+
+Buckets: ``s3://bucket/prefix`` works with AWS and any S3-compatible server (MinIO, Ceph, moto) through
+the standard variables ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` (and
+``AWS_DEFAULT_REGION``), which ``pyarrow.fs.S3FileSystem`` reads itself, as Ray Tune's storage (also
+pyarrow.fs) does; ``check_storage`` turns a missing bucket or rejected credentials into one error
+before anything runs.
 """
 from __future__ import annotations
 
 import functools
 import json
 import math
+import os
+import time
 import uuid
 from typing import Any, Iterable, Mapping
 
@@ -25,12 +33,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from tune.options import SweepInputError
 from xbm.config import TrainConfig
 
 CONFIG_PREFIX = "config."
 RESULTS = "results"          # <experiment>/results/: the Parquet and sweep.json
 SWEEP_JSON = "sweep.json"
 INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries"})
+READ_ATTEMPTS = 5  # reads of a file that was being replaced (see Storage.read_table)
 _ARROW = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
 
 
@@ -128,9 +138,20 @@ class Storage:
             return json.loads(stream.readall().decode())
 
     def read_table(self, relative: str) -> pa.Table | None:
+        """The table, or None if the file is absent. An object store holds each version of a replaced
+        file whole, but a read is a size lookup then a ranged GET, so a read racing a replacement can
+        mix two versions (seen on S3 while the sink rewrote trials.parquet): read again."""
         if not self.exists(relative):
             return None
-        return pq.read_table(self.path(relative), filesystem=self.fs)
+        for attempt in range(READ_ATTEMPTS):
+            with self.fs.open_input_stream(self.path(relative)) as stream:
+                data = stream.readall()
+            try:
+                return pq.read_table(pa.BufferReader(data))
+            except pa.ArrowInvalid:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1)
 
     def list(self, relative: str, suffix: str = ".parquet") -> list[str]:
         """Names (not paths) of the files in folder ``relative`` ending with ``suffix``."""
@@ -156,14 +177,38 @@ class Storage:
             raise
 
 
+def check_storage(uri: str) -> None:
+    """Raise ``SweepInputError`` (the CLI's exit 2) when ``uri`` names a bucket that does not exist or
+    that the credentials cannot read; a local folder passes (it is created when needed)."""
+    if "://" not in uri:
+        return
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SweepInputError(f"{uri!r} is not a storage URI pyarrow.fs understands (s3://bucket/prefix, "
+                              f"gs://bucket/prefix, file:///folder): {exc}") from exc
+    if isinstance(fs, pafs.LocalFileSystem):
+        return
+    bucket = path.split("/", 1)[0]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") if fs.type_name == "s3" else None
+    where = f" at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else ""
+    try:
+        info = fs.get_file_info(bucket)
+    except OSError as exc:
+        keys = ("AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY" if fs.type_name == "s3" else "the credentials")
+        raise SweepInputError(f"cannot access bucket {bucket!r} of {uri}{where}: {str(exc).rstrip('.')}. Check {keys} "
+                              f"(and AWS_ENDPOINT_URL for an S3-compatible server)") from exc
+    if info.type == pafs.FileType.NotFound:
+        raise SweepInputError(f"bucket {bucket!r} of {uri} does not exist{where}: create it first "
+                              f"(e.g. `aws s3 mb s3://{bucket}`) or pass another --storage")
+
+
 def write_bytes(fs: pafs.FileSystem, path: str, payload) -> None:
     with fs.open_output_stream(path) as out:
         out.write(payload)
 
 
 def _absolute(path: str) -> str:
-    import os
-
     return os.path.abspath(os.path.expanduser(path))
 
 
