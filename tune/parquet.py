@@ -123,11 +123,12 @@ class Storage:
     def makedirs(self, relative: str = "") -> None:
         self.fs.create_dir(self.path(relative) if relative else self.root, recursive=True)
 
-    def write_table(self, relative: str, table: pa.Table) -> None:
-        """Replace ``relative`` atomically by ``table``. Encoded in memory and written in one piece: a
-        local file stream is unbuffered, and Parquet's many small writes cost more than the encoding."""
+    def write_table(self, relative: str, table: pa.Table, **options: Any) -> None:
+        """Replace ``relative`` atomically by ``table`` (``options`` go to ``pq.write_table``). Encoded in
+        memory and written in one piece: a local file stream is unbuffered, and Parquet's many small
+        writes cost more than the encoding."""
         buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer)
+        pq.write_table(table, buffer, **options)
         self._replace(relative, buffer.getvalue())
 
     def write_json(self, relative: str, data: Mapping[str, Any]) -> None:
