@@ -282,7 +282,7 @@ class ParquetSink(Callback):
         epochs = tuple(sorted(rows))
         last_schema, last_epochs, last_table = self._epoch_tables.get(trial_id, (None, None, None))
         if last_schema is not None and last_schema.equals(schema) and epochs == (*last_epochs, epoch):
-            table = pa.concat_tables([last_table, build_table([rows[epoch]], fields)])
+            table = pa.concat_tables([last_table, build_table([rows[epoch]], fields)]).combine_chunks()
         else:
             table = build_table([rows[e] for e in epochs], fields)
         self.storage.write_table(f"epochs/{trial_id}.parquet", table, **EPOCH_FILE_OPTIONS)
