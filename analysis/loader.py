@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -165,12 +166,21 @@ def _read_options(folder: Location, problems: list[Problem]) -> dict:
 
 
 def _read_parquet(folder: Location, relative: str, problems: list[Problem]) -> pd.DataFrame | None:
-    try:
-        table = pq.read_table(io.BytesIO(folder.read_bytes(relative)))
-    except Exception as exc:  # pyarrow raises several types for torn or foreign files
-        problems.append(Problem(folder.display(relative), f"unreadable, left out ({type(exc).__name__}: {exc})"))
-        return None
+    # a read racing the sink's replacement of the file on an object store can mix two versions (a size
+    # lookup, then a ranged GET): read again before calling the file unreadable
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            table = pq.read_table(io.BytesIO(folder.read_bytes(relative)))
+            break
+        except Exception as exc:  # pyarrow raises several types for torn or foreign files
+            if attempt == _READ_ATTEMPTS - 1:
+                problems.append(Problem(folder.display(relative), f"unreadable, left out ({type(exc).__name__}: {exc})"))
+                return None
+            time.sleep(0.1)
     return table.to_pandas(types_mapper=_TYPES.get)
+
+
+_READ_ATTEMPTS = 3
 
 
 _TYPES = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype(),

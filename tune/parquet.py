@@ -5,18 +5,27 @@ Layout under ``<storage>/<name>/results/`` (the contract ``analysis`` reads, see
 ``sweep.json`` (the sweep's options and space).
 
 Every column is nullable and its type fixed by name, never by the first value seen, so files written at
-different times concatenate: ``epoch``, ``epochs_completed``, ``best_epoch``, ``seed``, ``retries`` are
+different times concatenate: ``epoch``, ``epochs_completed``, ``best_epoch``, ``seed``, ``retries``, ``collapsed_epochs`` are
 int64; ``config.<name>`` columns take ``TrainConfig``'s field type (bool, int64, float64, string); any
 other reported number is float64 and any other string is string.
 
 A file is written to a temporary name next to it and moved over the old one (``rename`` on a local disk,
 atomic on POSIX; object stores publish an object only once complete), so a crash leaves the old file or
 the new one, never a torn one.
+
+Buckets: ``s3://bucket/prefix`` works with AWS and any S3-compatible server (MinIO, Ceph, moto) through
+the standard variables ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` (and
+``AWS_DEFAULT_REGION``), which ``pyarrow.fs.S3FileSystem`` reads itself, as Ray Tune's storage (also
+pyarrow.fs) does; ``check_storage`` turns a missing bucket or rejected credentials into one error
+before anything runs.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
+import time
 import uuid
 from typing import Any, Iterable, Mapping
 
@@ -24,20 +33,27 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from tune.options import SweepInputError
 from xbm.config import TrainConfig
 
 CONFIG_PREFIX = "config."
 RESULTS = "results"          # <experiment>/results/: the Parquet and sweep.json
 SWEEP_JSON = "sweep.json"
-INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries"})
+INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries", "collapsed_epochs"})
+READ_ATTEMPTS = 5  # reads of a file that was being replaced (see Storage.read_table)
 _ARROW = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
 
 
 def config_fields() -> list[pa.Field]:
     """One ``config.<dotted name>`` field per ``TrainConfig`` key, typed like the field (its default's type:
     every field has a bool, int, float or str default)."""
+    return list(_config_fields())
+
+
+@functools.cache
+def _config_fields() -> tuple[pa.Field, ...]:  # the sink asks at every result; TrainConfig() costs ~1 ms
     defaults = TrainConfig().to_dict()
-    return [pa.field(CONFIG_PREFIX + k, _ARROW.get(type(v), pa.string())) for k, v in defaults.items()]
+    return tuple(pa.field(CONFIG_PREFIX + k, _ARROW.get(type(v), pa.string())) for k, v in defaults.items())
 
 
 def value_type(name: str, value: Any) -> pa.DataType:
@@ -49,24 +65,40 @@ def value_type(name: str, value: Any) -> pa.DataType:
 
 def clean(value: Any, kind: pa.DataType) -> Any:
     """A Python value that fits ``kind`` (None stays None; numpy scalars become Python numbers)."""
-    if value is None:
-        return None
+    return None if value is None else _converter(kind)(value)
+
+
+@functools.cache
+def _converter(kind: pa.DataType):
     if pa.types.is_string(kind):
-        return str(value)
+        return str
     if pa.types.is_boolean(kind):
-        return bool(value)
+        return bool
     if pa.types.is_integer(kind):
-        as_float = float(value)
-        return None if math.isnan(as_float) else int(as_float)
-    return float(value)
+        return _to_int
+    return float
+
+
+def _to_int(value: Any) -> int | None:
+    as_float = float(value)
+    return None if math.isnan(as_float) else int(as_float)
+
+
+def clean_row(row: Mapping[str, Any], fields: list[pa.Field]) -> tuple:
+    """One row's values in ``fields`` order, each cleaned to its field's type (a missing key is null)."""
+    return tuple(None if (v := row.get(f.name)) is None else _converter(f.type)(v) for f in fields)
+
+
+def table_from_values(values: Iterable[tuple], fields: list[pa.Field]) -> pa.Table:
+    """Rows already cleaned by ``clean_row`` (for the same ``fields``) -> a table with exactly ``fields``."""
+    columns = list(zip(*values)) or [()] * len(fields)
+    return pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, fields)],
+                                schema=pa.schema(fields))
 
 
 def build_table(rows: Iterable[Mapping[str, Any]], fields: list[pa.Field]) -> pa.Table:
     """Rows (dicts) -> a table with exactly ``fields``; a missing key is null."""
-    rows = list(rows)
-    schema = pa.schema(fields)
-    columns = [pa.array([clean(r.get(f.name), f.type) for r in rows], type=f.type) for f in fields]
-    return pa.Table.from_arrays(columns, schema=schema)
+    return table_from_values([clean_row(r, fields) for r in rows], fields)
 
 
 class Storage:
@@ -91,27 +123,36 @@ class Storage:
     def makedirs(self, relative: str = "") -> None:
         self.fs.create_dir(self.path(relative) if relative else self.root, recursive=True)
 
-    def write_table(self, relative: str, table: pa.Table) -> None:
-        """Replace ``relative`` atomically by ``table``."""
-        self._replace(relative, lambda tmp: pq.write_table(table, tmp, filesystem=self.fs))
+    def write_table(self, relative: str, table: pa.Table, **options: Any) -> None:
+        """Replace ``relative`` atomically by ``table`` (``options`` go to ``pq.write_table``). Encoded in
+        memory and written in one piece: a local file stream is unbuffered, and Parquet's many small
+        writes cost more than the encoding."""
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer, **options)
+        self._replace(relative, buffer.getvalue())
 
     def write_json(self, relative: str, data: Mapping[str, Any]) -> None:
-        payload = json.dumps(data, indent=2, sort_keys=True, default=str).encode()
-
-        def write(tmp: str) -> None:
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(payload)
-
-        self._replace(relative, write)
+        self._replace(relative, json.dumps(data, indent=2, sort_keys=True, default=str).encode())
 
     def read_json(self, relative: str) -> dict:
         with self.fs.open_input_stream(self.path(relative)) as stream:
             return json.loads(stream.readall().decode())
 
     def read_table(self, relative: str) -> pa.Table | None:
+        """The table, or None if the file is absent. An object store holds each version of a replaced
+        file whole, but a read is a size lookup then a ranged GET, so a read racing a replacement can
+        mix two versions (seen on S3 while the sink rewrote trials.parquet): read again."""
         if not self.exists(relative):
             return None
-        return pq.read_table(self.path(relative), filesystem=self.fs)
+        for attempt in range(READ_ATTEMPTS):
+            with self.fs.open_input_stream(self.path(relative)) as stream:
+                data = stream.readall()
+            try:
+                return pq.read_table(pa.BufferReader(data))
+            except pa.ArrowInvalid:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.1)
 
     def list(self, relative: str, suffix: str = ".parquet") -> list[str]:
         """Names (not paths) of the files in folder ``relative`` ending with ``suffix``."""
@@ -120,7 +161,7 @@ class Storage:
         infos = self.fs.get_file_info(pafs.FileSelector(self.path(relative)))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(suffix))
 
-    def _replace(self, relative: str, write) -> None:
+    def _replace(self, relative: str, payload) -> None:
         final = self.path(relative)
         parent = final.rsplit("/", 1)[0]
         if parent not in self._made:
@@ -129,7 +170,7 @@ class Storage:
         # the temporary name does not end in .parquet, so readers globbing *.parquet never see it
         tmp = f"{parent}/.{final.rsplit('/', 1)[1]}.{uuid.uuid4().hex[:8]}.tmp"
         try:
-            write(tmp)
+            write_bytes(self.fs, tmp, payload)
             self.fs.move(tmp, final)
         except BaseException:
             if self.fs.get_file_info(tmp).type != pafs.FileType.NotFound:
@@ -137,9 +178,38 @@ class Storage:
             raise
 
 
-def _absolute(path: str) -> str:
-    import os
+def check_storage(uri: str) -> None:
+    """Raise ``SweepInputError`` (the CLI's exit 2) when ``uri`` names a bucket that does not exist or
+    that the credentials cannot read; a local folder passes (it is created when needed)."""
+    if "://" not in uri:
+        return
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SweepInputError(f"{uri!r} is not a storage URI pyarrow.fs understands (s3://bucket/prefix, "
+                              f"gs://bucket/prefix, file:///folder): {exc}") from exc
+    if isinstance(fs, pafs.LocalFileSystem):
+        return
+    bucket = path.split("/", 1)[0]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") if fs.type_name == "s3" else None
+    where = f" at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else ""
+    try:
+        info = fs.get_file_info(bucket)
+    except OSError as exc:
+        keys = ("AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY" if fs.type_name == "s3" else "the credentials")
+        raise SweepInputError(f"cannot access bucket {bucket!r} of {uri}{where}: {str(exc).rstrip('.')}. Check {keys} "
+                              f"(and AWS_ENDPOINT_URL for an S3-compatible server)") from exc
+    if info.type == pafs.FileType.NotFound:
+        raise SweepInputError(f"bucket {bucket!r} of {uri} does not exist{where}: create it first "
+                              f"(e.g. `aws s3 mb s3://{bucket}`) or pass another --storage")
 
+
+def write_bytes(fs: pafs.FileSystem, path: str, payload) -> None:
+    with fs.open_output_stream(path) as out:
+        out.write(payload)
+
+
+def _absolute(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 

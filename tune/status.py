@@ -6,13 +6,14 @@ from typing import Any
 
 import pandas as pd
 
-from tune.parquet import CONFIG_PREFIX, RESULTS, SWEEP_JSON, Storage
+from tune.parquet import CONFIG_PREFIX, RESULTS, SWEEP_JSON, Storage, check_storage
 from xbm.signals import trial_flags
 
 
 def load_status(path: str) -> tuple[dict[str, Any], pd.DataFrame]:
     """(sweep.json as a dict, or {} if missing; trials.parquet as a DataFrame). ValueError if neither."""
     uri = path.rstrip("/")
+    check_storage(uri)
     storage = Storage(f"{uri}/{RESULTS}")
     record = storage.read_json(SWEEP_JSON) if storage.exists(SWEEP_JSON) else {}
     table = storage.read_table("trials.parquet")

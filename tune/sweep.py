@@ -16,9 +16,9 @@ there, and their rows' ``config.data_root`` says so from then on.
 Tune settings every sweep shares: ``reuse_actors=True`` (issue 4 measured 16 trivial trials at ~25 s
 without it and ~3.5 s with it in Ray 2.60: a new actor per trial re-imports torch and the trainer),
 ``FailureConfig(max_failures)`` (a crashed trial restarts from its last checkpoint),
-``CheckpointConfig(num_to_keep=1)`` (the trainer state is rewritten each epoch; older ones are dead
-weight), readable trial names (``TrialNamer``), the Parquet sink as a callback, and what a running
-sweep shows (docs/sweeps.md "Watching a sweep"): the sweep's best published to the trials
+``CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS)`` (the trainer state is checkpointed each epoch; the
+last two are kept, see below), readable trial names (``TrialNamer``), the Parquet sink as a callback, and
+what a running sweep shows (docs/sweeps.md "Watching a sweep"): the sweep's best published to the trials
 (``tune.live.SweepBest``), TensorBoard runs per trial (``SweepTensorBoard``), and for optuna sweeps on a
 local folder the searcher's study in ``results/optuna.journal`` (``tune.optuna_study``).
 """
@@ -37,7 +37,7 @@ from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 
 from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions
-from tune.parquet import RESULTS, SWEEP_JSON, Storage
+from tune.parquet import RESULTS, SWEEP_JSON, Storage, check_storage
 from tune.schedulers import build_scheduler
 from tune.searchers import FixedConfigs, build_searcher, check_search_options
 from tune.live import SweepBest
@@ -50,10 +50,16 @@ from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS, absolute_paths
 # The experiment state (what `resume` restores) is saved at most this often; Tune's "auto" can wait
 # minutes on long sweeps, and a killed driver loses what happened since.
 os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "10")
-# With CheckpointConfig(num_to_keep=1) Tune snapshots the experiment state whenever a trial replaces its
-# checkpoint, so the state never points at a deleted checkpoint; that is the crash safety we want, and
-# Tune's warning about it would repeat every epoch.
+# Tune snapshots the experiment state whenever a trial has replaced num_to_keep checkpoints since the last
+# snapshot; that is the crash safety we want, and Tune's warning about it would repeat every epoch.
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+# Two, not one: a trial's older checkpoint is deleted as soon as its newer one is registered, but the
+# snapshot naming the newer one reaches the storage only when its upload ends. With one kept, a driver
+# killed during that upload left a snapshot naming a deleted checkpoint, and `resume` failed that trial
+# ("Could not recover from checkpoint as it does not exist on storage anymore"; reproduced on S3 by
+# tests/tune/test_s3.py). With two, the snapshot's checkpoint survives one more epoch, by which time the
+# periodic snapshot (TUNE_GLOBAL_CHECKPOINT_S) has named a newer one, unless epochs are shorter than it.
+KEEP_CHECKPOINTS = 2
 
 
 @dataclass
@@ -142,6 +148,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     build_scheduler(options, max_epochs, {})
     experiment = options.experiment_name(space.name)
     options = options.replace(name=experiment)
+    check_storage(options.storage_path())  # a missing bucket or rejected credentials: one error, now
     if Storage(options.storage_path()).exists(experiment):
         raise SweepInputError(f"experiment {experiment!r} already exists in {options.storage_path()}: "
                               f"choose another --name, or continue it with `xbm-tune resume "
@@ -203,6 +210,7 @@ def record_paths(uri: str, record: dict[str, Any], paths: Mapping[str, Any]) -> 
 def _warm_start(options: SweepOptions, space):
     from tune.warm_start import warm_start_points
 
+    check_storage(options.warm_start)
     if not Storage(options.warm_start).exists(f"{RESULTS}/trials.parquet"):
         raise SweepInputError(f"--warm-start must name a sweep folder holding {RESULTS}/trials.parquet, "
                               f"but got {options.warm_start!r}")
@@ -257,7 +265,7 @@ def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: 
     return tune.RunConfig(
         name=name, storage_path=storage_path, callbacks=callbacks, verbose=1,
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS))
 
 
 def sweep_record(plan: SweepPlan) -> dict[str, Any]:
@@ -318,6 +326,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
 
 
 def read_record(uri: str) -> dict[str, Any]:
+    check_storage(uri)
     storage = Storage(f"{uri.rstrip('/')}/{RESULTS}")
     if not storage.exists(SWEEP_JSON):
         raise SweepInputError(f"{uri!r} is not a sweep folder: {RESULTS}/{SWEEP_JSON} is missing")

@@ -1,7 +1,20 @@
-"""Shared fixtures of the tune tests: one local Ray per module, and a toy search-space file."""
+"""Shared fixtures of the tune tests: one local Ray per module, a toy search-space file, and a sweep
+driver killed halfway (for the resume tests on a folder and on a bucket)."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 TOY_SPACE = """
 description: end-to-end test space (toy data; thesis protocol and XBM paper Fig. 1 ratio in miniature)
@@ -29,3 +42,109 @@ def toy_space(tmp_path):
     path = tmp_path / "toy.yaml"
     path.write_text(TOY_SPACE)
     return path
+
+
+# ---- a sweep driver killed halfway (tests/tune/test_faults.py on a local folder, test_s3.py on a bucket) ----
+RESUME_SPACE = """description: resume
+base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 4, warmup_epochs: 0, batch_size: 32,
+       samples_per_class: 4, lr: 1.0e-3}
+params:
+  seed: {grid: [0, 1, 2]}
+"""
+
+
+@dataclass
+class KilledDriver:
+    """What a sweep folder held when its driver was killed: trials.parquet, a completed trial and the bytes
+    of its epoch file, and a trial halfway through (2 or 3 of 4 epochs) with its first epoch row."""
+
+    uri: str  # the sweep folder, <storage>/drv
+    fs: Any
+    results: str  # the results folder's path inside fs
+    before: Any
+    finished: str
+    finished_rows: bytes
+    halfway: str
+    first_epoch: Any
+
+    def assert_finished_once(self, trials) -> None:
+        """After ``resume``: 3 trials completed, 4 epochs each, none repeated or lost, the completed trial
+        not run again and the halfway one continued from its checkpoint."""
+        trials = trials.set_index("trial_id")
+        assert len(trials) == 3 and (trials.status == "completed").all()
+        assert set(self.before.index) <= set(trials.index)
+        epochs = pq.read_table(f"{self.results}/epochs", filesystem=self.fs).to_pandas()
+        assert len(epochs) == 12 and not epochs.duplicated(["trial_id", "epoch"]).any()
+        assert sorted(epochs.groupby("trial_id").epoch.apply(list).tolist()) == [[1, 2, 3, 4]] * 3
+        with self.fs.open_input_stream(f"{self.results}/epochs/{self.finished}.parquet") as stream:
+            assert stream.readall() == self.finished_rows  # not run again
+        # the interrupted trial continued from its checkpoint: its first epoch was not trained again
+        again = epochs[(epochs.trial_id == self.halfway) & (epochs.epoch == 1)].iloc[0]
+        assert again.epoch_time_s == self.first_epoch.epoch_time_s and again.loss == self.first_epoch.loss
+
+
+@pytest.fixture
+def killed_driver(tmp_path):
+    """A function ``(address, storage) -> KilledDriver``: runs ``xbm-tune sweep`` of RESUME_SPACE (3 trials x
+    4 epochs, one at a time) as a driver process joining the test's Ray at ``address`` into
+    ``<storage>/drv`` (a folder or a bucket URI), and kills it (SIGKILL) once trials.parquet shows a
+    completed trial and another trial's epoch file holds 2 rows (so both its checkpoints are kept,
+    whichever the last uploaded experiment snapshot names: see KEEP_CHECKPOINTS in tune/sweep.py)."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    def run(address: str, storage: str) -> KilledDriver:
+        (tmp_path / "resume.yaml").write_text(RESUME_SPACE)
+        env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        argv = [sys.executable, "-m", "tune.cli", "sweep", str(tmp_path / "resume.yaml"), "--search", "grid",
+                "--num-samples", "1", "--scheduler", "fifo", "--max-concurrent", "1", "--storage", storage,
+                "--name", "drv", "--address", address, "--no-dashboard"]
+        log = tmp_path / "driver.log"
+        with open(log, "w") as out:
+            driver = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+        uri = f"{storage.rstrip('/')}/drv"
+        fs, root = pafs.FileSystem.from_uri(uri if "://" in uri else f"file://{uri}")
+        results = f"{root}/results"
+
+        def read(path: str):  # as the project's readers do: again if it raced a replacement
+            for attempt in range(5):
+                with fs.open_input_stream(path) as stream:
+                    data = stream.readall()
+                try:
+                    return pq.read_table(pa.BufferReader(data))
+                except pa.ArrowInvalid:
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.1)
+
+        def trials():
+            return read(f"{results}/trials.parquet").to_pandas().set_index("trial_id")
+
+        def halfway(rows=(2,)) -> list[str]:  # epoch files are written at every epoch, trials.parquet every 2 s
+            files = fs.get_file_info(pafs.FileSelector(f"{results}/epochs", allow_not_found=True))
+            return [f.base_name[:-len(".parquet")] for f in files if f.base_name.endswith(".parquet")
+                    and read(f.path).num_rows in rows]
+
+        def ready() -> bool:
+            if fs.get_file_info(f"{results}/trials.parquet").type == pafs.FileType.NotFound:
+                return False
+            return (trials().status == "completed").sum() >= 1 and bool(halfway())
+
+        deadline = time.time() + 240
+        while not ready():
+            if driver.poll() is not None or time.time() > deadline:
+                driver.kill()
+                raise AssertionError(f"driver ended or timed out before the kill point:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        before = trials()
+        finished = before.index[before.status == "completed"][0]
+        with fs.open_input_stream(f"{results}/epochs/{finished}.parquet") as stream:
+            finished_rows = stream.readall()
+        # (it may have reported its last epoch between the check and the kill)
+        middle = (halfway((2, 3)) or [t for t in halfway((4,)) if t not in before.index[before.status == "completed"]])[0]
+        first = read(f"{results}/epochs/{middle}.parquet").to_pandas().iloc[0]
+        return KilledDriver(uri, fs, results, before, finished, finished_rows, middle, first)
+
+    return run

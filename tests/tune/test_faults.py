@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
-import time
-from pathlib import Path
 
-import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import ray
@@ -20,7 +15,6 @@ from ray.tune import Callback
 from tune.options import SweepOptions
 from tune.sweep import outcome, prepare, resume_sweep, start
 
-REPO = Path(__file__).resolve().parents[2]
 BASE = """base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 4, warmup_epochs: 0, batch_size: 32,
        samples_per_class: 4, lr: 1.0e-3}
 """
@@ -28,7 +22,6 @@ BASE = """base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 4, warmup
 # batch 16: epochs long enough (~200 steps) that the kill below lands inside one on a fast machine too
 FAULTS = ("description: faults\n" + BASE.replace("batch_size: 32", "batch_size: 16")
           + "params:\n  weight_decay: {grid: [0.0, 1.0e-4, 1.0e30]}\n")
-RESUME = "description: resume\n" + BASE + "params:\n  seed: {grid: [0, 1, 2]}\n"
 
 
 class KillMidEpoch(Callback):
@@ -67,58 +60,9 @@ def test_killed_trial_is_retried_from_its_checkpoint_and_nan_fails_alone(ray_ses
     assert epochs["epoch"].tolist() == [1, 2, 3, 4]
 
 
-def _sweep_process(tmp_path, address: str) -> subprocess.Popen:
-    (tmp_path / "resume.yaml").write_text(RESUME)
-    env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    argv = [sys.executable, "-m", "tune.cli", "sweep", str(tmp_path / "resume.yaml"), "--search", "grid",
-            "--num-samples", "1", "--scheduler", "fifo", "--max-concurrent", "1", "--storage", str(tmp_path / "out"), "--name", "drv",
-            "--address", address, "--no-dashboard"]
-    log = open(tmp_path / "driver.log", "w")
-    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def _wait_for(condition, process, timeout: float, log: Path) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        if process.poll() is not None or time.time() > deadline:
-            process.kill()
-            raise AssertionError(f"driver ended or timed out before the kill point:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-
-
 @pytest.mark.slow
-def test_killed_driver_then_resume_finishes_the_sweep(ray_session, tmp_path):
-    driver = _sweep_process(tmp_path, ray.get_runtime_context().gcs_address)
-    results = tmp_path / "out" / "drv" / "results"
-
-    def one_done_and_one_halfway() -> bool:
-        if not (results / "trials.parquet").is_file():
-            return False
-        trials = pd.read_parquet(results / "trials.parquet")  # status changes are written at once
-        running = trials.trial_id[trials.status == "running"]
-        return (trials.status == "completed").sum() >= 1 and any(
-            (results / "epochs" / f"{t}.parquet").is_file()
-            and pq.read_metadata(results / "epochs" / f"{t}.parquet").num_rows in (2, 3) for t in running)
-
-    # Tune snapshots its state at every checkpoint here (num_to_keep=1), so no wait is needed
-    _wait_for(one_done_and_one_halfway, driver, 240, tmp_path / "driver.log")
-    driver.send_signal(signal.SIGKILL)
-    driver.wait()
-    before = pd.read_parquet(results / "trials.parquet").set_index("trial_id")
-    finished = before.index[before.status == "completed"][0]
-    finished_rows = (results / "epochs" / f"{finished}.parquet").read_bytes()
-    halfway = next(t for t in before.index[before.status == "running"]
-                   if pq.read_metadata(results / "epochs" / f"{t}.parquet").num_rows >= 2)
-    first_epoch = pd.read_parquet(results / "epochs" / f"{halfway}.parquet").iloc[0]
-
-    result = resume_sweep(str(tmp_path / "out" / "drv"), dashboard=False)
-    trials = result.trials.set_index("trial_id")
-    assert len(trials) == 3 and (trials.status == "completed").all() and result.exit_code() == 0
-    assert set(before.index) <= set(trials.index)
-    epochs = pq.read_table(results / "epochs").to_pandas()
-    assert len(epochs) == 12 and not epochs.duplicated(["trial_id", "epoch"]).any()
-    assert sorted(epochs.groupby("trial_id").epoch.apply(list).tolist()) == [[1, 2, 3, 4]] * 3
-    assert (results / "epochs" / f"{finished}.parquet").read_bytes() == finished_rows  # not run again
-    # the interrupted trial continued from its checkpoint: its first epoch was not trained again
-    again = epochs[(epochs.trial_id == halfway) & (epochs.epoch == 1)].iloc[0]
-    assert again.epoch_time_s == first_epoch.epoch_time_s and again.loss == first_epoch.loss
+def test_killed_driver_then_resume_finishes_the_sweep(ray_session, killed_driver, tmp_path):
+    killed = killed_driver(ray.get_runtime_context().gcs_address, str(tmp_path / "out"))
+    result = resume_sweep(killed.uri, dashboard=False)
+    assert result.exit_code() == 0
+    killed.assert_finished_once(result.trials)

@@ -1,5 +1,6 @@
 """The Parquet sink on fake trials (no Ray): schema, statuses, atomic replacement, resume without
-duplicated or lost rows, and the files read as they are by pandas, pyarrow, polars and duckdb."""
+duplicated or lost rows, trials.parquet's throttled rewrites and the reconciliation after a killed
+driver, and the files read as they are by pandas, pyarrow, polars and duckdb."""
 from __future__ import annotations
 
 import math
@@ -47,11 +48,13 @@ def feed(sink: ParquetSink, trial: FakeTrial, epochs, values=None) -> None:
         sink.on_trial_result(0, [], trial, res)
 
 
-def make_sink(folder, **kwargs) -> ParquetSink:
+def make_sink(folder, interval: float = 0.0, **kwargs) -> ParquetSink:
+    """A sink on ``folder``; ``interval`` 0 writes trials.parquet at every event, so tests can read it."""
     sink = ParquetSink(str(folder), "exp", "recall_at_1", "max",
                        swept=("normaliser.kind", "normaliser.lambda_mu"), provenance={"git_sha": "abc",
                                                                                       "package_version": "0.1.0"},
                        **kwargs)
+    sink.trials_interval_s = interval
     sink.setup()
     return sink
 
@@ -144,12 +147,12 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
     feed(sink, trial, [1, 2])
     before = (tmp_path / "epochs" / "t1.parquet").read_bytes()
 
-    def torn_write(table, where, filesystem=None):
-        with filesystem.open_output_stream(where) as out:
-            out.write(b"PAR1 half a file")
+    def torn_write(fs, path, payload):
+        with fs.open_output_stream(path) as out:
+            out.write(payload[: len(payload) // 2])
         raise OSError("disk full")
 
-    monkeypatch.setattr(parquet.pq, "write_table", torn_write)
+    monkeypatch.setattr(parquet, "write_bytes", torn_write)
     with pytest.raises(OSError, match="disk full"):
         sink.on_trial_result(0, [], trial, result(3, 0.7))
     assert (tmp_path / "epochs" / "t1.parquet").read_bytes() == before
@@ -190,3 +193,77 @@ def test_storage_uri_and_json(tmp_path):
     assert store.read_table("trials.parquet").to_pylist() == [{"trial_id": "a", "epoch": 2}]
     assert store.list("") == ["trials.parquet"]
     assert (tmp_path / "deep" / "results" / "sweep.json").is_file()
+
+
+def test_trials_parquet_is_rewritten_at_most_once_per_interval_and_flushed_at_the_end(tmp_path):
+    """Bug caught: trials.parquet rewritten whole at every status change (quadratic in the sweep's size),
+    or a throttled change never written (no flush at a step after the interval, nor at the end)."""
+    sink = make_sink(tmp_path, interval=3600.0)
+    first, second = (FakeTrial(t, {**BASE, "normaliser.kind": "none", "epochs": 2}) for t in ("a", "b"))
+    feed(sink, first, [1])  # the first event writes at once
+    feed(sink, second, [1, 2])
+    sink.on_trial_complete(0, [], second)
+    sink.on_step_end(0, [])
+    written = pq.read_table(tmp_path / "trials.parquet").to_pylist()
+    assert [(r["trial_id"], r["status"], r["epochs_completed"]) for r in written] == [("a", "running", 0)]
+    assert pq.read_table(tmp_path / "epochs" / "b.parquet").num_rows == 2  # epoch rows are never held back
+
+    sink.trials_interval_s = 0.0  # the interval has passed: the next step writes what changed
+    sink.on_step_end(1, [])
+    rows = {r["trial_id"]: r for r in pq.read_table(tmp_path / "trials.parquet").to_pylist()}
+    assert rows["b"]["status"] == "completed" and rows["a"]["epochs_completed"] == 1
+
+    sink.trials_interval_s = 3600.0
+    feed(sink, first, [2])
+    sink.on_trial_complete(0, [], first)
+    sink.on_experiment_end([])
+    rows = {r["trial_id"]: r for r in pq.read_table(tmp_path / "trials.parquet").to_pylist()}
+    assert rows["a"]["status"] == "completed" and rows["a"]["epochs_completed"] == 2
+
+
+def test_a_resumed_sink_completes_trials_the_killed_driver_had_not_written(tmp_path):
+    """Bug caught: a trial that finished (or errored) in the last interval before the driver was killed
+    stays ``running`` forever, since Tune restores it as finished and sends no more events for it."""
+    sink = make_sink(tmp_path, interval=3600.0)
+    done = FakeTrial("done", {**BASE, "normaliser.kind": "none"})
+    early = FakeTrial("early", {**BASE, "normaliser.kind": "xbn"})
+    crash = FakeTrial("crash", {**BASE, "normaliser.kind": "xbn"}, error="Traceback\nRuntimeError: boom")
+    unfinished = FakeTrial("unfinished", {**BASE, "normaliser.kind": "xbn"})
+    for trial, epochs in ((done, [1, 2, 3, 4]), (early, [1, 2]), (crash, [1]), (unfinished, [1, 2])):
+        feed(sink, trial, epochs)
+    sink.on_trial_complete(0, [], done)  # throttled: the driver is killed before trials.parquet has it
+    assert {r["status"] for r in pq.read_table(tmp_path / "trials.parquet").to_pylist()} == {"running"}
+
+    resumed = make_sink(tmp_path, interval=3600.0)
+    for trial, status in ((done, "TERMINATED"), (early, "TERMINATED"), (crash, "ERROR"), (unfinished, "PENDING")):
+        trial.status = status
+    crash.num_failures = 3
+    resumed.on_step_begin(0, [done, early, crash, unfinished])
+    resumed.on_trial_start(0, [], unfinished)  # Tune restarts the unfinished one from its checkpoint
+    resumed.on_experiment_end([])
+    rows = {r["trial_id"]: r for r in pq.read_table(tmp_path / "trials.parquet").to_pylist()}
+    assert rows["done"]["status"] == "completed" and rows["done"]["epochs_completed"] == 4
+    assert rows["done"]["best_recall_at_1"] == pytest.approx(0.4) and rows["done"]["best_epoch"] == 4
+    assert rows["early"]["status"] == "stopped_early"
+    assert rows["early"]["stop_reason"] == "stopped by the scheduler after 2/4 epochs"
+    assert rows["crash"]["status"] == "failed" and rows["crash"]["error"] == "RuntimeError: boom"
+    assert rows["crash"]["retries"] == 3
+    assert rows["unfinished"]["status"] == "running" and rows["unfinished"]["epochs_completed"] == 2
+
+
+def test_epoch_file_appends_and_rebuilds_when_the_schema_grows(tmp_path):
+    """Bug caught: the cached epoch table appended a row under a stale schema (a metric first reported
+    at a later epoch, e.g. test_* with evaluate_test) or after a restored trial re-reported an epoch."""
+    sink = make_sink(tmp_path)
+    trial = FakeTrial("t1", {**BASE, "normaliser.kind": "none"})
+    feed(sink, trial, [1, 2])
+    sink.on_trial_result(0, [], trial, result(3, 0.3, test_recall_at_1=0.25))
+    sink.on_trial_result(0, [], trial, result(4, 0.4, test_recall_at_1=0.35))
+    sink.on_trial_result(0, [], trial, result(3, 0.33, test_recall_at_1=0.3))  # restored from epoch 2
+    table = pq.read_table(tmp_path / "epochs" / "t1.parquet")
+    assert table.column("epoch").to_pylist() == [1, 2, 3, 4]
+    assert table.column("test_recall_at_1").to_pylist() == [None, None, 0.3, 0.35]
+    assert table.column("recall_at_1").to_pylist() == pytest.approx([0.1, 0.2, 0.33, 0.4])
+    rebuilt = parquet.build_table([sink.epochs["t1"][e] for e in (1, 2, 3, 4)], sink.epoch_fields())
+    assert table.schema.remove_metadata() == rebuilt.schema
+    pd.testing.assert_frame_equal(table.to_pandas(), rebuilt.to_pandas())

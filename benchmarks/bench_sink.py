@@ -1,0 +1,177 @@
+"""Driver cost of the Parquet sink (tune/sink.py) as a sweep grows to thousands of trials (issue 9).
+
+The sink runs on Tune's driver, inside Tune's event loop: whatever it spends per result delays every
+trial's next step. This drives the real ``ParquetSink`` with synthetic results (no Ray, no training) of a
+sweep of ``--trials`` trials x ``--epochs`` epochs, ``--concurrent`` running at once (round-robin, as
+Tune interleaves them), each started, reporting every epoch and completing, a quarter of them stopped
+early at a third of their budget (as ASHA would), into a local results folder.
+
+It measures the driver time per result (every sink call, Tune's step end included, charged to the
+result stream) over the last 100 trials while the sweep holds 100, 500 and 2,000 trials. The trials
+before that window are already in the folder as finished rows of trials.parquet (written once, as the
+sink leaves them; their epoch files play no part in the sink's per-result work, and a sink that
+rewrites trials.parquet carries every one of them). It prints the ratio of the 2,000-trial figure to
+the 100-trial one (target <= 1.5x), every figure (target < 5 ms), and one whole trials.parquet rewrite
+at each size.
+
+    python benchmarks/bench_sink.py              # windows at 100, 500, 2,000 trials x 20 epochs
+    python benchmarks/bench_sink.py --quick      # windows at 100, 500 trials x 5 epochs
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pyarrow as pa  # noqa: E402
+
+from tune.parquet import Storage, build_table  # noqa: E402
+from tune.sink import ParquetSink  # noqa: E402
+
+BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs": 0, "batch_size": 32,
+        "samples_per_class": 4, "seed": 0}
+KINDS = ("none", "xbn", "axbn", "pcxbn", "scxbn", "ema")
+#: the trainer's per-epoch metrics (README "Parquet results"), as floats
+METRICS = ("loss", "lr", "recall_at_1", "recall_at_10", "map_at_r", "r_precision", "drift_mean", "drift_max",
+           "staleness_mean", "inter_distance_mean", "intra_distance_mean", "superclass_top_k",
+           "memory_neg_pairs", "batch_neg_pairs", "memory_fill", "epoch_time_s", "images_per_s")
+
+
+class FakeTrial(SimpleNamespace):
+    """The attributes of ``ray.tune.experiment.Trial`` the sink reads."""
+
+    def __init__(self, trial_id: str, config: dict) -> None:
+        super().__init__(trial_id=trial_id, config=config, num_failures=0, last_result={},
+                         placement_group_factory=SimpleNamespace(required_resources={"CPU": 1.0, "GPU": 0.5}))
+
+    def get_error(self):
+        return None
+
+    def __str__(self) -> str:
+        return f"XbmTrial_{self.trial_id}"
+
+
+def make_trials(count: int, epochs: int, rng: np.random.Generator) -> list[FakeTrial]:
+    trials = []
+    for i in range(count):
+        kind = str(KINDS[i % len(KINDS)])
+        config = {**BASE, "epochs": epochs, "normaliser.kind": kind,
+                  "memory.ratio": float(np.exp(rng.uniform(np.log(0.05), 0.0))),
+                  "lr": float(np.exp(rng.uniform(np.log(1e-4), np.log(1e-2)))),
+                  "normaliser.lambda_mu": float(rng.uniform()) if kind in ("pcxbn", "scxbn") else None}
+        trials.append(FakeTrial(f"{i:05d}_{rng.integers(1 << 30):08x}", config))
+    return trials
+
+
+def epoch_result(trial: FakeTrial, epoch: int, rng: np.random.Generator) -> dict:
+    metrics = {name: float(rng.uniform()) for name in METRICS}
+    metrics["drift_mean"] = math.nan if epoch == 1 else metrics["drift_mean"]
+    return {**metrics, "epoch": epoch, "eval_split": "val", "node_id": "node-1", "gpu_ids": "0",
+            "time_total_s": 3.0 * epoch, "training_iteration": epoch, "pid": 4242, "done": False,
+            "trial_id": trial.trial_id, "config": trial.config}
+
+
+def drive(sink: ParquetSink, trials: list[FakeTrial], epochs: int, concurrent: int,
+          rng: np.random.Generator) -> tuple[float, float, int]:
+    """Feed ``trials`` through ``sink``; (wall s, CPU s) of every sink call, and the results reported."""
+    budget = {t.trial_id: (max(1, epochs // 3) if i % 4 == 3 else epochs) for i, t in enumerate(trials)}
+    pending, running = list(reversed(trials)), []
+    wall = cpu = 0.0
+    results = 0
+
+    def timed(call, *args) -> None:
+        nonlocal wall, cpu
+        w, c = time.perf_counter(), time.process_time()
+        call(*args)
+        wall += time.perf_counter() - w
+        cpu += time.process_time() - c
+
+    while pending or running:
+        while pending and len(running) < concurrent:
+            trial = pending.pop()
+            timed(sink.on_trial_start, 0, [], trial)
+            running.append([trial, 0])
+        for slot in list(running):
+            trial, done = slot
+            result = epoch_result(trial, done + 1, rng)
+            trial.last_result = result
+            timed(sink.on_trial_result, 0, [], trial, result)
+            timed(sink.on_step_end, 0, [])  # Tune's loop ends a step after each event
+            results += 1
+            slot[1] = done + 1
+            if slot[1] >= budget[trial.trial_id]:
+                timed(sink.on_trial_complete, 0, [], trial)
+                running.remove(slot)
+    timed(sink.on_experiment_end, [])
+    return wall, cpu, results
+
+
+def finished_rows(sink: ParquetSink, trials: list[FakeTrial], epochs: int, rng: np.random.Generator) -> list[dict]:
+    """trials.parquet rows of finished trials, as the sink writes them (its own config columns)."""
+    rows = []
+    for trial in trials:
+        best = float(rng.uniform())
+        rows.append({"experiment": "bench", "stage": "sweep", "trial_id": trial.trial_id, "trial_name": str(trial),
+                     "status": "completed", "stop_reason": f"reached the epoch budget ({epochs})", "error": None,
+                     "epochs_completed": epochs, "best_recall_at_1": best, "final_recall_at_1": best,
+                     "best_epoch": epochs, "best_map_at_r": best / 2, "final_map_at_r": best / 2,
+                     "wall_time_s": 3.0 * epochs, "gpu_hours": 1.5 * epochs / 3600, "retries": 0, "seed": 0,
+                     "node_id": "node-1", "gpu_ids": "0", **sink.provenance, **sink._config_columns(trial.config)})
+    return rows
+
+
+def window(root: str, held: int, trials: list[FakeTrial], epochs: int, concurrent: int, rng) -> dict:
+    """Per-result cost of the last 100 trials while the sweep holds ``held``; one rewrite at that size."""
+    sink = ParquetSink(f"{root}/w{held}/results", "bench", "recall_at_1", "max", swept=(
+        "normaliser.kind", "memory.ratio", "lr", "normaliser.lambda_mu"),
+        provenance={"git_sha": "0" * 40, "package_version": "0.1.0"})
+    earlier, last = trials[:held - 100], trials[held - 100:held]
+    if earlier:
+        sink.metric_types = {"recall_at_1": pa.float64(), "map_at_r": pa.float64()}
+        Storage(f"{root}/w{held}/results").write_table(
+            "trials.parquet", build_table(finished_rows(sink, earlier, epochs, rng), sink.trial_fields()))
+    sink.setup()  # loads those rows, as on a resumed sweep
+    wall, cpu, results = drive(sink, last, epochs, concurrent, rng)
+    rewrites = []
+    for _ in range(5):
+        start = time.process_time()
+        sink._write_trials()
+        rewrites.append(time.process_time() - start)
+    assert len(sink.trials) == held
+    return {"wall": 1e3 * wall / results, "cpu": 1e3 * cpu / results, "results": results,
+            "rewrite": 1e3 * float(np.median(rewrites))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--concurrent", type=int, default=8, help="trials running at once (default %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="windows at 100 and 500 trials x 5 epochs")
+    args = parser.parse_args()
+    marks, epochs = ((100, 500), 5) if args.quick else ((100, 500, 2000), args.epochs)
+    rng = np.random.default_rng(0)
+    trials = make_trials(max(marks), epochs, rng)
+    with tempfile.TemporaryDirectory(prefix="bench_sink_") as root:
+        figures = {held: window(root, held, trials, epochs, args.concurrent, rng) for held in marks}
+    interval = ParquetSink(None, "x", "recall_at_1", "max").trials_interval_s
+    print(f"Parquet sink driver cost per result: last 100 trials x {epochs} epochs ({args.concurrent} at once, "
+          f"a quarter stopped at a third) of a sweep holding N trials; trials_interval_s={interval}")
+    print(f"{'N trials':>9} {'wall ms/result':>15} {'CPU ms/result':>14} {'results':>8} {'one trials.parquet rewrite, CPU ms':>35}")
+    for held, f in figures.items():
+        print(f"{held:9d} {f['wall']:15.3f} {f['cpu']:14.3f} {f['results']:8d} {f['rewrite']:35.1f}")
+    first, last = figures[marks[0]], figures[marks[-1]]
+    print(f"{marks[-1]} / {marks[0]} trials per result: wall {last['wall'] / first['wall']:.2f}x, CPU "
+          f"{last['cpu'] / first['cpu']:.2f}x (target <= 1.5x); largest wall {max(f['wall'] for f in figures.values()):.2f} ms, "
+          f"CPU {max(f['cpu'] for f in figures.values()):.2f} ms (target < 5 ms)")
+
+
+if __name__ == "__main__":
+    main()
