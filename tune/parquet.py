@@ -5,8 +5,8 @@ Layout under ``<storage>/<name>/results/`` (the contract ``analysis`` reads, see
 ``sweep.json`` (the sweep's options and space).
 
 Every column is nullable and its type fixed by name, never by the first value seen, so files written at
-different times concatenate: ``epoch``, ``epochs_completed``, ``best_epoch``, ``seed``, ``retries``, ``collapsed_epochs`` are
-int64; ``config.<name>`` columns take ``TrainConfig``'s field type (bool, int64, float64, string); any
+different times concatenate: ``epoch``, ``epochs_completed``, ``best_epoch``, ``seed``, ``retries``,
+``collapsed_epochs`` are int64; ``config.<name>`` columns take ``TrainConfig``'s field type (bool, int64, float64, string); any
 other reported number is float64 and any other string is string.
 
 A file is written to a temporary name next to it and moved over the old one (``rename`` on a local disk,

@@ -267,3 +267,21 @@ def test_epoch_file_appends_and_rebuilds_when_the_schema_grows(tmp_path):
     rebuilt = parquet.build_table([sink.epochs["t1"][e] for e in (1, 2, 3, 4)], sink.epoch_fields())
     assert table.schema.remove_metadata() == rebuilt.schema
     pd.testing.assert_frame_equal(table.to_pandas(), rebuilt.to_pandas())
+
+
+def test_collapsed_epochs_are_counted_per_trial_and_each_prints_one_warning(tmp_path, capsys):
+    """Bug caught: a trial whose loss saw no positive pair in some epochs looking healthy in trials.parquet,
+    or the sweep's console staying quiet about it (issue 8)."""
+    sink = make_sink(tmp_path)
+    trial = FakeTrial("t1", {"normaliser.kind": "xbn"})
+    sink.on_trial_start(0, [], trial)
+    for epoch, positives in ((1, 12.0), (2, 0.0), (3, 0.0)):
+        res = result(epoch, 0.1, loss_pos_pairs=positives, reference_raw_recall_at_1=0.435)
+        trial.last_result = res
+        sink.on_trial_result(0, [], trial, res)
+    sink.on_experiment_end([trial])
+    row = pd.read_parquet(tmp_path / "trials.parquet").iloc[0]
+    assert row["collapsed_epochs"] == 2 and row["reference_raw_recall_at_1"] == 0.435
+    assert str(pq.read_schema(tmp_path / "trials.parquet").field("collapsed_epochs").type) == "int64"
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert warnings == [line for line in warnings if "trial t1: epoch" in line] and len(warnings) == 2
