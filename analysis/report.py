@@ -17,7 +17,6 @@ from analysis import compare, curves, effects, importance, markdown, plots, tabl
 from analysis.columns import param_name, varying_columns
 from analysis.errors import NotApplicable
 from analysis.loader import Sweep, load
-from xbm.signals import trial_flags
 
 TOP = 10
 
@@ -113,6 +112,8 @@ class _Report:
     def health(self) -> list[str]:
         """Trials whose loss saw no positive pair in some epoch, or that end below raw-pixel neighbours:
         their numbers measure a broken run, not the configuration (issue 8)."""
+        from xbm.signals import trial_flags  # torch-free, but `import analysis` stays free of xbm
+
         trials = self.sweep.trials
         if trials.empty:
             return []
