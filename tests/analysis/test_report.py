@@ -70,3 +70,19 @@ def test_degenerate_sweeps_omit_sections_with_a_reason(crashed_sweep, build_swee
     assert "_Omitted: no sweep trial has finished its epoch budget with a value of best_recall_at_1" in text
     assert "_Omitted: no numeric parameter is swept" in text or "_Omitted: no parameter varies" in text
     assert "failed (" not in text
+
+
+def test_report_marks_collapsed_and_below_raw_trials(build_sweep, tmp_path):
+    """Bug caught: a report ranking a collapsed run or one below raw-pixel neighbours like any other
+    (issue 8: the shipped Omniglot study was such runs)."""
+    b = build_sweep
+    trials, epochs = b["finished_rows"]()
+    trials[0] = {**trials[0], "collapsed_epochs": 3, "reference_raw_recall_at_1": 0.1}
+    trials[1] = {**trials[1], "collapsed_epochs": 0, "reference_raw_recall_at_1": 0.99}
+    for row in trials[2:]:
+        row.update(collapsed_epochs=0, reference_raw_recall_at_1=0.1)
+    text = _check_links(write_report(b["write_sweep"](tmp_path / "health", trials, epochs)))
+    assert "**Unhealthy trials (2 of" in text
+    assert f"- `{trials[0]['trial_id']}`: collapsed 3 epochs" in text
+    assert f"- `{trials[1]['trial_id']}`: below raw pixels (" in text
+    assert f"`{trials[2]['trial_id']}`:" not in text
