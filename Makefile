@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup test test-fast sweep train bench
+.PHONY: setup test test-fast sweep train bench mutation
 
 setup:
 	@bash scripts/setup.sh
@@ -21,3 +21,7 @@ train: setup
 
 bench: setup
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# Mutation testing of the core modules (not in CI; hours on 2 cores): docs/ARCHITECTURE.md has the kill rates.
+mutation: setup
+	nice -n 19 $(PY) scripts/mutation.py $(GROUPS)

@@ -221,11 +221,25 @@ def test_evaluate_test_never_changes_training(tiny):
     """The documented claim: evaluating the test split as well (own DataLoader generator) leaves the
     training trajectory unchanged. Bug caught: evaluation drawing from the global RNG or leaving the model
     in eval mode, so that the sampler order, augmentations or weights of the next epoch would move."""
+    from xbm.training.rng import rng_state
+
+    def run(trainer):
+        """Each epoch's metrics, and the global RNG streams after it (the toy set draws no augmentation, so
+        a moved stream shows only here; image data sets would train differently)."""
+        history, streams = [], []
+        for metrics in trainer.fit():
+            history.append(metrics)
+            state = rng_state()
+            streams.append((state["torch"], state["numpy"]["keys"], state["numpy"]["pos"], state["python"]))
+        return history, streams
+
     values = {"epochs": 3, "val_fraction": 0.25, "normaliser.kind": "xbn"}
     plain_trainer = tiny(**values)
-    plain = list(plain_trainer.fit())
+    plain, plain_streams = run(plain_trainer)
     tested_trainer = tiny(**values, evaluate_test=True)
-    tested = list(tested_trainer.fit())
+    tested, tested_streams = run(tested_trainer)
+    for a, b in zip(plain_streams, tested_streams):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2:] == b[2:]
     assert "test_recall_at_1" in tested[-1] and "test_recall_at_1" not in plain[-1]
     for a, b in zip(plain, tested):
         diffs = {k: (a[k], b[k]) for k in a if k not in TIMINGS and not same(a[k], b[k])}
