@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup test test-fast sweep train bench browser
+.PHONY: setup test test-fast sweep train bench browser mutation
 
 setup:
 	@bash scripts/setup.sh
@@ -26,3 +26,7 @@ bench: setup
 browser: setup
 	@[ -x /usr/bin/chromium ] || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	XBM_BROWSER_TEST=1 $(PY) -m pytest -q tests/tune/test_browser.py
+
+# Mutation testing of the core modules (not in CI; hours on 2 cores): docs/ARCHITECTURE.md has the kill rates.
+mutation: setup
+	nice -n 19 $(PY) scripts/mutation.py $(GROUPS)

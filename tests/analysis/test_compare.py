@@ -47,7 +47,11 @@ def test_paired_differences_on_shared_seeds(finished_sweep):
     assert row["n_pairs"] == 3 and row["matched_on"] == "seed"
     assert row["mean_diff"] == pytest.approx(0.16 / 3)
     assert row["ci_low"] == pytest.approx(0.16 / 3 - T2 * std / math.sqrt(3), rel=1e-5)
-    assert 0 < row["p_value"] < 0.01
+    # Two-sided paired t-test by hand: t = mean / (std / sqrt(3)) = 16 with 2 degrees of freedom, whose CDF
+    # is 1/2 + t / (2 sqrt(2 + t^2)), so p = 1 - |t| / sqrt(2 + t^2) = 0.00388 (one-sided: half of it).
+    # Bug caught: a one-sided p-value, or df = n instead of n - 1.
+    t = (0.16 / 3) / (std / math.sqrt(3))
+    assert row["p_value"] == pytest.approx(1 - abs(t) / math.sqrt(2 + t * t), rel=1e-4)
     assert len(diffs) == 6
 
 

@@ -83,3 +83,31 @@ def test_smoke_sweep_then_status_then_the_name_is_taken(ray_session, tmp_path, c
     assert "sweep smoke: 2 trial(s)" in table and "best_recall_at_1" in table and "normaliser.kind" in table
     assert main(argv) == 2  # an existing experiment name is refused unless resuming
     assert "already exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("statuses, code", [
+    (["failed", "failed"], 1),
+    (["failed", "stopped_early"], 0),
+    (["failed", "completed"], 0),
+])
+def test_sweep_exits_1_only_when_every_trial_failed(tmp_path, capsys, monkeypatch, statuses, code):
+    """Bug caught: a sweep whose every trial failed exiting 0 (a scheduler or CI would take it as done), or
+    one with an early-stopped trial (ASHA working as designed) exiting 1. The sweep itself is replaced by its
+    outcome: what is tested is the command's reading of the trials table."""
+    import pandas as pd
+
+    from tune import sweep
+    from tune.sweep import SweepOutcome
+
+    trials = pd.DataFrame({"trial_id": [f"t{i}" for i in range(len(statuses))], "status": statuses,
+                           "trial_name": "x", "best_recall_at_1": [float("nan")] + [0.5] * (len(statuses) - 1),
+                           "best_epoch": 1})
+    ran = []
+    monkeypatch.setattr(sweep, "run_sweep", lambda plan: ran.append(plan) or SweepOutcome(
+        plan.experiment_uri, plan.results_uri, trials, "recall_at_1", "max"))
+    (tmp_path / "space.yaml").write_text(TOY)
+    assert main(["sweep", str(tmp_path / "space.yaml"), "--storage", str(tmp_path / "out"), "--no-dashboard"]) == code
+    assert len(ran) == 1
+    captured = capsys.readouterr()
+    assert ("every trial failed: see the error column of trials.parquet" in captured.err) == (code == 1)
+    assert f"trials: {', '.join(f'{statuses.count(s)} {s}' for s in sorted(set(statuses)))}" in captured.out

@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 from optuna.trial import TrialState
+from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
@@ -117,25 +118,44 @@ def test_every_registry_entry_builds(tmp_path, space_file):
         space = load_space(space_file(text, search))
         searcher, param_space = build_searcher(space, options(tmp_path, search=search), 3)
         assert searcher is not None and (search == "optuna" or "normaliser.kind" in param_space)
-    for name in SCHEDULERS:
-        scheduler = build_scheduler(options(tmp_path, scheduler=name), 9, {})
-        assert getattr(scheduler, "_time_attr", "epoch") == "epoch"
+    # Bug caught: a registry name building another scheduler (e.g. fifo stopping trials early, or asha /
+    # hyperband counting Tune's iterations instead of our 1-based epochs, or ignoring the epoch budget).
+    built = {name: build_scheduler(options(tmp_path, scheduler=name), 9, {}) for name in SCHEDULERS}
+    assert type(built["fifo"]) is FIFOScheduler  # no early stopping at all
+    assert isinstance(built["asha"], AsyncHyperBandScheduler) and isinstance(built["hyperband"], HyperBandScheduler)
+    for name in ("asha", "hyperband"):
+        assert built[name]._time_attr == "epoch", name
+    assert built["asha"]._max_t == 9 and built["hyperband"]._max_t_attr == 9
     asha = build_scheduler(options(tmp_path, grace_period=2, reduction_factor=3), 18, {})
     assert asha._time_attr == "epoch" and [r[0] for r in asha._brackets[0]._rungs] == [18, 6, 2]
     with pytest.raises(SweepInputError, match="--scheduler must be one of"):
         build_scheduler(options(tmp_path, scheduler="median"), 9, {})
 
 
-@pytest.mark.parametrize("case", ["search", "grid_optuna", "grace", "set_key", "set_value", "warm_random",
-                                  "strict", "options"])
+BAD_INPUT = {  # case: (options changed, space, error type, what the message must say)
+    "search": ({"search": "bayes"}, "toy", SpaceError, "unknown search 'bayes'; valid: optuna, random, grid"),
+    "grid_optuna": ({"search": "optuna"}, "grid", SpaceError, "search 'optuna' cannot run grid params"),
+    "grace": ({"grace_period": 5}, "toy", SweepInputError, "--grace-period must be <= the epoch budget (3), but got 5"),
+    "set_key": ({"overrides": {"lr_typo": "1"}}, "toy", SpaceError, "key 'lr_typo': unknown --set key"),
+    "set_value": ({"overrides": {"memory.ratio": "2"}}, "toy", SpaceError,
+                  "key 'memory.ratio': base value breaks the config's rule: memory.ratio must satisfy 0 < ratio"),
+    "warm_random": ({"search": "random", "warm_start": "TMP"}, "toy", SweepInputError,
+                    "--warm-start needs --search optuna"),
+    "strict": ({"strict": True, "grace_period": 1}, "delay", SweepInputError, "unfair early stopping (--strict)"),
+    "options": ({"mode": "maximum"}, "toy", SweepInputError, "--mode must satisfy one of ['max', 'min'], but got 'maximum'"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
 def test_bad_input_is_refused_before_anything_is_written(tmp_path, space_file, case):
-    space = space_file(GRID if case == "grid_optuna" else DELAY if case == "strict" else TOY)
-    changes = {"search": {"search": "bayes"}, "grid_optuna": {"search": "optuna"}, "grace": {"grace_period": 5},
-               "set_key": {"overrides": {"lr_typo": "1"}}, "set_value": {"overrides": {"memory.ratio": "2"}},
-               "warm_random": {"search": "random", "warm_start": str(tmp_path)},
-               "strict": {"strict": True, "grace_period": 1}, "options": None}[case]
-    with pytest.raises((SweepInputError, SpaceError, ValueError)):
-        prepare(space, options(tmp_path, **changes) if changes is not None else options(tmp_path, mode="maximum"))
+    """Bug caught: one of prepare()'s checks removed or weakened (the sweep would start, or fail later with
+    another error); each case must be refused by its own check, with its own message, before any write."""
+    changes, space, error, message = BAD_INPUT[case]
+    space = space_file({"toy": TOY, "grid": GRID, "delay": DELAY}[space])
+    changes = {k: str(tmp_path) if v == "TMP" else v for k, v in changes.items()}
+    with pytest.raises(error) as info:
+        prepare(space, options(tmp_path, **changes))
+    assert message in str(info.value)
     assert not (tmp_path / "sweeps").exists()
 
 

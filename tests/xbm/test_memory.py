@@ -1,6 +1,8 @@
 """EmbeddingMemory: modulo writes against a naive ring, valid rows only, dtype, state_dict."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -110,3 +112,45 @@ def test_bad_batches_raise():
         memory.enqueue(torch.zeros(3, 5), torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match="indices must have shape"):
         memory.enqueue(torch.zeros(3, 2), torch.zeros(3, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+
+
+def test_labels_and_indices_of_any_integer_dtype_are_stored_as_int64():
+    """Bug caught (mutation testing): labels or indices copied without the cast to the int64 buffers
+    (index_copy_ refuses int32 sources, so int32 labels from a data loader would crash the step)."""
+    memory = EmbeddingMemory(4, 2)
+    memory.enqueue(torch.ones(3, 2), torch.tensor([5, 6, 7], dtype=torch.int32),
+                   indices=torch.tensor([10, 11, 12], dtype=torch.int32))
+    _, labels, indices, _ = memory.valid()
+    assert labels.dtype == indices.dtype == torch.long
+    assert labels.tolist() == [5, 6, 7] and indices.tolist() == [10, 11, 12]
+
+
+def test_reset_empties_the_memory_and_marks_every_slot_unwritten():
+    """Bug caught (mutation testing): a new or reset memory whose sample indices / iterations look real
+    (>= 0, or another sentinel than -1), or a reset leaving the pointer where it was."""
+    memory = EmbeddingMemory(4, 2)
+    assert memory.indices.tolist() == [-1] * 4 and memory.iterations.tolist() == [-1] * 4
+    memory.enqueue(torch.ones(3, 2), torch.tensor([1, 2, 3]), indices=torch.tensor([0, 1, 2]), iteration=7)
+    memory.reset()
+    assert len(memory) == 0 and int(memory.pointer) == 0 and int(memory.filled) == 0
+    assert memory.indices.tolist() == [-1] * 4 and memory.iterations.tolist() == [-1] * 4
+    assert memory.embeddings.abs().sum() == 0 and memory.labels.abs().sum() == 0
+    slots = memory.enqueue(torch.ones(2, 2), torch.tensor([4, 5]))
+    assert slots.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("size, dim, message", [(0, 2, "memory size must be an integer >= 1, but got 0"),
+                                                (3, 0, "memory dim must be an integer >= 1, but got 0"),
+                                                (2.0, 2, "memory size must be an integer >= 1, but got 2.0"),
+                                                (True, 2, "memory size must be an integer >= 1, but got True")])
+def test_bad_sizes_name_the_argument_and_value(size, dim, message):
+    """Bug caught (mutation testing): the message naming the wrong argument, or the bound moved."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        EmbeddingMemory(size, dim)
+
+
+def test_a_memory_of_one_row_keeps_the_newest_row():
+    """Bug caught (mutation testing): size 1 refused (a bound of > 1 instead of >= 1)."""
+    memory = EmbeddingMemory(1, 1)
+    memory.enqueue(torch.tensor([[1.0], [2.0]]), torch.tensor([0, 1]))
+    assert memory.valid()[0].tolist() == [[2.0]] and len(memory) == 1

@@ -81,3 +81,37 @@ def test_a_collapsed_epoch_prints_one_warning_line(tmp_path, capsys):
                            "--output", str(tmp_path / "out")]) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 2 and "epoch 1 collapsed: the loss saw no positive pair" in warnings[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "dataset=digits", "--set", "image_size=8", "--set", "batch_size=20", "--set", "normaliser.kind=scxbn"],
+     "normaliser.kind=scxbn needs a data set with super-classes, but dataset 'digits' has none"),
+    (["--set", "samples_per_class=2", "--set", "batch_size=402"],  # toy trains on 200 classes: 2 x 200 < 402
+     "batch_size must be <= samples_per_class x training classes = 2 x 200, but got batch_size=402"),
+])
+def test_a_run_the_data_set_cannot_serve_exits_2_before_writing(tmp_path, capsys, args, message):
+    """Bug caught: scxbn without super-classes or a batch larger than the classes allow crashing later
+    (exit 1 with a traceback, or a folder written) instead of being refused as bad input."""
+    assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unfetchable_pretrained_weights_exit_1_with_the_offline_advice(tmp_path, capsys, monkeypatch):
+    """Bug caught: a hub failure surfacing as a traceback, or as bad input (2) although the input was valid."""
+    import timm
+
+    def offline(name, pretrained=False, **kwargs):
+        if pretrained:
+            raise OSError("could not reach the hub")
+        raise AssertionError("only the pretrained download is expected here")
+
+    monkeypatch.setattr(timm, "create_model", offline)
+    args = ["--set", "dataset=digits", "--set", "model=resnet18", "--set", "pretrained=true", "--set", "image_size=8",
+            "--set", "batch_size=20"]
+    assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "pretrained=True could not fetch timm's weights for model 'resnet18'" in err
+    assert "pretrained_path=FILE" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

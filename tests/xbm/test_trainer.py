@@ -11,6 +11,7 @@ from xbm.data import build_dataset
 from xbm.errors import NonFiniteLossError
 from xbm.evaluate import retrieval_metrics
 from xbm.signals import collapsed
+from xbm.normalisers import NormaliserConfig
 from xbm.trainer import Trainer
 
 BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "epochs": 2, "warmup_epochs": 1, "lr": 1e-3,
@@ -47,20 +48,39 @@ def test_toy_recall_rises_and_every_contract_metric_is_reported():
     assert history[0]["staleness_mean"] > 0
 
 
-@pytest.mark.parametrize("normaliser", [
-    {"normaliser.kind": "none"},
-    {"normaliser.kind": "xbn"},
-    {"normaliser.kind": "axbn", "normaliser.kalman_r": 0.1},
-    {"normaliser.kind": "ema", "normaliser.ema_momentum": 0.5},
-    {"normaliser.kind": "pcxbn", "normaliser.lambda_mu": 0.2},
-    {"normaliser.kind": "scxbn", "normaliser.absent": "skip"},
-    {"normaliser.kind": "xbn", "normaliser.centre_only": True},
-    {"normaliser.kind": "pcxbn", "normaliser.unit_norm": True},
+_RUNS: dict = {}
+
+
+def first_epoch(tiny, **values):
+    """The first-epoch metrics and trainer of a tiny run (cached: baselines are shared by several cases)."""
+    key = tuple(sorted(values.items()))
+    if key not in _RUNS:
+        trainer = tiny(**values)
+        _RUNS[key] = (next(trainer.fit()), trainer)
+    return _RUNS[key]
+
+
+@pytest.mark.parametrize("normaliser, baseline", [
+    ({"normaliser.kind": "xbn"}, {"normaliser.kind": "none"}),
+    ({"normaliser.kind": "axbn", "normaliser.kalman_r": 0.1}, {"normaliser.kind": "none"}),
+    ({"normaliser.kind": "ema", "normaliser.ema_momentum": 0.5}, {"normaliser.kind": "none"}),
+    ({"normaliser.kind": "pcxbn", "normaliser.lambda_mu": 0.2}, {"normaliser.kind": "none"}),
+    ({"normaliser.kind": "scxbn", "normaliser.absent": "skip"}, {"normaliser.kind": "none"}),
+    ({"normaliser.kind": "xbn", "normaliser.centre_only": True}, {"normaliser.kind": "xbn"}),
+    ({"normaliser.kind": "pcxbn", "normaliser.unit_norm": True}, {"normaliser.kind": "pcxbn"}),
+    ({"normaliser.kind": "pcxbn", "normaliser.lambda_mu": 0.2}, {"normaliser.kind": "pcxbn"}),
 ], ids=lambda d: "-".join(str(v) for v in d.values()))
-def test_every_normaliser_kind_trains_end_to_end(normaliser):
-    history = train(**normaliser, epochs=1, warmup_epochs=0)
-    m = history[-1]
+def test_every_normaliser_kind_trains_end_to_end_and_changes_the_run(tiny, normaliser, baseline):
+    """Bug caught: the trainer building another normaliser than configured (e.g. always kind "none", or
+    from kind and delay only): the built normaliser must be the kind's class with exactly the configured
+    options, it must adapt the memory during the epoch, and the run must differ from its baseline."""
+    m, trainer = first_epoch(tiny, **normaliser)
+    built = trainer.xbm.normaliser
+    options = {k.split(".", 1)[1]: v for k, v in normaliser.items()}
+    assert built.kind == options["kind"] and built.cfg == NormaliserConfig(**options)
+    assert trainer.xbm.last_stats["adapted"] == 1.0
     assert math.isfinite(m["loss"]) and 0.0 <= m["recall_at_1"] <= 1.0 and m["memory_fill"] > 0
+    assert m["loss"] != first_epoch(tiny, **baseline)[0]["loss"]
 
 
 def test_normaliser_delay_is_plain_xbm_until_its_epoch():
@@ -203,3 +223,81 @@ def test_augmentations_do_not_depend_on_the_number_of_workers():
     runs = [list(Trainer(config(**values, num_workers=w), splits=splits).fit()) for w in ("0", "1")]
     for a, b in zip(*runs):
         assert a["loss"] == b["loss"] and a["recall_at_1"] == b["recall_at_1"]
+
+
+def test_warmup_trains_the_head_alone_with_the_backbone_frozen_in_eval_mode(tiny):
+    """Bug caught: a warm-up that does nothing (learning rate 0), that moves the backbone, that leaves it in
+    training mode (BatchNorm statistics would move) or that leaves it frozen for the main epochs."""
+    def weights():
+        return ({k: v.clone() for k, v in trainer.model.backbone.state_dict().items()},
+                {k: v.clone() for k, v in trainer.model.head.state_dict().items()})
+
+    phases, snapshots, modes = ["init"], {}, []
+
+    def progress(batches, desc):  # called as each epoch starts: remember the phase and the weights
+        phases.append(desc)
+        snapshots[desc] = weights()
+        return batches
+
+    trainer = tiny(warmup_epochs=2, progress=progress)
+    trainer.model.backbone.register_forward_pre_hook(lambda module, args: modes.append((phases[-1], module.training)))
+    backbone0, head0 = weights()
+    next(trainer.fit())
+    backbone1, head1 = snapshots["epoch 1/1"]  # after the warm-up, before the main epoch
+    assert all(torch.equal(backbone0[k], backbone1[k]) for k in backbone0)
+    assert all(not torch.equal(head0[k], head1[k]) for k in head0)
+    warm = [training for desc, training in modes if desc.startswith("warm-up")]
+    main = [training for desc, training in modes if desc == "epoch 1/1"]
+    assert len(warm) == 2 * len(trainer.loader) and not any(warm)
+    assert main[:len(trainer.loader)] == [True] * len(trainer.loader)  # training mode for the main steps
+    assert all(p.requires_grad for p in trainer.model.parameters())
+    backbone2, _ = weights()
+    assert not any(torch.equal(backbone1[k], backbone2[k]) for k in backbone1)  # the main epoch trains it
+
+
+def test_warmup_step_is_sgd_at_1e_3_on_the_head(tiny):
+    """Bug caught: the warm-up using the main optimiser or another learning rate: one warm-up step moves the
+    head by exactly -1e-3 x its gradient (SGD, zero momentum buffer, hand computation)."""
+    from xbm.training.epoch import Step, run_epoch
+
+    trainer = tiny(warmup_epochs=1)
+    batch = next(iter(trainer.loader))
+    head0 = trainer.model.head.weight.detach().clone()
+    x, y, idx = batch
+    loss = trainer.warmup_loss(trainer.model(x), y, epoch=0, indices=idx)
+    grad = torch.autograd.grad(loss, trainer.model.head.weight)[0]
+    step = Step(trainer.model, trainer.warmup_loss, trainer.warmup_optimizer, trainer.scaler,
+                list(trainer.model.head.parameters()), clip_grad=0.0)
+    run_epoch(step, [batch], trainer.runtime, epoch=0, epoch_index=0)
+    assert torch.allclose(trainer.model.head.weight, head0 - 1e-3 * grad, atol=1e-7)
+
+
+def test_evaluate_test_never_changes_training(tiny):
+    """The documented claim: evaluating the test split as well (own DataLoader generator) leaves the
+    training trajectory unchanged. Bug caught: evaluation drawing from the global RNG or leaving the model
+    in eval mode, so that the sampler order, augmentations or weights of the next epoch would move."""
+    from xbm.training.rng import rng_state
+
+    def run(trainer):
+        """Each epoch's metrics, and the global RNG streams after it (the toy set draws no augmentation, so
+        a moved stream shows only here; image data sets would train differently)."""
+        history, streams = [], []
+        for metrics in trainer.fit():
+            history.append(metrics)
+            state = rng_state()
+            streams.append((state["torch"], state["numpy"]["keys"], state["numpy"]["pos"], state["python"]))
+        return history, streams
+
+    values = {"epochs": 3, "val_fraction": 0.25, "normaliser.kind": "xbn"}
+    plain_trainer = tiny(**values)
+    plain, plain_streams = run(plain_trainer)
+    tested_trainer = tiny(**values, evaluate_test=True)
+    tested, tested_streams = run(tested_trainer)
+    for a, b in zip(plain_streams, tested_streams):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2:] == b[2:]
+    assert "test_recall_at_1" in tested[-1] and "test_recall_at_1" not in plain[-1]
+    for a, b in zip(plain, tested):
+        diffs = {k: (a[k], b[k]) for k in a if k not in TIMINGS and not same(a[k], b[k])}
+        assert not diffs, f"epoch {a['epoch']}: {diffs}"
+    for (name, p), q in zip(plain_trainer.model.state_dict().items(), tested_trainer.model.state_dict().values()):
+        assert torch.equal(p, q), name

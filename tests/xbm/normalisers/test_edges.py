@@ -8,6 +8,7 @@ import torch
 
 from xbm.normalisers import NormaliserConfig, build_normaliser
 from xbm.normalisers.config import KINDS
+from xbm.normalisers.registry import NORMALISERS
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -79,7 +80,7 @@ def test_mismatched_shapes_raise():
     with pytest.raises(ValueError, match="one label per row"):
         norm(torch.randn(4, 3), torch.zeros(3, dtype=torch.long), torch.randn(2, 3), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="NormaliserConfig"):
-        build_normaliser.__globals__["XBN"](dataclasses.asdict(NormaliserConfig()))
+        NORMALISERS["xbn"](dataclasses.asdict(NormaliserConfig()))
 
 
 def test_out_must_match_the_memory():

@@ -1,0 +1,31 @@
+"""A tiny seeded toy run shared by the trainer-level tests: 24 training classes x 8 samples (192 rows),
+batches of 32, so an epoch is 6 steps and a Trainer builds and trains in well under a second."""
+import pytest
+
+from xbm.config import TrainConfig
+from xbm.data.splits import assemble
+from xbm.data.toy import make_toy
+from xbm.trainer import Trainer
+
+TINY = {"dataset": "toy", "model": "mlp", "embedding_size": 16, "epochs": 1, "warmup_epochs": 0, "lr": 1e-3,
+        "batch_size": 32, "samples_per_class": 4, "seed": 0}
+TINY_TRAIN_SAMPLES = 192
+
+
+def tiny_config(**values) -> TrainConfig:
+    return TrainConfig.from_dict({**TINY, **values})
+
+
+def tiny_trainer(progress=None, **values) -> Trainer:
+    """A Trainer on the tiny toy set (other data sets: their own ``build_dataset``)."""
+    cfg = tiny_config(**values)
+    splits = None
+    if cfg.dataset == "toy":
+        splits = assemble(make_toy(num_classes=48, samples_per_class=8), cfg.val_fraction, cfg.image_size)
+    return Trainer(cfg, splits=splits, progress=progress)
+
+
+@pytest.fixture
+def tiny():
+    """``tiny(**dotted_values) -> Trainer`` on the tiny toy set."""
+    return tiny_trainer

@@ -1,0 +1,229 @@
+"""Every TrainConfig key provably reaches the computation.
+
+A sweep's worst failure is a swept key that silently stops reaching the code: every trial still runs and
+the study is wrong. ``EFFECTS`` maps each dotted key of ``TrainConfig.keys()`` to the effect a non-default
+value must have on the built trainer (an attribute of the component it configures: the normaliser's
+config, the miner's distance class and margins, the memory size, the scheduler's step, ...) or on a short
+seeded toy run. The test is parametrised over ``TrainConfig.keys()``, so a key added without an entry
+fails. Keys that cannot change the numbers (paths, devices, worker processes) are ``RuntimeOnly`` with the
+reason, and still checked to reach the part that uses them.
+
+Adding a key: add ``"group.name": Attribute(value, read)`` (or ``Check(fn)`` for anything else), where
+``read(trainer)`` must give ``value`` (or ``expected``) once ``key=value`` is set.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import pytest
+import torch
+
+from xbm.config import TrainConfig
+from xbm.errors import DatasetNotFoundError
+
+from .conftest import TINY, TINY_TRAIN_SAMPLES, tiny_trainer
+
+DEFAULTS = TrainConfig.from_dict(TINY).to_dict()
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """Building with ``key=value`` (plus ``extra``) makes ``read(trainer) == expected`` (default: value)."""
+
+    value: Any
+    read: Callable[[Any], Any]
+    expected: Any = None
+    extra: dict = field(default_factory=dict)
+
+    def verify(self, key: str, fixtures) -> None:
+        assert self.value != DEFAULTS[key], f"{key}: the check must use a non-default value"
+        want = self.value if self.expected is None else self.expected
+        got = self.read(tiny_trainer(**self.extra, **{key: self.value}))
+        assert got == want, f"{key}={self.value!r} must give {want!r} but the built trainer has {got!r}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """Any other evidence: ``fn(key, fixtures)`` asserts the effect."""
+
+    fn: Callable[[str, Any], None]
+
+    def verify(self, key: str, fixtures) -> None:
+        self.fn(key, fixtures)
+
+
+@dataclass(frozen=True)
+class RuntimeOnly:
+    """A key that cannot change the numbers (``reason``); ``check`` still shows that it reaches its user."""
+
+    reason: str
+    check: Optional[Callable[[str, Any], None]] = None
+
+    def verify(self, key: str, fixtures) -> None:
+        assert self.reason
+        if self.check is not None:
+            self.check(key, fixtures)
+
+
+@dataclass
+class Fixtures:
+    monkeypatch: pytest.MonkeyPatch
+    tmp_path: Any
+
+
+# ---- the custom checks ---------------------------------------------------------------------------
+def _normaliser_field(name: str) -> Callable[[Any], Any]:
+    return lambda t: getattr(t.xbm.normaliser.cfg, name)
+
+
+def _descriptions(**values) -> list[str]:
+    seen: list[str] = []
+    trainer = tiny_trainer(progress=lambda batches, desc: seen.append(desc) or batches, **values)
+    list(trainer.fit())
+    return seen
+
+
+def _epochs(key, fx):
+    assert _descriptions(epochs=3) == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
+
+
+def _warmup_epochs(key, fx):
+    assert _descriptions(warmup_epochs=2) == ["warm-up 1/2", "warm-up 2/2", "epoch 1/1"]
+
+
+def _evaluate_test(key, fx):
+    with_test = list(tiny_trainer(val_fraction=0.25, evaluate_test=True).fit())[0]
+    without = list(tiny_trainer(val_fraction=0.25).fit())[0]
+    assert 0.0 <= with_test["test_recall_at_1"] <= 1.0 and "test_recall_at_1" not in without
+
+
+def _seed(key, fx):
+    a, b = tiny_trainer(), tiny_trainer(seed=1)
+    assert not torch.equal(a.model.head.weight, b.model.head.weight)  # initial weights follow the seed
+    assert list(a.fit())[0]["loss"] != list(b.fit())[0]["loss"]
+
+
+def _clip_grad(key, fx):
+    norms: list[float] = []
+    real = torch.nn.utils.clip_grad_norm_
+    fx.monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda p, max_norm, **kw: norms.append(max_norm)
+                           or real(p, max_norm, **kw))
+    list(tiny_trainer(clip_grad=0.25).fit())
+    assert norms and set(norms) == {0.25}
+
+
+def _pretrained(key, fx):
+    import timm
+
+    asked: list[bool] = []
+    real = timm.create_model
+    fx.monkeypatch.setattr(timm, "create_model", lambda name, pretrained=False, **kw: asked.append(pretrained)
+                           or real(name, pretrained=False, **kw))
+    tiny_trainer(dataset="digits", model="test_resnet", image_size=16, batch_size=20, pretrained=True)
+    assert asked == [True]
+
+
+def _pretrained_path(key, fx):
+    from xbm.models import MLPBackbone
+
+    backbone = MLPBackbone(40)
+    torch.nn.init.constant_(backbone.layers[1].weight, 0.125)
+    path = fx.tmp_path / "backbone.pth"
+    torch.save(backbone.state_dict(), path)
+    loaded = tiny_trainer(pretrained_path=str(path)).model.backbone
+    assert torch.equal(loaded.layers[1].weight, backbone.layers[1].weight)
+
+
+def _image_size(key, fx):
+    trainer = tiny_trainer(dataset="digits", image_size=12, batch_size=20)
+    image = trainer.splits.train[0][0]
+    assert tuple(image.shape[-2:]) == (12, 12)
+    assert trainer.model.backbone.layers[1].in_features == 3 * 12 * 12
+
+
+def _data_root(key, fx):
+    with pytest.raises(DatasetNotFoundError) as info:
+        tiny_trainer(dataset="sop", data_root=str(fx.tmp_path / "sop"))
+    assert info.value.path.startswith(str(fx.tmp_path / "sop"))
+
+
+def _num_workers(key, fx):
+    assert tiny_trainer(num_workers=1).loader.num_workers == 1
+
+
+def _device(key, fx):
+    if torch.cuda.is_available():
+        assert tiny_trainer(device="cuda").runtime.device.type == "cuda"
+    else:
+        with pytest.raises(ValueError, match="device must be available"):
+            tiny_trainer(device="cuda")
+    assert tiny_trainer(device="cpu").runtime.device == torch.device("cpu")
+
+
+NORMALISER_VALUES = {
+    "centre_only": True, "unit_norm": True, "delay_epochs": 3, "lambda_mu": 0.25, "lambda_sigma": 0.75,
+    "absent": "skip", "kalman_r": 0.5, "kalman_q": 2.0, "kalman_p0": 3.0, "kalman_interval": 4,
+    "ema_momentum": 0.3, "eps": 1e-4,
+}
+
+EFFECTS: dict[str, Any] = {
+    "dataset": Attribute("digits", lambda t: (t.splits.input_kind, t.splits.num_train_classes), ("image", 5),
+                         extra={"image_size": 16, "batch_size": 20}),
+    "data_root": RuntimeOnly("where the data set's files are read from: the numbers follow the files, not "
+                             "their path (toy ignores it)", _data_root),
+    "val_fraction": Attribute(0.25, lambda t: (t.splits.val is not None, len(list(t.fit())) and t.epoch),
+                              (True, 1)),
+    "evaluate_test": Check(_evaluate_test),
+    "model": Attribute("test_resnet", lambda t: t.model.backbone.pretrained_cfg["architecture"],
+                       extra={"dataset": "digits", "image_size": 16, "batch_size": 20}),
+    "embedding_size": Attribute(24, lambda t: (t.model.head.out_features, t.xbm.memory.dim), (24, 24)),
+    "pretrained": Check(_pretrained),
+    "pretrained_path": Check(_pretrained_path),
+    "image_size": Check(_image_size),
+    "epochs": Check(_epochs),
+    "warmup_epochs": Check(_warmup_epochs),
+    "batch_size": Attribute(16, lambda t: (t.loader.batch_size, t.loader.sampler.batch_size), (16, 16)),
+    "samples_per_class": Attribute(2, lambda t: t.loader.sampler.m_per_class),
+    "lr": Attribute(3e-3, lambda t: {g["lr"] for g in t.optimizer.param_groups}, {3e-3}),
+    "weight_decay": Attribute(0.05, lambda t: {g["weight_decay"] for g in t.optimizer.param_groups}, {0.05}),
+    "lr_step": Attribute(3, lambda t: t.scheduler.step_size),
+    "lr_gamma": Attribute(0.5, lambda t: t.scheduler.gamma),
+    "amp": Attribute("bf16", lambda t: t.runtime.amp_dtype, torch.bfloat16),
+    "clip_grad": Check(_clip_grad),
+    "seed": Check(_seed),
+    "num_workers": RuntimeOnly("worker processes only load batches; vector data has no augmentation to draw",
+                               _num_workers),
+    "device": RuntimeOnly("where the run computes, not what (CPU and CUDA agree up to rounding)", _device),
+    "memory.enabled": Attribute(False, lambda t: (t.xbm, t.criterion(5) is t.batch_loss), (None, True)),
+    # ceil, not floor: 0.3 x 192 = 57.6 rows -> 58.
+    "memory.ratio": Attribute(0.3, lambda t: t.xbm.memory.size, math.ceil(0.3 * TINY_TRAIN_SAMPLES)),
+    "memory.start_epoch": Attribute(2, lambda t: (t.criterion(1) is t.batch_loss, t.criterion(2) is t.xbm),
+                                    (True, True)),
+    "memory.batch_loss_weight": Attribute(0.5, lambda t: t.xbm.batch_loss_weight),
+    "normaliser.kind": Attribute("pcxbn", lambda t: (t.xbm.normaliser.kind, t.xbm.normaliser.cfg.kind),
+                                 ("pcxbn", "pcxbn")),
+    **{f"normaliser.{name}": Attribute(value, _normaliser_field(name)) for name, value in NORMALISER_VALUES.items()},
+    "miner.kind": Attribute("none", lambda t: (t.xbm.miner, t.batch_loss.miner), (None, None)),
+    "miner.distance": Attribute("cosine", lambda t: {type(m.distance).__name__ for m in (t.xbm.miner, t.batch_loss.miner)},
+                                {"CosineSimilarity"}),
+    "miner.pos_margin": Attribute(0.35, lambda t: {t.xbm.miner.pos_margin, t.batch_loss.miner.pos_margin}, {0.35}),
+    "miner.neg_margin": Attribute(0.65, lambda t: {t.xbm.miner.neg_margin, t.batch_loss.miner.neg_margin}, {0.65}),
+    "loss.temperature": Attribute(0.3, lambda t: {t.xbm.loss.temperature, t.batch_loss.loss.temperature,
+                                                  t.warmup_loss.loss.temperature}, {0.3}),
+}
+
+
+@pytest.mark.parametrize("key", TrainConfig.keys())
+def test_every_config_key_reaches_the_computation(key, monkeypatch, tmp_path):
+    """Bug caught: a key that stops reaching the component it configures (e.g. the trainer building the
+    normaliser from kind and delay only, batch_loss_weight forced to 0, cosine silently becoming Lp, lr_step
+    ignored, the memory size floored), or a new key added without a documented effect."""
+    assert key in EFFECTS, f"{key} has no entry in EFFECTS: say what it must change (or why nothing)"
+    EFFECTS[key].verify(key, Fixtures(monkeypatch, tmp_path))
+
+
+def test_the_table_names_only_real_keys():
+    """Bug caught: an entry left behind for a renamed or removed key (the rename would go unchecked)."""
+    assert set(EFFECTS) - set(TrainConfig.keys()) == set()

@@ -1,0 +1,76 @@
+"""Devices and precision: AMP resolution, bf16 autocast (available on the CPU), channels_last."""
+import pytest
+import torch
+
+from xbm.training.runtime import Runtime, resolve_amp
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("amp, dtype", [("off", None), ("auto", None), ("bf16", torch.bfloat16)])
+def test_amp_resolution_on_the_cpu(amp, dtype):
+    """Bug caught: amp=auto turning on CPU autocast (slower there), or bf16 silently ignored on the CPU."""
+    assert resolve_amp(amp, CPU) is dtype
+
+
+def test_fp16_on_the_cpu_is_refused_with_the_rule():
+    """Bug caught: fp16 accepted on the CPU, where no GradScaler path exists."""
+    with pytest.raises(ValueError, match="amp must be 'off', 'auto' or 'bf16' on the CPU, but got 'fp16'"):
+        resolve_amp("fp16", CPU)
+
+
+def test_only_fp16_needs_a_grad_scaler():
+    """Bug caught: a scaler enabled for bf16 (needless) or disabled for fp16 (gradients underflow)."""
+    assert Runtime(CPU, torch.float16, False).needs_scaler
+    assert not Runtime(CPU, torch.bfloat16, False).needs_scaler and not Runtime(CPU, None, False).needs_scaler
+    assert not Runtime(CPU, torch.bfloat16, False).grad_scaler().is_enabled()
+
+
+def test_bf16_autocast_runs_matmuls_in_bf16_and_fp32_runs_none():
+    """Bug caught: an autocast context that is a no-op (the run would silently stay in fp32)."""
+    layer, x = torch.nn.Linear(4, 3), torch.randn(2, 4)
+    with Runtime(CPU, torch.bfloat16, False).autocast():
+        assert layer(x).dtype is torch.bfloat16
+    with Runtime(CPU, None, False).autocast():
+        assert layer(x).dtype is torch.float32
+
+
+def test_a_bf16_run_trains_under_autocast_and_keeps_the_memory_fp32(tiny):
+    """Bug caught: amp=bf16 not reaching the training step, or bf16 rows stored in the fp32 memory."""
+    trainer = tiny(amp="bf16", epochs=1)
+    dtypes = set()
+    trainer.model.head.register_forward_hook(lambda m, i, out: dtypes.add(out.dtype) if m.training else None)
+    m = next(trainer.fit())
+    assert dtypes == {torch.bfloat16}
+    assert trainer.xbm.memory.embeddings.dtype is torch.float32 and m["memory_fill"] > 0
+    fp32 = next(tiny(epochs=1).fit())
+    assert m["loss"] == pytest.approx(fp32["loss"], rel=0.05) and m["loss"] != fp32["loss"]
+
+
+def test_channels_last_only_for_cuda_image_runs():
+    """Bug caught: channels_last turned on for the CPU (slower) or for vector inputs."""
+    assert not Runtime.from_config("cpu", "off", image_inputs=True).channels_last
+    assert not Runtime.from_config("cpu", "off", image_inputs=False).channels_last
+    if torch.cuda.is_available():
+        assert Runtime.from_config("cuda", "off", image_inputs=True).channels_last
+
+
+def test_to_device_makes_image_batches_channels_last_and_leaves_vectors_alone():
+    """Bug caught: channels_last runtimes feeding NCHW batches (the NHWC kernels then convert every step)."""
+    runtime = Runtime(CPU, None, channels_last=True)
+    images = runtime.to_device(torch.randn(2, 3, 5, 5))
+    assert images.is_contiguous(memory_format=torch.channels_last) and not images.is_contiguous()
+    vectors = torch.randn(2, 7)
+    assert runtime.to_device(vectors).is_contiguous()
+    plain = Runtime(CPU, None, channels_last=False).to_device(torch.randn(2, 3, 5, 5))
+    assert plain.is_contiguous()
+
+
+def test_the_trainer_puts_an_image_model_in_channels_last_when_the_runtime_says_so(tiny, monkeypatch):
+    """Bug caught: the runtime's channels_last flag not applied to the model's weights."""
+    monkeypatch.setattr(Runtime, "from_config", classmethod(
+        lambda cls, device, amp, images: Runtime(CPU, None, channels_last=images)))
+    trainer = tiny(dataset="digits", model="test_resnet", image_size=16, batch_size=20)
+    convs = [m.weight for m in trainer.model.backbone.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(w.is_contiguous(memory_format=torch.channels_last) for w in convs)
+    assert not convs[0].is_contiguous()  # a 3x3 kernel over 3 channels: NHWC differs from NCHW
