@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+import numpy as np
 import pytest
 import torch
 
@@ -140,7 +141,7 @@ def _image_size(key, fx):
     trainer = tiny_trainer(dataset="digits", image_size=12, batch_size=20)
     image = trainer.splits.train[0][0]
     assert tuple(image.shape[-2:]) == (12, 12)
-    assert trainer.model.backbone.layers[1].in_features == 3 * 12 * 12
+    assert trainer.model.backbone.layers[1].in_features == 1 * 12 * 12  # digits: one grey channel
 
 
 def _data_root(key, fx):
@@ -151,6 +152,25 @@ def _data_root(key, fx):
 
 def _num_workers(key, fx):
     assert tiny_trainer(num_workers=1).loader.num_workers == 1
+
+
+def _normalize(key, fx):
+    digits = {"dataset": "digits", "image_size": 16, "batch_size": 20}
+    assert tiny_trainer(**digits, normalize="none").splits.statistics is None
+    imagenet = tiny_trainer(**digits, normalize="imagenet").splits.statistics
+    assert imagenet.mean[0] == pytest.approx((0.485 + 0.456 + 0.406) / 3)
+    own = tiny_trainer(**digits).splits.statistics  # auto, from scratch: the digits' own statistics
+    assert own.mean[0] != pytest.approx(imagenet.mean[0])
+
+
+def _image_cache(key, fx):
+    from xbm.data import cache
+
+    fx.monkeypatch.setattr(cache, "MEMORY_BUDGET", 1)  # nothing fits in memory: the folder is used
+    folder = fx.tmp_path / "decoded"
+    trainer = tiny_trainer(dataset="digits", image_size=13, batch_size=20, image_cache=str(folder))
+    assert isinstance(trainer.splits.transforms.images.pixels, np.memmap)
+    assert [p.name.startswith("digits-13-") for p in folder.iterdir() if not p.name.startswith(".")] == [True]
 
 
 def _device(key, fx):
@@ -182,10 +202,15 @@ EFFECTS: dict[str, Any] = {
     "pretrained": Check(_pretrained),
     "pretrained_path": Check(_pretrained_path),
     "image_size": Check(_image_size),
+    "augment": Attribute("none", lambda t: t.splits.augment, extra={"dataset": "digits", "image_size": 16,
+                                                                    "batch_size": 20}),
+    "normalize": Check(_normalize),
+    "image_cache": RuntimeOnly("where decoded images are kept: the same pixels as decoding them each time "
+                               "(tests/xbm/data/test_cache.py)", _image_cache),
     "epochs": Check(_epochs),
     "warmup_epochs": Check(_warmup_epochs),
-    "batch_size": Attribute(16, lambda t: (t.loader.batch_size, t.loader.sampler.batch_size), (16, 16)),
-    "samples_per_class": Attribute(2, lambda t: t.loader.sampler.m_per_class),
+    "batch_size": Attribute(16, lambda t: (t.loader.batch_size, t.loader.sampler.sampler.batch_size), (16, 16)),
+    "samples_per_class": Attribute(2, lambda t: t.loader.sampler.sampler.m_per_class),
     "lr": Attribute(3e-3, lambda t: {g["lr"] for g in t.optimizer.param_groups}, {3e-3}),
     "weight_decay": Attribute(0.05, lambda t: {g["weight_decay"] for g in t.optimizer.param_groups}, {0.05}),
     "lr_step": Attribute(3, lambda t: t.scheduler.step_size),

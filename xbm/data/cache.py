@@ -150,8 +150,10 @@ def _write(final: Path, key: dict, images: LiveImages, threads: int) -> None:
 
 
 def image_store(source: SampleSource, style: ImageStyle, load_size: int, key: dict,
-                cache_dir: str = "", budget: int = MEMORY_BUDGET, threads: Optional[int] = None) -> Callable:
-    """The fastest faithful reader of decoded images: in memory, on disk, or live (module docstring)."""
+                cache_dir: str = "", budget: Optional[int] = None, threads: Optional[int] = None) -> Callable:
+    """The fastest faithful reader of decoded images: in memory (up to ``budget`` bytes, default
+    :data:`MEMORY_BUDGET`), on disk, or live (module docstring)."""
+    budget = MEMORY_BUDGET if budget is None else budget
     images = LiveImages(source, style, load_size)
     threads = threads if threads is not None else min(8, os.cpu_count() or 1)
     if estimated_bytes(source, style, load_size) <= budget:
