@@ -53,4 +53,5 @@ def test_epoch_result_averages_the_loss_over_steps(tiny):
     result = run_epoch(step, trainer.loader, trainer.runtime, epoch=1, epoch_index=0)
     assert result.iterations == len(losses) == 6 and result.images == 6 * 32
     assert result.loss == pytest.approx(sum(losses) / 6, rel=1e-12)
-    assert result.batch_neg_pairs > 0 and result.memory_neg_pairs == 0 and result.memory_fill == 0
+    assert result.pairs["batch_neg_pairs"] > 0 and result.pairs["memory_neg_pairs"] == 0 and result.memory_fill == 0
+    assert result.pairs["loss_pos_pairs"] == result.pairs["batch_pos_pairs"] > 0 and not result.collapsed
