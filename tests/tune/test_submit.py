@@ -71,9 +71,16 @@ def test_submit_runs_the_sweep_as_a_job_named_after_it(head, tmp_path, capsys, m
     from ray.job_submission import JobStatus, JobSubmissionClient
 
     storage = tmp_path / "sweeps"
-    code = main(["submit", "quickstart", "--smoke-test", "--storage", str(storage), "--name", "sub-1",
-                 "--address", head])
-    out, err = capsys.readouterr()
+
+    def submit(*args):
+        # a fresh process: Ray loads the auth token once per process, and an earlier test's ray.init in this
+        # one would have loaded another cluster's token
+        run = subprocess.run([sys.executable, "-m", "tune.cli", "submit", "quickstart", "--smoke-test", *args,
+                              "--address", head], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             capture_output=True, text=True, timeout=600)
+        return run.returncode, run.stdout, run.stderr
+
+    code, out, err = submit("--storage", str(storage), "--name", "sub-1")
     assert code == 0 and "submitted job sub-1" in out, err
     assert f"ray job logs -f --address {head} sub-1" in out
     client = JobSubmissionClient(head)
@@ -87,8 +94,7 @@ def test_submit_runs_the_sweep_as_a_job_named_after_it(head, tmp_path, capsys, m
     assert "Trial status" in logs and "[xbm] trial" in logs  # Tune's table and the trials' lines
     assert (storage / "sub-1" / "results" / "trials.parquet").exists()
     # a name already used on the cluster is refused before a second job starts
-    assert main(["submit", "quickstart", "--smoke-test", "--storage", str(tmp_path / "other"), "--name", "sub-1",
-                 "--address", head]) == 2
+    assert submit("--storage", str(tmp_path / "other"), "--name", "sub-1")[0] == 2
     # a wrong token (a fresh process: Ray loads the token once per process): one clear error, exit 2
     env = {**os.environ, "RAY_AUTH_TOKEN": "0" * 32, "PYTHONPATH": str(ROOT)}
     wrong = subprocess.run([sys.executable, "-m", "tune.cli", "submit", "quickstart", "--smoke-test", "--storage",
