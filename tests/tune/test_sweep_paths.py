@@ -49,7 +49,7 @@ def mlp_weights(path: Path) -> Path:
     from xbm.models import create_backbone
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(create_backbone(TrainConfig(model="mlp"), (3, 8, 8)).state_dict(), path)
+    torch.save(create_backbone(TrainConfig(model="mlp"), (1, 8, 8)).state_dict(), path)  # omniglot: one grey channel
     return path
 
 
