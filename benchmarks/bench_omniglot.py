@@ -114,7 +114,6 @@ def main() -> None:
     args = parser.parse_args()
     if not OMNIGLOT.is_dir():
         raise SystemExit(f"needs the Omniglot small zips in {OMNIGLOT}")
-    torch.set_num_threads(torch.get_num_threads())
     start = time.perf_counter()
     splits = build_dataset(TrainConfig.from_dict(base_config(args.epochs, args.seed)))
     print(f"decoded and cached {len(splits.train)} training + {len(splits.test.query)} test drawings "
