@@ -12,6 +12,8 @@ import pandas as pd
 CONFIG_PREFIX = "config."
 KIND = "config.normaliser.kind"
 MEMORY_ENABLED = "config.memory.enabled"
+OBJECTIVE = "config.objective"
+SUPERVISED = "supervised"
 NO_MEMORY = "no_memory"
 # Flags that split a normaliser kind into variants when a sweep varies them (the `variants` space).
 VARIANT_FLAGS = ("config.normaliser.centre_only", "config.normaliser.unit_norm")
@@ -60,8 +62,10 @@ def higher_is_better(metric: str, sweep_metric: str, sweep_mode: str) -> bool:
 
 def variant_labels(frame: pd.DataFrame, flags: tuple[str, ...]) -> pd.Series:
     """One label per row: the normaliser kind, plus the name of every flag in ``flags`` that is on,
-    e.g. ``pcxbn``, ``xbn+centre_only``; ``no_memory`` for the baseline with ``memory.enabled=False``. ``flags`` are the ``VARIANT_FLAGS`` the whole sweep varies,
-    so that trials and epochs are labelled alike."""
+    e.g. ``pcxbn``, ``xbn+centre_only``; ``no_memory`` for the baseline with ``memory.enabled=False``; a
+    label-free objective prefixes its name (``moco:xbn``, ``moco:none``), the supervised default none, so
+    sweeps from before objectives existed keep their labels. ``flags`` are the ``VARIANT_FLAGS`` the whole
+    sweep varies, so that trials and epochs are labelled alike."""
     if KIND in frame.columns:
         labels = frame[KIND].astype("string").fillna("unknown")
     else:
@@ -73,6 +77,10 @@ def variant_labels(frame: pd.DataFrame, flags: tuple[str, ...]) -> pd.Series:
     if MEMORY_ENABLED in frame.columns:  # without a memory the normaliser never runs: one baseline label
         off = frame[MEMORY_ENABLED].eq(False).fillna(False).astype(bool)
         labels = labels.where(~off, NO_MEMORY)
+    if OBJECTIVE in frame.columns:
+        objective = frame[OBJECTIVE].astype("string").fillna(SUPERVISED)
+        label_free = objective.ne(SUPERVISED)
+        labels = labels.where(~label_free, objective + ":" + labels)
     return labels.astype("string")
 
 

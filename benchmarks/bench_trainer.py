@@ -30,7 +30,7 @@ from xbm.config import TrainConfig
 from xbm.data import build_dataset
 from xbm.models import create_embedding_model
 from xbm.trainer import Trainer
-from xbm.training.loaders import train_loader
+from xbm.training.loaders import make_sampler, train_loader
 
 
 def timed(fn) -> tuple[int, float, float]:
@@ -75,7 +75,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=plain_cfg.lr, weight_decay=plain_cfg.weight_decay)
     loss_fn = losses.SupConLoss(temperature=plain_cfg.loss.temperature)
     miner = miners.PairMarginMiner(pos_margin=plain_cfg.miner.pos_margin, neg_margin=plain_cfg.miner.neg_margin)
-    loader = train_loader(splits.train, splits.train.labels, plain_cfg, pin_memory=False)
+    loader = train_loader(splits.train, make_sampler(splits.train.labels, plain_cfg), plain_cfg, pin_memory=False)
 
     loops = {
         "bare": lambda r: bare_epoch(model, loader, loss_fn, miner, optimizer, splits.batch_transform("train")),

@@ -20,6 +20,10 @@ AMP_MODES = ("off", "fp16", "bf16", "auto")
 # the values of augment / normalize (xbm.data.augment owns them; repeated here so config stays torch-free)
 AUGMENT = ("auto", "none", "shift", "metric", "randaugment")
 NORMALIZE = ("auto", "imagenet", "dataset", "none")
+# the values of objective (xbm.objectives owns the registry; repeated here so config stays torch-free)
+OBJECTIVES = ("supervised", "instance", "moco", "neighbours")
+# normalisers that read class (or super-class) labels: meaningless, or a label leak, without labels
+LABELLED_NORMALISERS = ("pcxbn", "scxbn")
 
 
 def _check(ok: bool, name: str, rule: str, value) -> None:
@@ -72,6 +76,41 @@ class LossConfig:
 
 
 @dataclass(frozen=True)
+class MocoConfig:
+    """``objective=moco`` (MoCo, He et al. 2020, as the AXBN paper App. B ran it): the key encoder is an
+    exponential moving average of the query encoder, ``k <- momentum k + (1 - momentum) q``; keys are
+    computed in ``bn_splits`` shuffled sub-batches (MoCo's shuffling BN on one device)."""
+
+    momentum: float = 0.99
+    bn_splits: int = 2
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.momentum < 1.0, "moco.momentum", "0 <= momentum < 1", self.momentum)
+        _check(self.bn_splits >= 1, "moco.bn_splits", ">= 1", self.bn_splits)
+
+
+@dataclass(frozen=True)
+class NeighboursConfig:
+    """``objective=neighbours`` (thesis seed 004 §3.2): tuples of an anchor and its ``k`` nearest members of
+    its candidate pool (the ``pool`` most similar training images, rebuilt every ``refresh_epochs``) whose
+    cosine similarity is >= ``threshold``; contrastive loss (Eq. 3.9) with negative margin ``neg_margin``."""
+
+    k: int = 3
+    pool: int = 250
+    threshold: float = 0.95
+    refresh_epochs: int = 1
+    neg_margin: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in ("k", "pool", "refresh_epochs"):
+            _check(getattr(self, name) >= 1, f"neighbours.{name}", ">= 1", getattr(self, name))
+        _check(-1.0 <= self.threshold <= 1.0, "neighbours.threshold", "-1 <= threshold <= 1 (a cosine similarity)",
+               self.threshold)
+        _check(-1.0 <= self.neg_margin <= 1.0, "neighbours.neg_margin", "-1 <= neg_margin <= 1 (a cosine similarity)",
+               self.neg_margin)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """One training run (thesis 5.2, AXBN paper 5.1). ``epochs`` counts main epochs after the
     ``warmup_epochs`` of head-only training."""
@@ -99,12 +138,15 @@ class TrainConfig:
     amp: str = "auto"
     clip_grad: float = 10.0
     seed: int = 0
+    objective: str = "supervised"
     num_workers: str = "auto"
     device: str = "auto"
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     normaliser: NormaliserConfig = field(default_factory=NormaliserConfig)
     miner: MinerConfig = field(default_factory=MinerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    moco: MocoConfig = field(default_factory=MocoConfig)
+    neighbours: NeighboursConfig = field(default_factory=NeighboursConfig)
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.val_fraction < 1.0, "val_fraction", "0 <= val_fraction < 1", self.val_fraction)
@@ -119,10 +161,30 @@ class TrainConfig:
         _check(self.lr > 0.0, "lr", "> 0", self.lr)
         _check(0.0 < self.lr_gamma <= 1.0, "lr_gamma", "0 < lr_gamma <= 1", self.lr_gamma)
         _check(self.amp in AMP_MODES, "amp", f"one of {list(AMP_MODES)}", self.amp)
-        _check(self.batch_size % self.samples_per_class == 0, "batch_size",
+        # the M-per-class sampler's rule; label-free objectives draw images, not classes
+        _check(self.objective != "supervised" or self.batch_size % self.samples_per_class == 0, "batch_size",
                f"a multiple of samples_per_class={self.samples_per_class}", self.batch_size)
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                "device", "'auto', 'cpu' or 'cuda[:N]'", self.device)
+        self._check_objective()
+
+    def _check_objective(self) -> None:
+        _check(self.objective in OBJECTIVES, "objective", f"one of {list(OBJECTIVES)}", self.objective)
+        if self.objective == "supervised":
+            return
+        _check(self.normaliser.kind not in LABELLED_NORMALISERS, "normaliser.kind",
+               f"not {' or '.join(LABELLED_NORMALISERS)} under objective={self.objective} (they need class labels, "
+               "which a label-free objective never reads): use none, xbn, axbn or ema", self.normaliser.kind)
+        if self.objective == "moco":
+            _check(self.batch_size % self.moco.bn_splits == 0 and self.batch_size // self.moco.bn_splits >= 2,
+                   "batch_size", f"a multiple of moco.bn_splits={self.moco.bn_splits} with >= 2 images per split",
+                   self.batch_size)
+        if self.objective == "neighbours":
+            k = self.neighbours.k
+            _check(k < self.batch_size, "neighbours.k", f"k < batch_size={self.batch_size} (a batch holds "
+                   "batch_size / (k + 1) anchors with k neighbours each)", k)
+            _check(self.batch_size % (k + 1) == 0, "batch_size", f"a multiple of neighbours.k + 1 = {k + 1} "
+                   "(anchors with k neighbours each)", self.batch_size)
 
     # ---- dotted-name interface -------------------------------------------------------------
     @classmethod

@@ -21,6 +21,11 @@ class XBMLoss(nn.Module):
     4. ``loss(embeddings, labels, pairs, memory, memory_labels)``; with ``batch_loss_weight`` w > 0
        add w x the plain in-batch loss with the same miner ("XBM*", seed 001 Table 2).
 
+    ``enqueue_mask`` (MoCo, as PML's ``CrossBatchMemory``): rows where it is True are keys, only they are
+    enqueued; the other rows are queries, mined against the memory (which then holds this batch's keys) with
+    no self pair to drop, and the normaliser adapts the memory towards the queries' statistics (the current
+    encoder's, which the stored keys drift away from). The in-batch term (w > 0) takes every row.
+
     With no normaliser (or kind "none") and w = 0 this is PML ``CrossBatchMemory`` (same loss and
     gradients, wrap-around included), but: the memory is an fp32 ``EmbeddingMemory`` whose pointer
     and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
@@ -46,24 +51,33 @@ class XBMLoss(nn.Module):
         self.register_buffer("iteration", torch.zeros((), dtype=torch.long))
         self.last_stats: dict[str, float] = {}
 
-    def forward(self, embeddings: Tensor, labels: Tensor, epoch: int = 0, indices: Tensor | None = None) -> Tensor:
+    def forward(self, embeddings: Tensor, labels: Tensor, epoch: int = 0, indices: Tensor | None = None,
+                enqueue_mask: Tensor | None = None) -> Tensor:
         if embeddings.dim() != 2 or labels.shape != embeddings.shape[:1]:
             raise ValueError(f"XBMLoss needs embeddings [B, d] and labels [B], but got "
                              f"{tuple(embeddings.shape)} and {tuple(labels.shape)}")
         labels = labels.to(embeddings.device)
-        adapted = self._adapt(embeddings, labels, epoch)
-        slots = self.memory.enqueue(embeddings, labels, indices, iteration=self.iteration)
+        queries, query_labels = embeddings, labels
+        keys, key_labels, key_indices = embeddings, labels, indices
+        if enqueue_mask is not None:  # MoCo: keys fill the memory, queries are compared with it
+            queries, query_labels = embeddings[~enqueue_mask], labels[~enqueue_mask]
+            keys, key_labels = embeddings[enqueue_mask], labels[enqueue_mask]
+            key_indices = indices[enqueue_mask] if indices is not None else None
+        adapted = self._adapt(queries, query_labels, epoch)
+        slots = self.memory.enqueue(keys, key_labels, key_indices, iteration=self.iteration)
         self.iteration += 1
         refs, ref_labels, _, _ = self.memory.valid()
         # Compare in the memory's fp32: under autocast the matmul is cast down anyway.
-        queries = embeddings if embeddings.dtype == refs.dtype else embeddings.float()
-        pairs = self._pairs(queries, labels, refs, ref_labels)
-        pairs = _drop_self_pairs(pairs, slots)
-        memory_loss = self.loss(queries, labels, pairs, refs, ref_labels)
-        batch_pairs = self._pairs(queries, labels)
+        queries = queries if queries.dtype == refs.dtype else queries.float()
+        pairs = self._pairs(queries, query_labels, refs, ref_labels)
+        if enqueue_mask is None:  # queries are in the memory too: not their own positives
+            pairs = _drop_self_pairs(pairs, slots)
+        memory_loss = self.loss(queries, query_labels, pairs, refs, ref_labels)
+        everything = embeddings if embeddings.dtype == refs.dtype else embeddings.float()
+        batch_pairs = self._pairs(everything, labels)
         total, batch_loss = memory_loss, float("nan")
         if self.batch_loss_weight > 0:
-            in_batch = self.loss(queries, labels, batch_pairs)
+            in_batch = self.loss(everything, labels, batch_pairs)
             total = memory_loss + self.batch_loss_weight * in_batch
             batch_loss = float(in_batch.detach())
         self.last_stats = {

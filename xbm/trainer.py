@@ -4,9 +4,10 @@
     for metrics in trainer.fit():          # one flat dict per main epoch, epoch = 1, 2, ...
         state = trainer.state_dict()       # everything needed to continue exactly
 
-1. ``warmup_epochs`` of head-only training (backbone frozen, in eval mode) with SGD lr 1e-3 and in-batch
-   SupCon (no miner, no memory);
-2. ``epochs`` main epochs: AdamW + StepLR, AMP and clipping, SupCon with the PairMarginMiner in the batch
+1. ``warmup_epochs`` of head-only training (backbone frozen, in eval mode) with SGD lr 1e-3 and the
+   objective's in-batch loss (SupCon for ``supervised``; no miner, no memory);
+2. ``epochs`` main epochs: AdamW + StepLR, AMP and clipping, the objective's pair loss (SupCon with the
+   PairMarginMiner for ``supervised``; :mod:`xbm.objectives` for the label-free ones) in the batch
    before ``memory.start_epoch`` (0-based) and against the cross-batch memory (``XBMLoss``, with the
    configured normaliser) from then on; ``memory.enabled=False`` never uses the memory;
 3. after each main epoch: retrieval metrics on the selection split (val when ``val_fraction > 0``, else
@@ -15,8 +16,8 @@
    and, on every row, the two references measured once before training (untrained model, raw inputs).
 
 Resuming: ``Trainer(cfg).load_state_dict(state)`` then ``fit()`` continues after the saved epoch with the
-same model, optimisers, scheduler, scaler, memory (buffers, pointer, fill), normaliser state, sampler
-order and pass count (augmentation seeds), Python/NumPy/torch RNG states, drift probe and references, so
+same model, optimisers, scheduler, scaler, memory (buffers, pointer, fill), normaliser state, objective
+state (MoCo's key encoder, the neighbours' candidate pools), sampler order and pass count (augmentation seeds), Python/NumPy/torch RNG states, drift probe and references, so
 its metrics equal an uninterrupted run's on CPU, whatever the number of loader workers.
 """
 from __future__ import annotations
@@ -33,8 +34,9 @@ from xbm.data.images import configure_images
 from xbm.loss import XBMLoss
 from xbm.models import create_embedding_model
 from xbm.normalisers import build_normaliser
+from xbm.objectives import build_objective
 from xbm.training import evaluation
-from xbm.training.criteria import BatchLoss, build_miner, build_supcon, memory_size
+from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import Embedder, resolve_workers, train_loader
 from xbm.training.optim import main_optimizer, main_scheduler, warmup_optimizer
@@ -81,14 +83,16 @@ class Trainer:
         self.scheduler = main_scheduler(self.optimizer, cfg)
         self.warmup_optimizer = warmup_optimizer(self.model.head)
         self.scaler = self.runtime.grad_scaler()
-        supcon = build_supcon(cfg.loss)
-        self.warmup_loss = BatchLoss(supcon)
-        miner = build_miner(cfg.miner)  # one miner (stateless) serves the batch loss and the memory loss
-        self.batch_loss = BatchLoss(supcon, miner)
-        self.xbm = self._build_xbm(supcon, miner) if cfg.memory.enabled else None
         train = self.splits.train
-        self.loader = train_loader(train, train.labels, cfg, pin_memory=self.runtime.device.type == "cuda",
-                                   workers=self.workers)
+        # The labels reach only the supervised objective and the neighbours' diagnostics.
+        self.objective = build_objective(cfg, self.model, train.labels).to(self.runtime.device)
+        pair_loss = self.objective.pair_loss()
+        self.warmup_loss = BatchLoss(pair_loss)
+        miner = self.objective.miner()  # one miner (stateless) serves the batch loss and the memory loss
+        self.batch_loss = BatchLoss(pair_loss, miner)
+        self.xbm = self._build_xbm(pair_loss, miner) if cfg.memory.enabled else None
+        self.loader = train_loader(self.objective.dataset(train), self.objective.sampler(train.labels), cfg,
+                                   pin_memory=self.runtime.device.type == "cuda", workers=self.workers)
         self.passes = 0  # passes over the training data so far: the augmentation seeds' epoch
         device = self.runtime.device
         self.prepare_train, prepare_eval = (_on(self.splits.batch_transform(role), device) for role in ("train", "eval"))
@@ -101,7 +105,7 @@ class Trainer:
         self.epoch = 0
         self.warmup_done = cfg.warmup_epochs == 0
 
-    def _build_xbm(self, supcon, miner) -> XBMLoss:
+    def _build_xbm(self, pair_loss, miner) -> XBMLoss:
         cfg, superclass_of = self.cfg, self.splits.superclass_of
         if cfg.normaliser.kind == "scxbn" and superclass_of is None:
             raise ValueError(f"normaliser.kind=scxbn needs a data set with super-classes, but dataset "
@@ -109,7 +113,7 @@ class Trainer:
                              "set with super-classes (toy, sop, inshop, deepfashion2, cifar100, omniglot)")
         normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of)
         size = memory_size(cfg.memory.ratio, len(self.splits.train))
-        return XBMLoss(supcon, cfg.embedding_size, size, miner=miner, normaliser=normaliser,
+        return XBMLoss(pair_loss, cfg.embedding_size, size, miner=miner, normaliser=normaliser,
                        batch_loss_weight=cfg.memory.batch_loss_weight).to(self.runtime.device)
 
     # ---- training ------------------------------------------------------------------------------
@@ -127,17 +131,18 @@ class Trainer:
         self.model.train()
         self.model.backbone.eval()  # frozen: no BatchNorm statistics move either
         self.model.backbone.requires_grad_(False)
-        step = Step(self.model, self.warmup_loss, self.warmup_optimizer, self.scaler,
+        step = Step(self.model, self.objective, self.warmup_loss, self.warmup_optimizer, self.scaler,
                     list(self.model.head.parameters()), self.cfg.clip_grad, self.prepare_train)
         try:
             for w in range(self.cfg.warmup_epochs):
-                batches = self._batches(f"warm-up {w + 1}/{self.cfg.warmup_epochs}")
+                batches = self._batches(f"warm-up {w + 1}/{self.cfg.warmup_epochs}", epoch_index=-1)
                 run_epoch(step, batches, self.runtime, epoch=0, epoch_index=0)
         finally:
             self.model.backbone.requires_grad_(True)
         self.warmup_done = True
 
-    def _batches(self, description: str) -> Iterable:
+    def _batches(self, description: str, epoch_index: int) -> Iterable:
+        self.objective.begin_epoch(epoch_index, self._embed_training_set, self.loader.sampler.sampler)
         self.loader.sampler.epoch = self.passes
         self.passes += 1
         return self.progress(self.loader, description) if self.progress is not None else self.loader
@@ -151,9 +156,9 @@ class Trainer:
     def train_epoch(self, epoch: int) -> EpochResult:
         """The training pass of main epoch ``epoch`` (1-based) alone: no scheduler step, no evaluation."""
         self.model.train()
-        step = Step(self.model, self.criterion(epoch - 1), self.optimizer, self.scaler,
+        step = Step(self.model, self.objective, self.criterion(epoch - 1), self.optimizer, self.scaler,
                     list(self.model.parameters()), self.cfg.clip_grad, self.prepare_train)
-        batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}")
+        batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}", epoch_index=epoch - 1)
         return run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)
 
     def _main_epoch(self, epoch: int) -> dict[str, Any]:
@@ -163,6 +168,7 @@ class Trainer:
         self.scheduler.step()
         metrics = {"epoch": epoch, "loss": result.loss, "lr": lr}
         metrics.update(self._evaluate(epoch, result))
+        metrics.update(self.objective.epoch_metrics())
         metrics.update(self.references)
         self.epoch = epoch
         metrics["epoch_time_s"] = time.perf_counter() - start
@@ -170,6 +176,10 @@ class Trainer:
         return metrics
 
     # ---- evaluation ----------------------------------------------------------------------------
+    def _embed_training_set(self) -> torch.Tensor:
+        """Every training image's current embedding (eval mode and transform), in training-set order."""
+        return self.embed(self.model, self.train_view)[0]
+
     def _selection_split(self):
         return self.splits.val if self.splits.val is not None else self.splits.test
 
@@ -178,8 +188,13 @@ class Trainer:
         selection = self._selection_split()
         metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else "test"}
         metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of))
+        label_free = not self.objective.uses_labels
+        if label_free:
+            metrics.update(evaluation.knn(self.model, selection, self.train_view, self.embed))
         if self.cfg.evaluate_test and splits.val is not None:
             test = evaluation.evaluate_split(self.model, splits.test, self.embed, superclass_of, False)
+            if label_free:
+                test.update(evaluation.knn(self.model, splits.test, self.train_view, self.embed))
             metrics.update({f"test_{name}": value for name, value in test.items()})
         drift, self.previous_probe = evaluation.drift(self.model, self.train_view, self.probe, self.embed,
                                                       self.previous_probe)
@@ -204,7 +219,8 @@ class Trainer:
             "scaler": self.scaler.state_dict(),
             "xbm": self.xbm.state_dict() if self.xbm is not None else None,
             # MPerClassSampler shuffles its class list in place: its order is sampler state.
-            "sampler_labels": [int(c) for c in self.loader.sampler.sampler.labels],
+            "sampler_labels": _sampler_labels(self.loader.sampler.sampler),
+            "objective": self.objective.state_dict(),
             "passes": self.passes,
             "references": self.references,
             "rng": rng_state(),
@@ -227,7 +243,9 @@ class Trainer:
         self.scaler.load_state_dict(state["scaler"])
         if self.xbm is not None:
             self.xbm.load_state_dict(state["xbm"])
-        self.loader.sampler.sampler.labels[:] = list(state["sampler_labels"])
+        if state["sampler_labels"] is not None:
+            self.loader.sampler.sampler.labels[:] = list(state["sampler_labels"])
+        self.objective.load_state_dict(state.get("objective", {}))
         self.passes = int(state["passes"])
         self.references = state["references"]
         set_rng_state(state["rng"])
@@ -235,6 +253,11 @@ class Trainer:
         self.previous_probe = None if probe is None else probe.cpu()
         self.epoch = int(state["epoch"])
         self.warmup_done = bool(state["warmup_done"])
+
+
+def _sampler_labels(sampler) -> Optional[list[int]]:
+    labels = getattr(sampler, "labels", None)
+    return None if labels is None else [int(c) for c in labels]
 
 
 def _on(transform, device: torch.device):

@@ -30,6 +30,15 @@ def test_the_no_memory_baseline_is_its_own_variant():
     assert list(variant_labels(frame, ())) == ["none", "no_memory", "xbn"]
 
 
+def test_label_free_objectives_are_variants_of_their_own():
+    """Bug caught: MoCo + XBN pooled with supervised XBN (one "xbn" variant mixing two training objectives), or
+    supervised labels changed for sweeps that predate the objective column (null objective)."""
+    frame = pd.DataFrame({"config.normaliser.kind": ["xbn", "xbn", "none", "xbn", "none"],
+                          "config.memory.enabled": [True, True, False, True, True],
+                          "config.objective": ["supervised", "moco", "moco", None, "instance"]})
+    assert list(variant_labels(frame, ())) == ["xbn", "moco:xbn", "moco:no_memory", "xbn", "instance:none"]
+
+
 def test_config_key_varying_columns_and_seeds():
     frame = pd.DataFrame({"config.seed": pd.array([0, 1, 2], dtype="Int64"), "config.a": [1.0, 1.0, 2.0],
                           "config.b": [None, 0.5, None], "config.c": ["x", "x", "x"],

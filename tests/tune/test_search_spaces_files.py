@@ -10,7 +10,7 @@ from xbm.config import TrainConfig
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 REQUIRED = ["quickstart", "variants", "pcxbn_lambdas", "scxbn_lambdas", "axbn_kalman", "delay", "miner_margins",
-            "memory_ratio", "batch_size", "full"]
+            "memory_ratio", "batch_size", "full", "moco_xbn", "neighbours"]
 SHIPPED = sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
 CITATIONS = ("thesis", "paper")
 

@@ -239,3 +239,26 @@ def test_run_sweep_with_random_search_and_fifo(ray_session, tmp_path, space_file
     assert '"search": "random"' in record and "toy sweep for the tests" in record
     assert len(result.trials) == 2 and (result.trials.status == "completed").all()
     assert ray.is_initialized()  # a driver's own Ray (here the test's) is left running
+
+
+MOCO = TOY.split("params:")[0].replace("lr: 1.0e-3}", "lr: 1.0e-3, objective: moco}") + """params:
+  normaliser.kind: {choice: [none, xbn]}
+  moco.momentum: {uniform: [0.9, 0.999]}
+"""
+
+
+@pytest.mark.slow
+def test_a_label_free_sweep_composes_with_asha_the_contract_and_analysis(ray_session, tmp_path, space_file):
+    """Bug caught: a label-free objective's keys lost between the space and the trainer (config.objective or
+    config.moco.* missing or constant in Parquet), ASHA unable to stop such trials, or analysis pooling MoCo
+    variants with supervised ones."""
+    import analysis
+
+    plan = prepare(space_file(MOCO, "moco"), options(tmp_path, num_samples=4, grace_period=1, reduction_factor=2,
+                                                     max_concurrent=1, name="moco", seed=3))
+    run_sweep(plan)
+    trials = outcome(plan.experiment_uri, "recall_at_1", "max").trials
+    assert set(trials["config.objective"]) == {"moco"} and trials["config.moco.momentum"].nunique() == 4
+    assert (trials.status == "stopped_early").sum() >= 1 and (trials.status == "completed").sum() >= 1
+    sweep = analysis.load(str(tmp_path / "sweeps" / "moco"))
+    assert set(sweep.trials["variant"]) <= {"moco:none", "moco:xbn"} and len(sweep.trials) == 4

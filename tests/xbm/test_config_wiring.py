@@ -41,7 +41,7 @@ class Attribute:
     def verify(self, key: str, fixtures) -> None:
         assert self.value != DEFAULTS[key], f"{key}: the check must use a non-default value"
         want = self.value if self.expected is None else self.expected
-        got = self.read(tiny_trainer(**self.extra, **{key: self.value}))
+        got = self.read(tiny_trainer(**{**self.extra, key: self.value}))
         assert got == want, f"{key}={self.value!r} must give {want!r} but the built trainer has {got!r}"
 
 
@@ -182,6 +182,25 @@ def _device(key, fx):
     assert tiny_trainer(device="cpu").runtime.device == torch.device("cpu")
 
 
+def _neighbours_pool(key, fx):
+    trainer = tiny_trainer(**{**NEIGHBOURS, "neighbours.pool": 7})
+    trainer._batches("epoch 1/1", epoch_index=0)
+    assert trainer.objective.pool_indices.shape == (TINY_TRAIN_SAMPLES, 7)
+
+
+def _neighbours_refresh_epochs(key, fx):
+    from xbm.objectives import neighbours
+
+    built: list[int] = []
+    real = neighbours.build_pool
+    fx.monkeypatch.setattr(neighbours, "build_pool", lambda e, size: built.append(1) or real(e, size))
+    list(tiny_trainer(**NEIGHBOURS, epochs=4, **{"neighbours.refresh_epochs": 3}).fit())
+    assert len(built) == 2  # before epochs 1 and 4 (0-based 0 and 3)
+
+
+NEIGHBOURS = {"objective": "neighbours", "neighbours.threshold": 0.3, "neighbours.pool": 10}
+MOCO = {"objective": "moco"}
+
 NORMALISER_VALUES = {
     "centre_only": True, "unit_norm": True, "delay_epochs": 3, "lambda_mu": 0.25, "lambda_sigma": 0.75,
     "absent": "skip", "kalman_r": 0.5, "kalman_q": 2.0, "kalman_p0": 3.0, "kalman_interval": 4,
@@ -218,6 +237,9 @@ EFFECTS: dict[str, Any] = {
     "amp": Attribute("bf16", lambda t: t.runtime.amp_dtype, torch.bfloat16),
     "clip_grad": Check(_clip_grad),
     "seed": Check(_seed),
+    "objective": Attribute("instance", lambda t: (t.objective.name, type(t.loader.sampler.sampler).__name__,
+                                                  type(t.batch_loss.loss).__name__, t.batch_loss.miner),
+                           ("instance", "ShuffledIndices", "NTXentLoss", None)),
     "num_workers": RuntimeOnly("worker processes only load batches; vector data has no augmentation to draw",
                                _num_workers),
     "device": RuntimeOnly("where the run computes, not what (CPU and CUDA agree up to rounding)", _device),
@@ -235,6 +257,14 @@ EFFECTS: dict[str, Any] = {
                                 {"CosineSimilarity"}),
     "miner.pos_margin": Attribute(0.35, lambda t: {t.xbm.miner.pos_margin, t.batch_loss.miner.pos_margin}, {0.35}),
     "miner.neg_margin": Attribute(0.65, lambda t: {t.xbm.miner.neg_margin, t.batch_loss.miner.neg_margin}, {0.65}),
+    "moco.momentum": Attribute(0.9, lambda t: t.objective.momentum, extra=MOCO),
+    "moco.bn_splits": Attribute(4, lambda t: t.objective.bn_splits, extra=MOCO),
+    "neighbours.k": Attribute(1, lambda t: (t.objective.k, t.loader.sampler.sampler.k), (1, 1), extra=NEIGHBOURS),
+    "neighbours.pool": Check(_neighbours_pool),
+    "neighbours.threshold": Attribute(0.5, lambda t: t.loader.sampler.sampler.threshold, extra=NEIGHBOURS),
+    "neighbours.refresh_epochs": Check(_neighbours_refresh_epochs),
+    "neighbours.neg_margin": Attribute(0.25, lambda t: {t.xbm.loss.neg_margin, t.batch_loss.loss.neg_margin},
+                                       {0.25}, extra=NEIGHBOURS),
     "loss.temperature": Attribute(0.3, lambda t: {t.xbm.loss.temperature, t.batch_loss.loss.temperature,
                                                   t.warmup_loss.loss.temperature}, {0.3}),
 }

@@ -41,6 +41,14 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
      "augment must satisfy one of ['auto', 'none', 'shift', 'metric', 'randaugment'], but got 'bogus'"),
     (["--set", "normalize=bogus"], "normalize must satisfy one of ['auto', 'imagenet', 'dataset', 'none'], but got 'bogus'"),
     (["--set", "num_workers=many"], "num_workers must satisfy 'auto' (the trial's CPUs minus one) or an integer >= 0"),
+    (["--set", "objective=moco", "--set", "moco.momentum=1.0"], "moco.momentum must satisfy 0 <= momentum < 1"),
+    (["--set", "objective=neighbours", "--set", "batch_size=8", "--set", "neighbours.k=8"],
+     "neighbours.k must satisfy k < batch_size=8"),
+    (["--set", "objective=neighbours", "--set", "neighbours.threshold=1.5"],
+     "neighbours.threshold must satisfy -1 <= threshold <= 1"),
+    (["--set", "objective=instance", "--set", "normaliser.kind=pcxbn"],
+     "normaliser.kind must satisfy not pcxbn or scxbn under objective=instance"),
+    (["--set", "objective=supervisd"], "objective must satisfy one of ['supervised', 'instance', 'moco', 'neighbours']"),
 ])
 def test_bad_input_exits_2_with_the_message_and_no_traceback(tmp_path, capsys, args, message):
     assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 2

@@ -266,7 +266,7 @@ def test_warmup_step_is_sgd_at_1e_3_on_the_head(tiny):
     x, y, idx = batch
     loss = trainer.warmup_loss(trainer.model(x), y, epoch=0, indices=idx)
     grad = torch.autograd.grad(loss, trainer.model.head.weight)[0]
-    step = Step(trainer.model, trainer.warmup_loss, trainer.warmup_optimizer, trainer.scaler,
+    step = Step(trainer.model, trainer.objective, trainer.warmup_loss, trainer.warmup_optimizer, trainer.scaler,
                 list(trainer.model.head.parameters()), clip_grad=0.0)
     run_epoch(step, [batch], trainer.runtime, epoch=0, epoch_index=0)
     assert torch.allclose(trainer.model.head.weight, head0 - 1e-3 * grad, atol=1e-7)

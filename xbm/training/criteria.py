@@ -62,7 +62,8 @@ class BatchLoss(nn.Module):
         self.last_stats: dict[str, torch.Tensor | float] = {}
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, epoch: int = 0,
-                indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+                indices: Optional[torch.Tensor] = None, enqueue_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        # enqueue_mask (MoCo's keys) means nothing without a memory: every row is in the batch
         # All pairs when there is no miner (what SupCon uses then), so the count means the same as XBMLoss's.
         tuples = self.miner(embeddings, labels) if self.miner is not None else lmu.get_all_pairs_indices(labels)
         positives = float(len(tuples[0]))

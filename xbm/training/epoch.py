@@ -1,10 +1,11 @@
 """One pass over the training loader: forward under autocast, loss in fp32, a finiteness check before the
 optimiser sees anything, backward through the GradScaler, gradient clipping by norm after unscaling.
 
-    loss = crit(z.float(), y, epoch=e, indices=i)     # z: [B, d] embeddings, possibly fp16/bf16
+    z, labels, i, mask = objective(model, x, y, i, prepare, runtime)  # z: [n, d] embeddings, maybe fp16/bf16
+    loss = crit(z.float(), labels, epoch=e, indices=i, enqueue_mask=mask)
     if not finite(loss): raise NonFiniteLossError     # before backward: no NaN reaches the weights
     scaler.scale(loss).backward(); scaler.unscale_(opt); clip_grad_norm_(params, clip_grad)
-    scaler.step(opt); scaler.update()
+    scaler.step(opt); scaler.update(); objective.after_step(model)
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class Step:
     """What one optimiser step needs besides the batch."""
 
     model: nn.Module
+    objective: nn.Module  # xbm.objectives.Objective: the batch -> embeddings and the loss's labels
     criterion: nn.Module
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
@@ -69,12 +71,11 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
     runtime.synchronize()
     start = time.perf_counter()
     for iterations, (x, y, idx) in enumerate(loader, 1):
-        x = step.prepare(runtime.to_device(x))
+        x = runtime.to_device(x)
         y = y.to(runtime.device, non_blocking=True)
         idx = idx.to(runtime.device, non_blocking=True)
-        with runtime.autocast():
-            z = step.model(x)
-        loss = step.criterion(z.float(), y, epoch=epoch_index, indices=idx)
+        z, labels, indices, enqueue_mask = step.objective(step.model, x, y, idx, step.prepare, runtime)
+        loss = step.criterion(z.float(), labels, epoch=epoch_index, indices=indices, enqueue_mask=enqueue_mask)
         value = loss.item()  # one sync per step: the finiteness check must precede every update
         if not math.isfinite(value):
             raise NonFiniteLossError(epoch, iterations, value)
@@ -85,6 +86,7 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
             torch.nn.utils.clip_grad_norm_(step.params, step.clip_grad)
         step.scaler.step(step.optimizer)
         step.scaler.update()
+        step.objective.after_step(step.model)
         loss_sum += value
         images += len(y)
         stats = step.criterion.last_stats

@@ -7,6 +7,9 @@
   proportion (thesis Table 5.16).
 - References computed once, before training (:func:`references`): Recall@1 of the untrained model and
   of nearest neighbours on the raw inputs. A trained model below them is broken, not a finding.
+- ``knn_accuracy`` for label-free objectives (:func:`knn`): weighted 20-NN classification of the split's
+  queries with the training set as the bank (MoCo's monitor; seed 001 App. B, Fig. 2); NaN, with nothing
+  embedded, when the split shares no class with training (class-disjoint metric-learning splits).
 - Feature drift (seed 002 Fig. 4, seed 000 §5.4) on a fixed probe of training samples:
   ``||z_k - z_{k-1}||`` per sample between consecutive epochs, mean and max; NaN at the first epoch.
 - Memory staleness (seed 001 Appendix C) on a probe of memory rows: distance between the stored row and
@@ -23,11 +26,12 @@ from torch import nn
 
 from xbm import diagnostics
 from xbm.data import EvalSplit
-from xbm.evaluate import retrieval_metrics
+from xbm.evaluate import knn_accuracy, retrieval_metrics
 from xbm.memory import EmbeddingMemory
 from xbm.training.loaders import Embedder
 
 EVAL_KS = (1, 10)
+KNN_K, KNN_TEMPERATURE = 20, 0.1  # the issue's k = 20; MoCo's CIFAR demo's temperature
 PROBE_SIZE = 256
 NAN = math.nan
 
@@ -49,6 +53,16 @@ def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder,
     metrics["inter_distance_mean"] = float(diagnostics.mean_inter_distance(every, every_labels))
     metrics["intra_distance_mean"] = float(diagnostics.mean_intra_distance(every, every_labels))
     return metrics
+
+
+def knn(model: nn.Module, split: EvalSplit, train_view, embed: Embedder) -> dict[str, float]:
+    """``knn_accuracy`` of ``split``'s queries against every training sample (eval transform)."""
+    shared = torch.isin(split.query.labels, train_view.labels)
+    if not bool(shared.any()):
+        return {"knn_accuracy": NAN}
+    bank, bank_labels = embed(model, train_view)
+    query, query_labels = embed(model, split.query)
+    return {"knn_accuracy": knn_accuracy(query, query_labels, bank, bank_labels, KNN_K, KNN_TEMPERATURE)}
 
 
 # Raw-input neighbours search N x D floats: above this many, images are average-pooled to fit (documented).

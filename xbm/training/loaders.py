@@ -75,10 +75,11 @@ def make_sampler(labels: torch.Tensor, cfg: TrainConfig) -> MPerClassSampler:
                             length_before_new_iter=length)
 
 
-def train_loader(dataset: Dataset, labels: torch.Tensor, cfg: TrainConfig, pin_memory: bool,
+def train_loader(dataset: Dataset, sampler: Sampler, cfg: TrainConfig, pin_memory: bool,
                  workers: int = 0) -> DataLoader:
-    """Batches of ``(x, y, i)``; ``loader.sampler`` is the :class:`SeededSampler` (``.sampler``: PML's)."""
-    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=SeededSampler(make_sampler(labels, cfg), cfg.seed),
+    """Batches of ``(x, y, i)`` drawn by ``sampler`` (training-set indices, e.g. :func:`make_sampler`);
+    ``loader.sampler`` is the :class:`SeededSampler` around it (``.sampler``: the given one)."""
+    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=SeededSampler(sampler, cfg.seed),
                       drop_last=True, num_workers=workers, pin_memory=pin_memory, worker_init_fn=seed_worker,
                       persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None)
 

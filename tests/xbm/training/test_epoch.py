@@ -9,7 +9,7 @@ def one_step(trainer, clip_grad):
     """Run one main-phase step of ``trainer`` on its first batch; return the gradients it used."""
     batch = next(iter(trainer.loader))
     params = list(trainer.model.parameters())
-    step = Step(trainer.model, trainer.batch_loss, trainer.optimizer, trainer.scaler, params, clip_grad)
+    step = Step(trainer.model, trainer.objective, trainer.batch_loss, trainer.optimizer, trainer.scaler, params, clip_grad)
     result = run_epoch(step, [batch], trainer.runtime, epoch=1, epoch_index=0)
     assert result.iterations == 1 and result.images == len(batch[1])
     return torch.cat([p.grad.flatten() for p in params])
@@ -49,7 +49,7 @@ def test_epoch_result_averages_the_loss_over_steps(tiny):
             losses.append(loss.item())
             return loss
 
-    step = Step(trainer.model, Recording(), trainer.optimizer, trainer.scaler, list(trainer.model.parameters()), 10.0)
+    step = Step(trainer.model, trainer.objective, Recording(), trainer.optimizer, trainer.scaler, list(trainer.model.parameters()), 10.0)
     result = run_epoch(step, trainer.loader, trainer.runtime, epoch=1, epoch_index=0)
     assert result.iterations == len(losses) == 6 and result.images == 6 * 32
     assert result.loss == pytest.approx(sum(losses) / 6, rel=1e-12)

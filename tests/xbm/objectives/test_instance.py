@@ -1,0 +1,44 @@
+"""Instance discrimination (``objective=instance``): two views per image, the image's id as its label."""
+import torch
+
+from xbm.objectives.views import ShuffledIndices, TwoViews, second_seed
+
+from ..conftest import tiny_trainer
+
+
+def test_both_views_of_an_image_carry_its_training_index_as_label():
+    """Bug caught: views labelled by position in the batch (every step's labels 0..B-1 would make stored rows
+    of other images positives) or by class (labels leaking), or the views not paired row for row."""
+    trainer = tiny_trainer(objective="instance")
+    x = torch.randn(4, 2, trainer.splits.input_shape[0])
+    idx = torch.tensor([7, 3, 11, 0])
+    batch = trainer.objective(trainer.model, x, torch.zeros(4, dtype=torch.long), idx, lambda v: v, trainer.runtime)
+    assert batch.labels.tolist() == [7, 3, 11, 0, 7, 3, 11, 0] and batch.enqueue_mask is None
+    trainer.model.eval()
+    torch.testing.assert_close(batch.embeddings[4:], trainer.model(x[:, 1]))
+
+
+def test_two_views_are_two_seeded_draws_of_the_transform():
+    """Bug caught: both views drawn with the same seed (identical views: nothing to be invariant to), or the
+    second view's seed not a function of the first's (runs would depend on the worker processes)."""
+
+    class Seeds(torch.utils.data.Dataset):
+        def __len__(self):
+            return 3
+
+        def __getitem__(self, item):
+            i, seed = item
+            return torch.tensor([float(seed % 1000)]), 0, i
+
+    x, _, i = TwoViews(Seeds())[(2, 123456789)]
+    assert i == 2 and x[:, 0].tolist() == [789.0, float(second_seed(123456789) % 1000)]
+    assert second_seed(123456789) != 123456789
+
+
+def test_a_pass_is_a_permutation_cut_to_whole_batches():
+    """Bug caught: images drawn with replacement (some never seen in an epoch) or a partial last batch."""
+    import numpy as np
+
+    np.random.seed(0)
+    drawn = list(ShuffledIndices(10, 4))
+    assert len(drawn) == 8 and len(set(drawn)) == 8 and set(drawn) <= set(range(10))

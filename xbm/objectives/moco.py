@@ -1,0 +1,81 @@
+"""``objective=moco``: Momentum Contrast (He et al., CVPR 2020), as the AXBN paper (seed 001, App. B, Fig. 2)
+ran it from PML's MoCo example, with the configured normaliser adapting the queue.
+
+Per step, for ``batch_size`` images drawn at random with two augmented views each:
+
+    q = f_q(view_1)                                  query encoder = the trained model
+    k = f_k(view_2)                                  key encoder, no gradient, shuffling BN (below)
+    loss = NTXent(q, labels, vs. queue after enqueuing k)   PML CrossBatchMemory(NTXentLoss, enqueue_mask)
+    theta_k <- m theta_k + (1 - m) theta_q           after the optimiser step (MoCo Eq. 2, m = moco.momentum)
+
+The queue is the cross-batch memory (``memory.ratio`` of the training set) holding keys only, labelled by
+instance id (the image's training index): a query's positive is its own key, and an older key of the same
+image still in the queue. Before the comparison the normaliser adapts the queue towards the queries'
+statistics (:class:`xbm.loss.XBMLoss`); ``normaliser.kind=none`` is plain MoCo. ``memory.enabled=false``
+compares the queries with the batch's own keys only.
+
+Shuffling BN (MoCo §3.3): BatchNorm statistics shared by a query and its key let the model cheat the pretext
+task. On one device the batch is split into ``moco.bn_splits`` sub-batches, each normalised on its own as on
+its own GPU; queries are split in drawing order, keys after a random permutation and restored afterwards,
+so no key shares its sub-batch statistics with the same sub-batch of queries. The key encoder runs in the
+query encoder's train/eval modes; its BatchNorm running statistics follow its own batches, not the EMA.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from pytorch_metric_learning import losses
+from torch import nn
+
+from xbm.objectives.base import Batch, Objective, embed_views
+from xbm.objectives.views import ShuffledIndices, TwoViews
+
+
+class MoCo(Objective):
+    name = "moco"
+
+    def __init__(self, cfg, model: nn.Module) -> None:
+        super().__init__(cfg)
+        self.momentum = cfg.moco.momentum
+        self.bn_splits = cfg.moco.bn_splits
+        self.key_encoder = copy.deepcopy(model)  # MoCo initialises f_k as a copy of f_q
+        self.key_encoder.requires_grad_(False)
+
+    def pair_loss(self) -> nn.Module:
+        return losses.NTXentLoss(temperature=self.cfg.loss.temperature)
+
+    def sampler(self, labels):
+        return ShuffledIndices(len(labels), self.cfg.batch_size)
+
+    def dataset(self, train):
+        return TwoViews(train)
+
+    def forward(self, model, x, y, idx, prepare, runtime) -> Batch:
+        queries = embed_views(model, x[:, 0], prepare, runtime, self.bn_splits)
+        keys = self.keys(model, x[:, 1], prepare, runtime)
+        ids = torch.cat([idx, idx])
+        is_key = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
+        is_key[len(idx):] = True
+        return Batch(torch.cat([queries, keys.to(queries.dtype)]), ids, ids, is_key)
+
+    @torch.no_grad()
+    def keys(self, model, views, prepare, runtime) -> torch.Tensor:
+        self._follow_modes(model)
+        order = torch.randperm(len(views)).to(views.device)  # the CPU generator: the same on every device
+        shuffled = embed_views(self.key_encoder, views[order], prepare, runtime, self.bn_splits)
+        keys = torch.empty_like(shuffled)
+        keys[order] = shuffled
+        return keys.detach()
+
+    def _follow_modes(self, model: nn.Module) -> None:
+        for mine, theirs in zip(self.key_encoder.modules(), model.modules()):
+            mine.training = theirs.training
+
+    @torch.no_grad()
+    def after_step(self, model: nn.Module) -> None:
+        """theta_k <- m theta_k + (1 - m) theta_q (MoCo Eq. 2), parameters only."""
+        mine = list(self.key_encoder.parameters())
+        theirs = [p.detach() for p in model.parameters()]
+        torch._foreach_mul_(mine, self.momentum)
+        torch._foreach_add_(mine, theirs, alpha=1.0 - self.momentum)
