@@ -11,24 +11,13 @@ normaliser) the stored rows of other images are extra negatives and the stored v
 from __future__ import annotations
 
 import torch
-from pytorch_metric_learning import losses
-from torch import nn
 
-from xbm.objectives.base import Batch, Objective, embed_views
-from xbm.objectives.views import ShuffledIndices, TwoViews
+from xbm.objectives.base import Batch, embed_views
+from xbm.objectives.views import TwoViewObjective
 
 
-class Instance(Objective):
+class Instance(TwoViewObjective):
     name = "instance"
-
-    def pair_loss(self) -> nn.Module:
-        return losses.NTXentLoss(temperature=self.cfg.loss.temperature)
-
-    def sampler(self, labels):
-        return ShuffledIndices(len(labels), self.cfg.batch_size)
-
-    def dataset(self, train):
-        return TwoViews(train)
 
     def forward(self, model, x, y, idx, prepare, runtime) -> Batch:
         views = torch.cat([x[:, 0], x[:, 1]])  # [2B, ...]: first views, then second views

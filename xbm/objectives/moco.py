@@ -25,14 +25,13 @@ from __future__ import annotations
 import copy
 
 import torch
-from pytorch_metric_learning import losses
 from torch import nn
 
-from xbm.objectives.base import Batch, Objective, embed_views
-from xbm.objectives.views import ShuffledIndices, TwoViews
+from xbm.objectives.base import Batch, embed_views
+from xbm.objectives.views import TwoViewObjective
 
 
-class MoCo(Objective):
+class MoCo(TwoViewObjective):
     name = "moco"
 
     def __init__(self, cfg, model: nn.Module) -> None:
@@ -41,15 +40,6 @@ class MoCo(Objective):
         self.bn_splits = cfg.moco.bn_splits
         self.key_encoder = copy.deepcopy(model)  # MoCo initialises f_k as a copy of f_q
         self.key_encoder.requires_grad_(False)
-
-    def pair_loss(self) -> nn.Module:
-        return losses.NTXentLoss(temperature=self.cfg.loss.temperature)
-
-    def sampler(self, labels):
-        return ShuffledIndices(len(labels), self.cfg.batch_size)
-
-    def dataset(self, train):
-        return TwoViews(train)
 
     def forward(self, model, x, y, idx, prepare, runtime) -> Batch:
         queries = embed_views(model, x[:, 0], prepare, runtime, self.bn_splits)

@@ -11,7 +11,11 @@ from typing import Iterator
 
 import numpy as np
 import torch
+from pytorch_metric_learning import losses
+from torch import nn
 from torch.utils.data import Dataset, Sampler
+
+from xbm.objectives.base import Objective
 
 # An LCG step (Knuth's MMIX constants): the second view's seed, a fixed function of the first's.
 _A, _C = 6364136223846793005, 1442695040888963407
@@ -52,3 +56,17 @@ class TwoViews(Dataset):
         first, label, index = self.dataset[(i, seed) if seed is not None else i]
         second = self.dataset[(i, second_seed(int(seed))) if seed is not None else i][0]
         return torch.stack([torch.as_tensor(first), torch.as_tensor(second)]), label, index
+
+
+class TwoViewObjective(Objective):
+    """Base of ``instance`` and ``moco``: random passes over the images, two views of each, and PML's
+    ``NTXentLoss(loss.temperature)`` over every pair (the two views of an image share its label)."""
+
+    def pair_loss(self) -> nn.Module:
+        return losses.NTXentLoss(temperature=self.cfg.loss.temperature)
+
+    def sampler(self, labels):
+        return ShuffledIndices(len(labels), self.cfg.batch_size)
+
+    def dataset(self, train):
+        return TwoViews(train)
