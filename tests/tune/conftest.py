@@ -26,6 +26,20 @@ params:
 """
 
 
+def run_toy_sweep(root: Path, name: str, space: str, **options: Any):
+    """Write ``space`` under ``root``, run its sweep to the end (storage ``root/sweeps``, no dashboard) and
+    return ``(plan, built)`` (``built.searcher`` for the Optuna checks)."""
+    from tune.options import SweepOptions
+    from tune.sweep import prepare, start
+
+    (root / "toy.yaml").write_text(space)
+    plan = prepare(str(root / "toy.yaml"), SweepOptions(storage=str(root / "sweeps"), name=name, dashboard=False,
+                                                        **options))
+    built = start(plan)
+    built.tuner.fit()
+    return plan, built
+
+
 @pytest.fixture(scope="module")
 def ray_session():
     """A local Ray with 2 CPUs and no dashboard for the whole test module (starting Ray costs seconds)."""

@@ -15,7 +15,9 @@ from tune.options import SweepInputError, SweepOptions
 from tune.schedulers import SCHEDULERS, build_scheduler
 from tune.searchers import SEARCHERS, FixedConfigs, PrunedOptunaSearch, build_searcher
 from tune.spaces import SpaceError, load_space
-from tune.sweep import outcome, prepare, run_configs, run_sweep, start
+from tune.sweep import outcome, prepare, run_configs, run_sweep
+
+from .conftest import run_toy_sweep
 
 TOY = """description: toy sweep for the tests
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 3, warmup_epochs: 0, batch_size: 128,
@@ -183,14 +185,8 @@ def test_an_existing_experiment_name_is_refused(tmp_path, space_file):
 # ---- on Ray ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def asha_sweep(ray_session, tmp_path_factory):
-    root = tmp_path_factory.mktemp("asha")
-    (root / "toy.yaml").write_text(TOY)
-    plan = prepare(str(root / "toy.yaml"), SweepOptions(
-        storage=str(root / "sweeps"), name="asha", dashboard=False, num_samples=6, grace_period=1,
-        reduction_factor=2, max_concurrent=1, seed=1))
-    built = start(plan)
-    built.tuner.fit()
-    return plan, built
+    return run_toy_sweep(tmp_path_factory.mktemp("asha"), "asha", TOY, num_samples=6, grace_period=1,
+                         reduction_factor=2, max_concurrent=1, seed=1)
 
 
 @pytest.mark.slow

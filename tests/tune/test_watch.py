@@ -13,8 +13,8 @@ import pytest
 from optuna.trial import TrialState
 
 from tune.optuna_study import export_optuna, journal_storage
-from tune.options import SweepOptions
-from tune.sweep import prepare, start
+
+from .conftest import run_toy_sweep
 
 SPACE = """description: watched toy sweep
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 3, warmup_epochs: 0, batch_size: 128,
@@ -34,12 +34,8 @@ def watched(ray_session, tmp_path_factory):
     """The sweep, its trials/epochs tables, and its actors' stdout (what the dashboard's logs show)."""
     import ray
 
-    root = tmp_path_factory.mktemp("watch")
-    (root / "toy.yaml").write_text(SPACE)
-    plan = prepare(str(root / "toy.yaml"), SweepOptions(
-        storage=str(root / "sweeps"), name="watched", dashboard=False, num_samples=5, grace_period=1,
-        reduction_factor=2, max_concurrent=1, seed=3))
-    start(plan).tuner.fit()
+    plan, _ = run_toy_sweep(tmp_path_factory.mktemp("watch"), "watched", SPACE, num_samples=5, grace_period=1,
+                            reduction_factor=2, max_concurrent=1, seed=3)
     trials = pq.read_table(f"{plan.results_uri}/trials.parquet").to_pandas()
     epochs = pq.read_table(f"{plan.results_uri}/epochs").to_pandas()
     logs = ray._private.worker._global_node.get_logs_dir_path()
