@@ -167,3 +167,68 @@ def test_a_step_without_any_pair_gives_a_zero_loss_that_backpropagates():
     loss.backward()
     assert float(loss.detach()) == 0.0 and crit.last_stats["memory_pos_pairs"] == 0.0
     assert crit.last_stats["memory_neg_pairs"] == B * (B - 1) and crit.last_stats["adapted"] == 0.0
+
+
+def test_loss_pos_pairs_counts_the_memorys_positives_plus_the_batchs_only_with_a_batch_term():
+    """Bug caught: the in-batch positives counted without a batch term (w = 0: a collapsed epoch would look
+    alive) or dropped with one, or the count subtracted."""
+    emb, labels = _batches(1, seed=6, classes=2)[0]
+    plain = XBMLoss(losses.SupConLoss(0.1), D, 20)
+    star = XBMLoss(losses.SupConLoss(0.1), D, 20, batch_loss_weight=0.5)
+    plain(emb, labels)
+    star(emb, labels)
+    memory_pos, batch_pos = plain.last_stats["memory_pos_pairs"], plain.last_stats["batch_pos_pairs"]
+    assert memory_pos > 0 and batch_pos > 0
+    assert plain.last_stats["loss_pos_pairs"] == memory_pos
+    assert star.last_stats["loss_pos_pairs"] == memory_pos + batch_pos
+
+
+@pytest.mark.parametrize("stored, batch", [(2, 4), (4, 2)])
+def test_two_rows_are_enough_to_adapt(stored, batch):
+    """Bug caught: an off-by-one in the "fewer than 2 rows" guard (a memory or a batch of exactly two rows
+    left raw, although both have a standard deviation)."""
+    crit = XBMLoss(losses.SupConLoss(0.1), D, stored, normaliser=build_normaliser(NormaliserConfig(kind="xbn")))
+    first = torch.randn(stored, D)
+    crit(first, torch.arange(stored))
+    crit(torch.randn(batch, D) * 3 + 1, torch.arange(batch))
+    assert crit.last_stats["adapted"] == 1.0
+
+
+def test_the_epoch_reaches_the_normaliser_and_defaults_to_the_first():
+    """Bug caught: the epoch not passed on to the normaliser (a delayed normaliser would never adapt while the
+    stats said it did), or a default epoch past 0 (a call without one would adapt during the delay)."""
+    def crit():
+        norm = build_normaliser(NormaliserConfig(kind="xbn", delay_epochs=1))
+        loss = XBMLoss(losses.SupConLoss(0.1), D, 40, normaliser=norm)
+        loss(torch.randn(B, D), torch.arange(B) % 3)
+        return loss
+
+    early = crit()
+    early(torch.randn(B, D) * 3 + 1, torch.arange(B) % 3)
+    assert early.last_stats["adapted"] == 0.0
+    late = crit()
+    raw = late.memory.valid().embeddings.clone()
+    late(torch.randn(B, D) * 3 + 1, torch.arange(B) % 3, epoch=1)
+    assert late.last_stats["adapted"] == 1.0 and not torch.allclose(late.memory.valid().embeddings[:B], raw)
+
+
+def test_with_an_enqueue_mask_only_keys_enter_the_memory_with_their_indices_and_queries_score_against_them():
+    """Bug caught (MoCo's path): queries enqueued instead of keys, the keys' sample indices lost (staleness
+    could not re-embed them), or queries paired with the wrong rows."""
+    q, k = torch.randn(4, D), torch.randn(4, D)
+    ids = torch.tensor([10, 11, 12, 13])
+    crit = XBMLoss(losses.NTXentLoss(0.1), D, 12)
+    mask = torch.tensor([False] * 4 + [True] * 4)
+    got = crit(torch.cat([q, k]), torch.cat([ids, ids]), indices=torch.cat([ids, ids]) + 100, enqueue_mask=mask)
+    stored = crit.memory.valid()
+    torch.testing.assert_close(stored.embeddings, k, rtol=0, atol=0)
+    assert stored.labels.tolist() == ids.tolist() and stored.indices.tolist() == (ids + 100).tolist()
+    refs = ids.clone()  # not the same tensor: PML would drop the diagonal as self pairs
+    want = losses.NTXentLoss(0.1)(q, ids, lmu.get_all_pairs_indices(ids, refs), k, refs)
+    torch.testing.assert_close(got, want)
+    assert crit.last_stats["memory_pos_pairs"] == 4.0  # each query with its own key, no self pair dropped
+
+
+def test_the_iteration_counter_is_an_integer():
+    """Bug caught: a float32 counter, which stops counting exactly after 2^24 steps (long runs)."""
+    assert XBMLoss(losses.SupConLoss(0.1), D, 4).iteration.dtype == torch.long
