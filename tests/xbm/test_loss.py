@@ -232,3 +232,16 @@ def test_with_an_enqueue_mask_only_keys_enter_the_memory_with_their_indices_and_
 def test_the_iteration_counter_is_an_integer():
     """Bug caught: a float32 counter, which stops counting exactly after 2^24 steps (long runs)."""
     assert XBMLoss(losses.SupConLoss(0.1), D, 4).iteration.dtype == torch.long
+
+
+def test_an_enqueue_mask_keeps_each_rows_own_label_and_needs_no_indices():
+    """Bug caught: the queries given the keys' labels (a mask applied the wrong way round to the labels), or
+    sample indices required with a mask (a caller without them would crash)."""
+    q, k = torch.randn(2, D), torch.randn(2, D)
+    crit = XBMLoss(losses.NTXentLoss(0.1), D, 8)
+    got = crit(torch.cat([q, k]), torch.tensor([0, 1, 1, 2]), enqueue_mask=torch.tensor([False, False, True, True]))
+    assert crit.memory.valid().labels.tolist() == [1, 2] and crit.memory.valid().indices.tolist() == [-1, -1]
+    refs = torch.tensor([1, 2])
+    want = losses.NTXentLoss(0.1)(q, torch.tensor([0, 1]), lmu.get_all_pairs_indices(torch.tensor([0, 1]), refs), k, refs)
+    torch.testing.assert_close(got, want)
+    assert crit.last_stats["memory_pos_pairs"] == 1.0  # only query 1 has a key of its label
