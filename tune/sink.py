@@ -7,10 +7,11 @@ replaced atomically (``tune.parquet.Storage``).
 
 Driver cost (benchmarks/bench_sink.py): a trial's epoch file is rewritten at every result (its rows must
 be on disk before Tune records the checkpoint a resumed trial continues from); the sink keeps each row
-cleaned to the file's types, so a result pays one conversion of the trial's rows and the Parquet encoding. ``trials.parquet`` holds one
-row per trial, so a rewrite grows with the sweep: it is rewritten at most once per ``trials_interval_s``
-(status changes included; the rows' cleaned values are cached, so only changed rows are converted), when
-Tune's loop ends a step after that interval, and at the experiment's end. A driver killed inside that
+cleaned to the file's types, so a result pays one conversion of the trial's rows (one struct array) and
+the Parquet encoding. ``trials.parquet`` holds one row per trial, so a rewrite grows with the sweep: it
+is rewritten at most once per ``trials_interval_s`` (status changes included; only changed rows are
+converted, the others are taken from the table written last time), when Tune's loop ends a step after
+that interval, and at the experiment's end. A driver killed inside that
 interval loses at most the last status changes of trials.parquet, never an epoch row: on resume the
 first step reconciles the rows with the trials Tune restored (a trial Tune holds as terminated but the
 file as running is completed from its epoch rows).
@@ -116,6 +117,9 @@ class ParquetSink(Callback):
         table = self.storage.read_table("trials.parquet")
         for row in table.to_pylist() if table is not None else []:
             self.trials[row["trial_id"]] = row
+        if table is not None:  # the next write converts only the rows that change (if the columns agree)
+            self._trials_table = table
+            self._trials_rows = {t: i for i, t in enumerate(table.column("trial_id").to_pylist())}
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         row = self._trial_row(trial)

@@ -255,6 +255,12 @@ def test_trials_parquet_rewritten_from_its_last_table_equals_a_whole_rebuild(tmp
     table = written_equals_rebuilt()
     assert table.column("best_test_recall_at_1").to_pylist() == [None, 0.4, None, None]
 
+    sink = make_sink(tmp_path)  # resumed: the file read back is the table written last
+    sink.metric = "test_recall_at_1"
+    sink.on_trial_complete(0, [], trials[2])  # stopped early, from the rows read back
+    table = written_equals_rebuilt()
+    assert table.column("status").to_pylist() == ["running", "completed", "stopped_early", "completed"]
+
 
 def test_a_resumed_sink_completes_trials_the_killed_driver_had_not_written(tmp_path):
     """Bug caught: a trial that finished (or errored) in the last interval before the driver was killed
