@@ -16,11 +16,21 @@ at each size.
 
     python benchmarks/bench_sink.py              # windows at 100, 500, 2,000 trials x 20 epochs
     python benchmarks/bench_sink.py --quick      # windows at 100, 500 trials x 5 epochs
+    python benchmarks/bench_sink.py --against REV [--repeats 5]   # this sink vs git REV's, interleaved
+
+``--against``: a shared, loaded machine moves CPU time per result by +-20% from one minute to the next,
+more than a code change does, so two runs of the script minutes apart compare badly. This prepares each
+window's folder once, then alternates the two sinks (REV's ``tune/sink.py`` and ``tune/parquet.py``,
+imported beside this checkout's; the order swapped every repetition) on copies of it in one process,
+and prints CPU medians and the paired ratios.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +39,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
 
@@ -43,6 +54,10 @@ KINDS = ("none", "xbn", "axbn", "pcxbn", "scxbn", "ema")
 METRICS = ("loss", "lr", "recall_at_1", "recall_at_10", "map_at_r", "r_precision", "drift_mean", "drift_max",
            "staleness_mean", "inter_distance_mean", "intra_distance_mean", "superclass_top_k",
            "memory_neg_pairs", "batch_neg_pairs", "memory_fill", "epoch_time_s", "images_per_s")
+
+
+SWEPT = ("normaliser.kind", "memory.ratio", "lr", "normaliser.lambda_mu")
+PROVENANCE = {"git_sha": "0" * 40, "package_version": "0.1.0"}
 
 
 class FakeTrial(SimpleNamespace):
@@ -130,9 +145,7 @@ def finished_rows(sink: ParquetSink, trials: list[FakeTrial], epochs: int, rng: 
 
 def window(root: str, held: int, trials: list[FakeTrial], epochs: int, concurrent: int, rng) -> dict:
     """Per-result cost of the last 100 trials while the sweep holds ``held``; one rewrite at that size."""
-    sink = ParquetSink(f"{root}/w{held}/results", "bench", "recall_at_1", "max", swept=(
-        "normaliser.kind", "memory.ratio", "lr", "normaliser.lambda_mu"),
-        provenance={"git_sha": "0" * 40, "package_version": "0.1.0"})
+    sink = ParquetSink(f"{root}/w{held}/results", "bench", "recall_at_1", "max", swept=SWEPT, provenance=PROVENANCE)
     earlier, last = trials[:held - 100], trials[held - 100:held]
     if earlier:
         sink.metric_types = {"recall_at_1": pa.float64(), "map_at_r": pa.float64()}
@@ -150,15 +163,71 @@ def window(root: str, held: int, trials: list[FakeTrial], epochs: int, concurren
             "rewrite": 1e3 * float(np.median(rewrites))}
 
 
+def sink_at(rev: str, folder: str) -> type:
+    """``ParquetSink`` as of git revision ``rev``: its tune/sink.py and tune/parquet.py written to a package
+    ``tune_at_rev`` under ``folder`` (the rest of ``tune`` and ``xbm`` is this checkout's)."""
+    package = Path(folder) / "tune_at_rev"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for name in ("sink", "parquet"):
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tune/{name}.py"], capture_output=True,
+                              text=True, check=True).stdout
+        (package / f"{name}.py").write_text(text.replace("from tune.parquet import", "from tune_at_rev.parquet import"))
+    sys.path.insert(0, folder)
+    return importlib.import_module("tune_at_rev.sink").ParquetSink
+
+
+def against(rev: str, marks, trials, epochs: int, concurrent: int, repeats: int) -> None:
+    """REV's sink and this one on the same windows, alternated; CPU ms per result, medians and pairs."""
+    cpu: dict[tuple[str, int], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench_sink_") as root:
+        sinks = {rev: sink_at(rev, root), "this": ParquetSink}
+        for held in marks:  # the N-100 finished rows, written once (as window() does)
+            Path(f"{root}/base{held}").mkdir()
+            if held > 100:
+                prep = ParquetSink(None, "bench", "recall_at_1", "max", swept=SWEPT, provenance=PROVENANCE)
+                prep.metric_types = {"recall_at_1": pa.float64(), "map_at_r": pa.float64()}
+                Storage(f"{root}/base{held}").write_table("trials.parquet", build_table(
+                    finished_rows(prep, trials[:held - 100], epochs, np.random.default_rng(1)), prep.trial_fields()))
+        for rep in range(repeats):
+            for held in marks:
+                for name in (rev, "this") if rep % 2 == 0 else ("this", rev):
+                    folder = f"{root}/{rep}_{held}_{len(cpu)}"
+                    shutil.copytree(f"{root}/base{held}", folder)
+                    sink = sinks[name](folder, "bench", "recall_at_1", "max", swept=SWEPT, provenance=PROVENANCE)
+                    sink.setup()
+                    for trial in trials:
+                        trial.last_result = {}
+                    _, seconds, results = drive(sink, trials[held - 100:held], epochs, concurrent,
+                                                np.random.default_rng(held))  # the same results for both
+                    assert len(sink.trials) == held
+                    cpu.setdefault((name, held), []).append(1e3 * seconds / results)
+                    shutil.rmtree(folder)
+    print(f"CPU ms per result, last 100 trials x {epochs} epochs of a sweep holding N trials; medians of {repeats} "
+          f"interleaved runs per sink; 'lower' = repetitions where this sink was cheaper")
+    print(f"{'N trials':>9} {rev[:12]:>12} {'this':>8} {'this / rev':>11} {'lower':>6}")
+    for held in marks:
+        old, new = cpu[(rev, held)], cpu[("this", held)]
+        print(f"{held:9d} {np.median(old):12.3f} {np.median(new):8.3f} {np.median(new) / np.median(old):10.2f}x "
+              f"{sum(n < o for n, o in zip(new, old)):3d}/{repeats}")
+    for name in (rev, "this"):
+        ratio = np.median(cpu[(name, marks[-1])]) / np.median(cpu[(name, marks[0])])
+        print(f"{name[:12]}: {marks[-1]} / {marks[0]} trials per result {ratio:.2f}x (target <= 1.5x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--concurrent", type=int, default=8, help="trials running at once (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="windows at 100 and 500 trials x 5 epochs")
+    parser.add_argument("--against", metavar="REV", help="compare with the sink of git revision REV, interleaved")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each window per sink with --against")
     args = parser.parse_args()
     marks, epochs = ((100, 500), 5) if args.quick else ((100, 500, 2000), args.epochs)
     rng = np.random.default_rng(0)
     trials = make_trials(max(marks), epochs, rng)
+    if args.against:
+        return against(args.against, marks, trials, epochs, args.concurrent, args.repeats)
     with tempfile.TemporaryDirectory(prefix="bench_sink_") as root:
         figures = {held: window(root, held, trials, epochs, args.concurrent, rng) for held in marks}
     interval = ParquetSink(None, "x", "recall_at_1", "max").trials_interval_s

@@ -221,6 +221,47 @@ def test_trials_parquet_is_rewritten_at_most_once_per_interval_and_flushed_at_th
     assert rows["a"]["status"] == "completed" and rows["a"]["epochs_completed"] == 2
 
 
+def test_trials_parquet_rewritten_from_its_last_table_equals_a_whole_rebuild(tmp_path):
+    """Bug caught: trials.parquet rebuilt from the table written last time (only changed rows converted)
+    with a row left stale, taken from the wrong position, duplicated or reordered, or kept under the old
+    schema when a late metric adds a column. Each write must equal the table built from every row."""
+    sink = make_sink(tmp_path)
+    trials = [FakeTrial(t, {**BASE, "normaliser.kind": "none", "epochs": 3}) for t in ("a", "b", "c", "d")]
+
+    def written_equals_rebuilt():
+        table = pq.read_table(tmp_path / "trials.parquet")
+        rebuilt = parquet.build_table(list(sink.trials.values()), sink.trial_fields())
+        assert table.schema.remove_metadata() == rebuilt.schema
+        pd.testing.assert_frame_equal(table.to_pandas(), rebuilt.to_pandas())
+        return table
+
+    feed(sink, trials[0], [1])
+    feed(sink, trials[1], [1, 2])
+    written_equals_rebuilt()
+    feed(sink, trials[2], [1])                      # a new row after unchanged ones
+    sink.on_trial_result(0, [], trials[0], result(2, 0.9))  # a change to the first row only
+    written_equals_rebuilt()
+    sink.on_trial_result(0, [], trials[1], result(3, 0.5, test_recall_at_1=0.4))  # not a trials column: same schema
+    feed(sink, trials[3], [1, 2, 3])
+    sink.on_trial_complete(0, [], trials[3])
+    sink.on_trial_complete(0, [], trials[1])
+    table = written_equals_rebuilt()
+    assert table.column("trial_id").to_pylist() == ["a", "b", "c", "d"]
+    assert table.column("status").to_pylist() == ["running", "completed", "running", "completed"]
+    assert table.column("best_recall_at_1").to_pylist() == pytest.approx([0.9, 0.5, 0.1, 0.3])
+
+    sink.metric = "test_recall_at_1"  # a summary column appears: the cached table's schema is stale
+    sink.on_trial_complete(0, [], trials[1])
+    table = written_equals_rebuilt()
+    assert table.column("best_test_recall_at_1").to_pylist() == [None, 0.4, None, None]
+
+    sink = make_sink(tmp_path)  # resumed: the file read back is the table written last
+    sink.metric = "test_recall_at_1"
+    sink.on_trial_complete(0, [], trials[2])  # stopped early, from the rows read back
+    table = written_equals_rebuilt()
+    assert table.column("status").to_pylist() == ["running", "completed", "stopped_early", "completed"]
+
+
 def test_a_resumed_sink_completes_trials_the_killed_driver_had_not_written(tmp_path):
     """Bug caught: a trial that finished (or errored) in the last interval before the driver was killed
     stays ``running`` forever, since Tune restores it as finished and sends no more events for it."""
