@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, get_type_hints
 
@@ -209,7 +210,7 @@ class TrainConfig:
                 groups.setdefault(group, {})[name] = value
             else:
                 top[key] = value
-        hints = get_type_hints(cls)
+        hints = _hints(cls)
         for group, kwargs in groups.items():
             top[group] = hints[group](**kwargs)
         return cls(**top)
@@ -223,6 +224,11 @@ class TrainConfig:
         return TrainConfig.from_dict({**self.to_dict(), **dotted})
 
 
+@functools.cache
+def _hints(cls) -> dict[str, type]:
+    return get_type_hints(cls)
+
+
 def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in values.items():
@@ -234,6 +240,7 @@ def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+@functools.cache  # get_type_hints resolves annotations each call: ~5 ms per config, a Parquet sink's hot spot
 def _flat_types(cls) -> dict[str, type]:
     out: dict[str, type] = {}
     hints = get_type_hints(cls)
