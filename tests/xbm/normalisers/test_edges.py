@@ -88,3 +88,35 @@ def test_out_must_match_the_memory():
     memory, labels = torch.randn(4, 3), torch.zeros(4, dtype=torch.long)
     with pytest.raises(ValueError, match="out must match"):
         norm(memory, labels, memory, labels, out=torch.empty(4, 3, dtype=torch.float64))
+
+
+def test_a_kind_without_hooks_names_itself_and_the_missing_hooks():
+    """Bug caught (mutation testing): the base ``target_moments`` raising without saying which class
+    lacks which hook (a new kind registered without ``target_moments`` or ``adapt``)."""
+    from xbm.normalisers.base import Normaliser
+
+    class Bare(Normaliser):
+        kind = "bare"
+
+    memory, labels = torch.randn(4, 2), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(NotImplementedError, match="^Bare must implement target_moments or adapt$"):
+        Bare(NormaliserConfig(kind="xbn"))(memory, labels, memory, labels)
+
+
+def test_the_bounds_of_every_range_are_accepted():
+    """Bug caught (mutation testing): a closed bound made open (``<=`` -> ``<``): lambda 0 or 1 (pure
+    per-group or pure whole-batch targets), r = 0 (AXBN = XBN), momentum 0, no delay, interval 1."""
+    cfg = NormaliserConfig(lambda_mu=1.0, lambda_sigma=0.0, kalman_r=0.0, ema_momentum=0.0, delay_epochs=0,
+                           kalman_interval=1)
+    assert (cfg.lambda_mu, cfg.lambda_sigma) == (1.0, 0.0)
+    assert NormaliserConfig(lambda_mu=0.0, lambda_sigma=1.0).lambda_mu == 0.0
+
+
+@pytest.mark.parametrize("field,value", [("delay_epochs", 1.5), ("delay_epochs", True), ("kalman_interval", 2.0),
+                                         ("kalman_interval", True), ("unit_norm", "yes")])
+def test_counts_must_be_integers_and_switches_booleans(field, value):
+    """Bug caught (mutation testing): the integer check loosened (``and not`` -> ``or not``), so a
+    fractional delay or Kalman interval (or True) from a hand-written search space passes silently."""
+    rule = "a boolean" if field == "unit_norm" else "an integer"
+    with pytest.raises(ValueError, match=rf"normaliser\.{field} must satisfy {rule}, but got {value!r}"):
+        NormaliserConfig(**{field: value})

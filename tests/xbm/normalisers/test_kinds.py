@@ -105,3 +105,23 @@ def test_group_kinds_with_few_member_rows(kind, centre_only, absent, reference, 
     got = build_normaliser(cfg, superclass_of=superclass_of)(memory, memory_labels, batch, batch_labels)
     want = reference(cfg, superclass_of=superclass_of)(memory, memory_labels, batch, batch_labels)
     torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["xbn", "axbn", "ema", "pcxbn", "scxbn"])
+def test_a_constant_dimension_is_floored_at_eps_not_divided_by_zero(kind, reference, case):
+    """Bug caught (mutation testing): a standard deviation not floored at ``eps`` (whole-memory, per-group
+    or pooled): a dimension that is constant in the memory (a dead ReLU unit, a saturated feature)
+    then divides 0 by 0 and writes NaN into every memory row."""
+    cfg = NormaliserConfig(kind=kind, eps=1e-3, **OPTIONS)
+    norm = build_normaliser(cfg, superclass_of=case.superclass_of)
+    ref = reference(cfg, superclass_of=case.superclass_of)
+    for step in range(2):
+        memory, memory_labels = case.memory(step)
+        batch, batch_labels = case.batch(step)
+        memory[:, 0] = 1.5
+        batch[:, 1] = -0.5
+        got = norm(memory, memory_labels, batch, batch_labels)
+        assert torch.isfinite(got).all()
+        # atol 1e-3: the fused map z * a + b with a = sigma_B / eps ~ 2e3 cancels ~1e-4 in fp32
+        torch.testing.assert_close(got.double(), ref(memory, memory_labels, batch, batch_labels),
+                                   rtol=2e-5, atol=1e-3)
