@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -120,3 +121,57 @@ def test_counts_must_be_integers_and_switches_booleans(field, value):
     rule = "a boolean" if field == "unit_norm" else "an integer"
     with pytest.raises(ValueError, match=rf"normaliser\.{field} must satisfy {rule}, but got {value!r}"):
         NormaliserConfig(**{field: value})
+
+
+def test_the_package_resolves_its_lazy_names_at_use_time():
+    """Bug caught (mutation testing): the package's lazy ``__getattr__`` resolving a name from the wrong
+    module (or to None), or an unknown name not raising the AttributeError that ``hasattr`` relies on.
+    Looked up inside the test: names imported at collection time never reach ``__getattr__``."""
+    import importlib
+
+    package = importlib.import_module("xbm.normalisers")
+    registry, stats, base = (importlib.import_module(f"xbm.normalisers.{m}") for m in ("registry", "stats", "base"))
+    assert package.build_normaliser is registry.build_normaliser and package.NORMALISERS is registry.NORMALISERS
+    assert package.Moments is stats.Moments and package.Normaliser is base.Normaliser
+    with pytest.raises(AttributeError, match="^module 'xbm.normalisers' has no attribute 'bogus'$"):
+        package.bogus
+    assert not hasattr(package, "bogus")
+
+
+def test_scxbn_errors_say_what_to_pass():
+    """Bug caught (mutation testing): the scxbn errors losing their advice (what ``superclass_of`` is,
+    the alternative kind, the dtype and shape that were passed)."""
+    with pytest.raises(ValueError, match=re.escape(
+            "normaliser kind 'scxbn' needs superclass_of (a LongTensor mapping class id to super-class id), "
+            "but got None; pass it or pick kind 'pcxbn'")):
+        build_normaliser(NormaliserConfig(kind="scxbn"))
+    with pytest.raises(ValueError, match=re.escape(
+            "superclass_of must be a non-empty 1-D integer tensor, but got dtype torch.int64 and shape (3, 2)")):
+        build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.zeros(3, 2, dtype=torch.long))
+
+
+@pytest.mark.parametrize("superclass_of", [torch.tensor([0.0, 1.0, 1.0]), torch.tensor([0.7, 1.2]),
+                                           torch.zeros(0, dtype=torch.long)])
+def test_scxbn_refuses_float_or_empty_superclass_maps(superclass_of):
+    """Bug caught (mutation testing): a float map accepted (``.long()`` would then silently truncate
+    super-class ids such as 0.7 -> 0), or an empty map accepted (every label then fails later)."""
+    with pytest.raises(ValueError, match="non-empty 1-D integer tensor"):
+        build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=superclass_of)
+
+
+def test_scxbn_accepts_one_superclass_and_keeps_the_map_out_of_checkpoints():
+    """Bug caught (mutation testing): a one-element map refused (an ``== 1`` emptiness check), or the
+    map saved in the state_dict (it is data-set metadata: a checkpoint would then refuse to load into
+    an scxbn normaliser built for another data set split, and carry stale metadata)."""
+    norm = build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0]))
+    assert "superclass_of" not in norm.state_dict()
+    assert norm.groups(torch.tensor([0, 0])).tolist() == [0, 0]
+
+
+def test_scxbn_refuses_a_label_one_past_the_map():
+    """Bug caught (mutation testing): the range check ``>= n`` loosened to ``> n``: label n then indexes
+    past the map and fails with a bare index error instead of naming the range."""
+    norm = build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]))
+    with pytest.raises(ValueError, match=re.escape("labels must lie in [0, 3) to index superclass_of, but got "
+                                                   "labels in [0, 3]")):
+        norm.groups(torch.tensor([0, 3]))
