@@ -125,3 +125,29 @@ def test_a_constant_dimension_is_floored_at_eps_not_divided_by_zero(kind, refere
         # atol 1e-3: the fused map z * a + b with a = sigma_B / eps ~ 2e3 cancels ~1e-4 in fp32
         torch.testing.assert_close(got.double(), ref(memory, memory_labels, batch, batch_labels),
                                    rtol=2e-5, atol=1e-3)
+
+
+# memory classes 0..5, two to four rows each
+SPARSE_MEMORY_LABELS = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 4, 4, 5, 5, 5])
+
+
+@pytest.mark.parametrize("batch_labels", [[0, 1, 2, 3, 6, 7],        # no class twice: nothing to adapt per class
+                                          [2, 2, 0, 1, 3, 7],        # exactly one class twice
+                                          [6, 6, 7, 7, 8, 0]],       # repeated classes absent from the memory
+                         ids=["no-candidate", "one-candidate", "no-member"])
+@pytest.mark.parametrize("absent", ["global", "skip"])
+@pytest.mark.parametrize("centre_only", [False, True])
+def test_pcxbn_batches_with_zero_or_one_repeated_class(batch_labels, absent, centre_only, reference):
+    """Bug caught (mutation testing): PC-XBN on a batch where no class, or exactly one, has two rows
+    (small batches, early in a P x K sampler's epoch), or whose repeated classes have no memory rows:
+    the empty-candidate branch of the slot lookup mistaken for the one-candidate one (the one repeated
+    class never adapted), an index past the one-entry "enough rows" table, or a division by a zero
+    member count."""
+    gen = torch.Generator().manual_seed(3)
+    memory = torch.randn(len(SPARSE_MEMORY_LABELS), 4, generator=gen) * 2 + SPARSE_MEMORY_LABELS.unsqueeze(1) / 3
+    batch = torch.randn(len(batch_labels), 4, generator=gen) - 0.5
+    batch_labels = torch.tensor(batch_labels)
+    cfg = NormaliserConfig(kind="pcxbn", centre_only=centre_only, absent=absent, lambda_mu=0.2, lambda_sigma=0.6)
+    got = build_normaliser(cfg)(memory, SPARSE_MEMORY_LABELS, batch, batch_labels)
+    want = reference(cfg)(memory, SPARSE_MEMORY_LABELS, batch, batch_labels)
+    torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)
