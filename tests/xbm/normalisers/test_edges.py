@@ -80,7 +80,7 @@ def test_mismatched_shapes_raise():
         norm(torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.randn(2, 5), torch.zeros(2, dtype=torch.long))
     with pytest.raises(ValueError, match="one label per row"):
         norm(torch.randn(4, 3), torch.zeros(3, dtype=torch.long), torch.randn(2, 3), torch.zeros(2, dtype=torch.long))
-    with pytest.raises(ValueError, match="NormaliserConfig"):
+    with pytest.raises(ValueError, match="^cfg must be a NormaliserConfig, but got dict$"):
         NORMALISERS["xbn"](dataclasses.asdict(NormaliserConfig()))
 
 
@@ -175,3 +175,11 @@ def test_scxbn_refuses_a_label_one_past_the_map():
     with pytest.raises(ValueError, match=re.escape("labels must lie in [0, 3) to index superclass_of, but got "
                                                    "labels in [0, 3]")):
         norm.groups(torch.tensor([0, 3]))
+
+
+def test_a_call_without_epoch_counts_as_epoch_0():
+    """Bug caught (mutation testing): ``forward``'s default epoch other than 0, so a caller that does not
+    pass the epoch skips the first epochs of the delay (or adapts during it)."""
+    norm = build_normaliser(NormaliserConfig(kind="xbn", delay_epochs=1))
+    memory, labels = torch.randn(4, 3) * 2 + 1, torch.zeros(4, dtype=torch.long)
+    torch.testing.assert_close(norm(memory, labels, torch.randn(3, 3), labels[:3]), memory, rtol=0, atol=0)

@@ -151,3 +151,44 @@ def test_pcxbn_batches_with_zero_or_one_repeated_class(batch_labels, absent, cen
     got = build_normaliser(cfg)(memory, SPARSE_MEMORY_LABELS, batch, batch_labels)
     want = reference(cfg)(memory, SPARSE_MEMORY_LABELS, batch, batch_labels)
     torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["xbn", "axbn", "ema", "pcxbn", "scxbn"])
+@pytest.mark.parametrize("n_memory,n_batch", [(2, 5), (7, 2), (2, 2)])
+def test_two_rows_are_enough_to_adapt(kind, n_memory, n_batch, reference):
+    """Bug caught (mutation testing): the "fewer than 2 rows" guard moved to 3 (``< 3`` or ``<= 2``), so
+    a memory or batch of exactly two rows, whose Bessel std is defined, is silently left unadapted."""
+    gen = torch.Generator().manual_seed(n_memory + 10 * n_batch)
+    memory, batch = torch.randn(n_memory, 3, generator=gen) * 3 + 1, torch.randn(n_batch, 3, generator=gen)
+    memory_labels, batch_labels = torch.zeros(n_memory, dtype=torch.long), torch.zeros(n_batch, dtype=torch.long)
+    cfg = NormaliserConfig(kind=kind)
+    got = build_normaliser(cfg, superclass_of=torch.zeros(1, dtype=torch.long))(memory, memory_labels, batch,
+                                                                                 batch_labels)
+    want = reference(cfg, superclass_of=torch.zeros(1, dtype=torch.long))(memory, memory_labels, batch, batch_labels)
+    torch.testing.assert_close(got.double(), want, rtol=2e-5, atol=2e-5)
+    assert not torch.allclose(got, memory)
+
+
+@pytest.mark.parametrize("kind", ["xbn", "pcxbn"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_in_place_half_precision_adapts_in_fp32_first(kind, dtype, case):
+    """Bug caught (mutation testing): with ``out=memory`` in half precision (autocast memories), the
+    adapted rows computed straight into the half-precision buffer (the fp32 check inverted), so the
+    L2 normalisation runs on rounded values and differs from the out-of-place result."""
+    cfg = NormaliserConfig(kind=kind, unit_norm=True, **OPTIONS)
+    memory, memory_labels = case.memory(0, dtype)
+    batch, batch_labels = case.batch(0, dtype)
+    want = build_normaliser(cfg)(memory, memory_labels, batch, batch_labels)
+    got = build_normaliser(cfg)(memory, memory_labels, batch, batch_labels, out=memory)
+    assert got is memory
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_a_batch_off_the_memorys_device_is_moved_to_it():
+    """Bug caught (mutation testing): the batch's statistics taken on the batch's device instead of the
+    memory's (``.to(device=None)``), a device-mismatch crash when the memory lives elsewhere (the
+    "meta" device stands in for the GPU)."""
+    norm = build_normaliser(NormaliserConfig(kind="xbn"))
+    out = norm(torch.randn(5, 3, device="meta"), torch.zeros(5, dtype=torch.long, device="meta"),
+               torch.randn(4, 3), torch.zeros(4, dtype=torch.long))
+    assert out.device.type == "meta" and out.shape == (5, 3)
