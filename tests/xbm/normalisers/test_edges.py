@@ -183,3 +183,22 @@ def test_a_call_without_epoch_counts_as_epoch_0():
     norm = build_normaliser(NormaliserConfig(kind="xbn", delay_epochs=1))
     memory, labels = torch.randn(4, 3) * 2 + 1, torch.zeros(4, dtype=torch.long)
     torch.testing.assert_close(norm(memory, labels, torch.randn(3, 3), labels[:3]), memory, rtol=0, atol=0)
+
+
+def test_shape_errors_give_the_rule_and_the_shapes():
+    """Bug caught (mutation testing): the shape checks' messages garbled or losing the shapes, or the
+    2-D check weakened (``or`` -> ``and``) so a 1-D memory falls through to a bare IndexError."""
+    norm = build_normaliser(NormaliserConfig(kind="xbn"))
+    long = dict(dtype=torch.long)
+    with pytest.raises(ValueError, match=re.escape("memory [N, d] and batch [B, d] must be 2-D with the same d, "
+                                                   "but got memory (4,) and batch (2, 3)")):
+        norm(torch.randn(4), torch.zeros(4, **long), torch.randn(2, 3), torch.zeros(2, **long))
+    with pytest.raises(ValueError, match=re.escape(
+            "labels must be 1-D with one label per row, but got memory_labels (3,) for memory (4, 3) and "
+            "batch_labels (2,) for batch (2, 3)")):
+        norm(torch.randn(4, 3), torch.zeros(3, **long), torch.randn(2, 3), torch.zeros(2, **long))
+    with pytest.raises(ValueError, match=re.escape(
+            "out must match memory's shape, dtype and device, but got (4, 3) torch.float64 cpu for memory "
+            "(4, 3) torch.float32 cpu")):
+        norm(torch.randn(4, 3), torch.zeros(4, **long), torch.randn(2, 3), torch.zeros(2, **long),
+             out=torch.empty(4, 3, dtype=torch.float64))
