@@ -64,13 +64,18 @@ def test_unknown_kind_lists_the_valid_ones():
 
 
 @pytest.mark.parametrize("field,value,rule", [
-    ("kind", "pc-xbn", "one of"), ("absent", "drop", "one of"), ("lambda_mu", 1.5, "0 <= lambda_mu <= 1"),
-    ("lambda_sigma", -0.1, "0 <= lambda_sigma <= 1"), ("kalman_r", -1.0, ">= 0"), ("kalman_q", 0.0, "> 0"),
-    ("kalman_p0", 0.0, "> 0"), ("kalman_interval", 0, ">= 1"), ("ema_momentum", 1.0, "ema_momentum < 1"),
-    ("delay_epochs", -1, ">= 0"), ("eps", 0.0, "> 0"), ("centre_only", 1, "a boolean"),
+    ("kind", "pc-xbn", "one of ['none', 'xbn', 'axbn', 'ema', 'pcxbn', 'scxbn']"),
+    ("absent", "drop", "one of ['global', 'skip']"), ("lambda_mu", 1.5, "0 <= lambda_mu <= 1"),
+    ("lambda_mu", -0.1, "0 <= lambda_mu <= 1"), ("lambda_sigma", -0.1, "0 <= lambda_sigma <= 1"),
+    ("lambda_sigma", 1.5, "0 <= lambda_sigma <= 1"), ("kalman_r", -1.0, ">= 0"), ("kalman_q", 0.0, "> 0"),
+    ("kalman_p0", 0.0, "> 0"), ("kalman_interval", 0, ">= 1"), ("ema_momentum", 1.0, "0 <= ema_momentum < 1"),
+    ("ema_momentum", -0.2, "0 <= ema_momentum < 1"), ("delay_epochs", -1, ">= 0"), ("eps", 0.0, "> 0"),
+    ("centre_only", 1, "a boolean"),
 ])
 def test_bad_configurations_raise_with_rule_and_value(field, value, rule):
-    with pytest.raises(ValueError, match=rf"normaliser\.{field} must satisfy .*{rule}.*{value!r}"):
+    """Bug caught: a bound that lets a bad value through (e.g. lambda_sigma <= 2), or a message whose
+    rule or value is garbled (matched whole, not as a substring)."""
+    with pytest.raises(ValueError, match=f"^{re.escape(f'normaliser.{field} must satisfy {rule}, but got {value!r}')}$"):
         NormaliserConfig(**{field: value})
 
 
