@@ -154,3 +154,36 @@ def test_a_memory_of_one_row_keeps_the_newest_row():
     memory = EmbeddingMemory(1, 1)
     memory.enqueue(torch.tensor([[1.0], [2.0]]), torch.tensor([0, 1]))
     assert memory.valid()[0].tolist() == [[2.0]] and len(memory) == 1
+
+
+# The "meta" device stands in for a GPU on a CPU-only machine: a second device whose kernels refuse
+# operands from another device, as CUDA's do, so device mix-ups fail here as they would on a GPU.
+BUFFERS = ("embeddings", "labels", "indices", "iterations", "pointer", "filled")
+
+
+def test_a_memory_built_for_a_device_holds_every_buffer_there():
+    """Bug caught (mutation testing): a buffer built without ``device=`` (on the CPU) in a memory asked
+    for the GPU, so its first enqueue mixes devices (or a checkpoint restores it to the wrong device)."""
+    memory = EmbeddingMemory(4, 2, device="meta")
+    assert {name: getattr(memory, name).device.type for name in BUFFERS} == dict.fromkeys(BUFFERS, "meta")
+
+
+def test_the_buffers_follow_the_embeddings_even_with_labels_left_on_the_loader_device():
+    """Bug caught (mutation testing): the memory not moved to the embeddings' device (the ``!=`` test
+    inverted, ``.to(None)``), slots built on the default device, or labels / sample indices that the
+    data loader left on the CPU copied without ``.to(device)``: each is a device-mismatch crash on the
+    first GPU step."""
+    memory = EmbeddingMemory(4, 2)
+    slots = memory.enqueue(torch.zeros(3, 2, device="meta"), torch.tensor([1, 2, 3]),
+                           indices=torch.tensor([0, 1, 2]), iteration=5)
+    assert slots.device.type == "meta" and len(memory) == 3
+    assert {name: getattr(memory, name).device.type for name in BUFFERS} == dict.fromkeys(BUFFERS, "meta")
+
+
+def test_checkpointed_counters_and_labels_are_int64():
+    """Bug caught (mutation testing): ``pointer`` / ``filled`` built without ``dtype=torch.long`` (fp32
+    counters in checkpoints, inexact beyond 2**24 and silently rounded when loaded), or labels / indices /
+    iterations buffers of another integer type than the int64 the loss and the miners index with."""
+    state = EmbeddingMemory(4, 2).state_dict()
+    assert {name: state[name].dtype for name in BUFFERS} == {"embeddings": torch.float32, **dict.fromkeys(
+        BUFFERS[1:], torch.long)}

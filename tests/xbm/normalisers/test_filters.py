@@ -75,3 +75,13 @@ def test_delay_returns_memory_unchanged_and_freezes_state(kind, case):
     undelayed = build_normaliser(NormaliserConfig(kind=kind, unit_norm=True), superclass_of=case.superclass_of)
     torch.testing.assert_close(norm(memory, memory_labels, batch, batch_labels, epoch=2),
                                undelayed(memory, memory_labels, batch, batch_labels, epoch=0))
+
+
+@pytest.mark.parametrize("kind", ["axbn", "ema"])
+def test_a_fresh_filter_holds_no_estimate_and_an_int64_call_counter(kind):
+    """Bug caught (mutation testing): running moments that start as a 1-element estimate of 0 instead of
+    empty (a checkpoint taken during the delay then claims an estimate), or the call counter stored as a
+    float (``calls += 1`` stalls at 2**24 and the Kalman interval with it)."""
+    state = build_normaliser(NormaliserConfig(kind=kind)).state_dict()
+    assert state["mu_hat"].shape == state["sigma_hat"].shape == (0,)
+    assert state["calls"].dtype == torch.long and int(state["calls"]) == 0
