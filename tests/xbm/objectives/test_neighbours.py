@@ -1,4 +1,6 @@
 """Neighbour-mined positives (``objective=neighbours``): tuples from the candidate pool, one pseudo-label each."""
+import math
+
 import pytest
 import torch
 
@@ -28,6 +30,7 @@ def test_each_tuple_shares_the_anchors_index_as_its_pseudo_label():
     x = torch.randn(8, trainer.splits.input_shape[0])
     batch = trainer.objective(trainer.model, x, torch.zeros(8, dtype=torch.long), idx, lambda v: v, trainer.runtime)
     assert batch.labels.tolist() == [5, 5, 5, 5, 7, 7, 7, 7]
+    assert batch.indices.tolist() == idx.tolist()  # the memory keeps each row's own sample (staleness)
 
 
 def test_the_loss_is_eq_3_9_on_cosine_similarities():
@@ -42,13 +45,35 @@ def test_the_loss_is_eq_3_9_on_cosine_similarities():
 
 
 def test_pool_diagnostics_count_found_neighbours_and_their_precision():
-    """Bug caught: the found fraction computed over the pool instead of the k slots, or the precision counting
-    the anchors themselves."""
+    """Bug caught: the found fraction computed over the pool instead of the k slots, '>' for the threshold's
+    '>=', the precision counting the other classes, or a division by zero when nothing is found."""
     trainer = tiny_trainer(**VALUES)
     objective = trainer.objective
     objective.pool_indices = torch.tensor([[1, 2], [0, 2], [0, 1]])
-    objective.pool_similarities = torch.tensor([[0.9, 0.1], [0.9, 0.2], [0.5, 0.4]])
+    objective.pool_similarities = torch.tensor([[0.9, 0.1], [0.3, 0.2], [0.5, 0.4]])  # 0.3: at the threshold
     objective.k = 2
-    objective._train_labels = torch.tensor([0, 0, 1])
-    # found (>= 0.3): (0->1), (1->0), (2->0), (2->1): 4 of 6 slots; same class: 0->1, 1->0: 2 of 4
-    assert objective._pool_metrics() == {"neighbour_found_fraction": 4 / 6, "neighbour_precision": 0.5}
+    # found (>= 0.3): (0->1), (1->0), (2->0), (2->1): 4 of the 6 slots
+    objective._train_labels = torch.tensor([0, 0, 0])  # one class: every found neighbour is right
+    assert objective._pool_metrics() == {"neighbour_found_fraction": 4 / 6, "neighbour_precision": 1.0}
+    objective._train_labels = torch.tensor([0, 1, 1])  # only 2->1 is of the anchor's class
+    assert objective._pool_metrics() == {"neighbour_found_fraction": 4 / 6, "neighbour_precision": 0.25}
+    objective.pool_similarities = torch.full((3, 2), -0.5)
+    metrics = objective._pool_metrics()
+    assert metrics["neighbour_found_fraction"] == 0.0 and math.isnan(metrics["neighbour_precision"])
+
+
+def test_the_pool_is_built_before_the_first_pass_and_rebuilt_every_refresh_epochs():
+    """Bug caught: the pool not rebuilt after the warm-up (epoch 0), rebuilt every epoch, or on the wrong
+    epochs (refresh_epochs ignored)."""
+    from xbm.objectives import neighbours
+
+    trainer = tiny_trainer(**VALUES, **{"neighbours.refresh_epochs": 2})
+    built = []
+    real = neighbours.build_pool
+    neighbours.build_pool = lambda e, size: built.append(epoch) or real(e, size)
+    try:
+        for epoch in (-1, 0, 1, 2, 3, 4):  # -1: the warm-up
+            trainer.objective.begin_epoch(epoch, trainer._embed_training_set, trainer.loader.sampler.sampler)
+    finally:
+        neighbours.build_pool = real
+    assert built == [-1, 0, 2, 4]

@@ -100,6 +100,8 @@ def test_pool_stays_on_the_device():
     (unit_rows(4, 2)[0], 2, "2-D"),
     (unit_rows(1, 2), 2, "at least 2 rows"),
     (unit_rows(4, 2), 0, "neighbours.pool"),
+    (unit_rows(4, 2), True, "neighbours.pool"),
+    (unit_rows(4, 2), 2.0, "neighbours.pool"),
     (torch.full((4, 2), float("nan")), 2, "non-finite"),
 ])
 def test_pool_rejects_bad_inputs(embeddings, size, message):
@@ -133,7 +135,8 @@ def test_tuples_with_k_beyond_the_pool_and_repeated_anchors():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"k": 0}, "neighbours.k"), ({"threshold": 1.5}, "threshold"), ({"anchors": torch.tensor([4])}, r"\[0, 4\)"),
+    ({"k": 0}, "neighbours.k"), ({"k": True}, "neighbours.k"), ({"threshold": 1.5}, "threshold"),
+    ({"threshold": -1.5}, "threshold"), ({"anchors": torch.tensor([4])}, r"\[0, 4\)"),
     ({"anchors": torch.tensor([0.0])}, "integer row ids"),
 ])
 def test_tuples_reject_bad_inputs(kwargs, message):
@@ -141,6 +144,23 @@ def test_tuples_reject_bad_inputs(kwargs, message):
     arguments = {"anchors": torch.tensor([0]), "k": 3, "threshold": 0.5} | kwargs
     with pytest.raises(ValueError, match=message):
         tuples(HAND_INDICES, HAND_SIMS, **arguments)
+
+
+def test_the_closed_bounds_are_accepted():
+    """Bug: a pool of one member, or a threshold of exactly -1 (take every member) or 1 (only duplicates),
+    refused by an off-by-one bound."""
+    indices, sims = build_pool(unit_rows(4, 2), 1)
+    assert indices.shape == (4, 1)
+    for threshold, found in ((-1.0, 3), (1.0, 0)):
+        assert tuples(HAND_INDICES, HAND_SIMS, torch.tensor([0]), k=3, threshold=threshold)[1].tolist() == [found]
+
+
+def test_mismatched_pool_tensors_are_refused():
+    """Bug: a pool's indices and similarities of different shapes (or 1-D) silently paired row by row."""
+    with pytest.raises(ValueError, match="two \\(n, P\\) tensors of one shape"):
+        tuples(HAND_INDICES, HAND_SIMS[:, :3], torch.tensor([0]), k=3, threshold=0.5)
+    with pytest.raises(ValueError, match="two \\(n, P\\) tensors of one shape"):
+        tuples(HAND_INDICES[0], HAND_SIMS[0], torch.tensor([0]), k=3, threshold=0.5)
 
 
 def clustered_pool(n=50, seed=0):
