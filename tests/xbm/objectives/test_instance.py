@@ -1,4 +1,5 @@
 """Instance discrimination (``objective=instance``): two views per image, the image's id as its label."""
+import pytest
 import torch
 
 from xbm.objectives.views import ShuffledIndices, TwoViews, second_seed
@@ -14,7 +15,9 @@ def test_both_views_of_an_image_carry_its_training_index_as_label():
     idx = torch.tensor([7, 3, 11, 0])
     batch = trainer.objective(trainer.model, x, torch.zeros(4, dtype=torch.long), idx, lambda v: v, trainer.runtime)
     assert batch.labels.tolist() == [7, 3, 11, 0, 7, 3, 11, 0] and batch.enqueue_mask is None
+    assert batch.indices.tolist() == [7, 3, 11, 0, 7, 3, 11, 0]  # the memory keeps each row's sample
     trainer.model.eval()
+    torch.testing.assert_close(batch.embeddings[:4], trainer.model(x[:, 0]))
     torch.testing.assert_close(batch.embeddings[4:], trainer.model(x[:, 1]))
 
 
@@ -35,6 +38,14 @@ def test_two_views_are_two_seeded_draws_of_the_transform():
     assert second_seed(123456789) != 123456789
 
 
+def test_second_view_seeds_are_spread_over_the_samplers_range():
+    """Bug caught: a second-view seed that takes few values (e.g. ``% 2 * 63``: every image's second view drawn
+    from one of two seeds, so the views are correlated across images) or leaves the int64 range the sampler's
+    seeds live in."""
+    seeds = [second_seed(s) for s in range(0, 2**63 - 1, 2**53 + 12345)]
+    assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**63 and isinstance(s, int) for s in seeds)
+
+
 def test_a_pass_is_a_permutation_cut_to_whole_batches():
     """Bug caught: images drawn with replacement (some never seen in an epoch) or a partial last batch."""
     import numpy as np
@@ -42,3 +53,6 @@ def test_a_pass_is_a_permutation_cut_to_whole_batches():
     np.random.seed(0)
     drawn = list(ShuffledIndices(10, 4))
     assert len(drawn) == 8 and len(set(drawn)) == 8 and set(drawn) <= set(range(10))
+    assert sorted(ShuffledIndices(4, 4)) == [0, 1, 2, 3]  # one batch of the whole set is allowed
+    with pytest.raises(ValueError, match="batch_size must be <= the 4 training images"):
+        ShuffledIndices(4, 5)

@@ -220,6 +220,18 @@ def test_found_fraction_by_hand():
     assert sampler.last_found_fraction == pytest.approx((anchors % 2 == 0).double().mean().item())
 
 
+def test_sampler_bounds():
+    """Bug: a threshold of exactly -1 or 1, or a batch of one tuple, refused; a boolean k or batch size, or a
+    threshold outside [-1, 1], accepted."""
+    for threshold in (-1.0, 1.0):
+        NeighbourSampler(8, 4, 3, threshold)
+    NeighbourSampler(8, 2, 1, 0.5)
+    for args, message in (((8, 4, True, 0.5), "neighbours.k"), ((8, True, 1, 0.5), "batch_size"),
+                          ((8, 0, 1, 0.5), "batch_size"), ((8, 4, 3, -1.5), "threshold"), ((8, 4, 3, 1.5), "threshold")):
+        with pytest.raises(ValueError, match=message):
+            NeighbourSampler(*args)
+
+
 def test_sampler_rejects_bad_settings():
     """Bug: a batch that cannot hold whole tuples accepted silently; iterating without a pool or with a
     pool of another training set."""
