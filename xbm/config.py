@@ -224,7 +224,7 @@ class TrainConfig:
         return TrainConfig.from_dict({**self.to_dict(), **dotted})
 
 
-@functools.cache
+@functools.cache  # get_type_hints resolves annotations each call: ~5 ms per config, a Parquet sink's hot spot
 def _hints(cls) -> dict[str, type]:
     return get_type_hints(cls)
 
@@ -240,14 +240,14 @@ def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-@functools.cache  # get_type_hints resolves annotations each call: ~5 ms per config, a Parquet sink's hot spot
+@functools.cache
 def _flat_types(cls) -> dict[str, type]:
     out: dict[str, type] = {}
-    hints = get_type_hints(cls)
+    hints = _hints(cls)
     for f in fields(cls):
         hint = hints[f.name]
         if dataclasses.is_dataclass(hint):
-            sub = get_type_hints(hint)
+            sub = _hints(hint)
             out.update({f"{f.name}.{g.name}": sub[g.name] for g in fields(hint)})
         else:
             out[f.name] = hint

@@ -57,27 +57,26 @@ class XBMLoss(nn.Module):
             raise ValueError(f"XBMLoss needs embeddings [B, d] and labels [B], but got "
                              f"{tuple(embeddings.shape)} and {tuple(labels.shape)}")
         labels = labels.to(embeddings.device)
-        queries, query_labels = embeddings, labels
-        keys, key_labels, key_indices = embeddings, labels, indices
+        # Compare in the memory's fp32: under autocast the matmul is cast down anyway.
+        rows = embeddings if embeddings.dtype == self.memory.embeddings.dtype else embeddings.float()
+        queries, query_labels = rows, labels
+        keys, key_labels, key_indices = rows, labels, indices
         if enqueue_mask is not None:  # MoCo: keys fill the memory, queries are compared with it
-            queries, query_labels = embeddings[~enqueue_mask], labels[~enqueue_mask]
-            keys, key_labels = embeddings[enqueue_mask], labels[enqueue_mask]
+            queries, query_labels = rows[~enqueue_mask], labels[~enqueue_mask]
+            keys, key_labels = rows[enqueue_mask], labels[enqueue_mask]
             key_indices = indices[enqueue_mask] if indices is not None else None
         adapted = self._adapt(queries, query_labels, epoch)
         slots = self.memory.enqueue(keys, key_labels, key_indices, iteration=self.iteration)
         self.iteration += 1
         refs, ref_labels, _, _ = self.memory.valid()
-        # Compare in the memory's fp32: under autocast the matmul is cast down anyway.
-        queries = queries if queries.dtype == refs.dtype else queries.float()
         pairs = self._pairs(queries, query_labels, refs, ref_labels)
         if enqueue_mask is None:  # queries are in the memory too: not their own positives
             pairs = _drop_self_pairs(pairs, slots)
         memory_loss = self.loss(queries, query_labels, pairs, refs, ref_labels)
-        everything = embeddings if embeddings.dtype == refs.dtype else embeddings.float()
-        batch_pairs = self._pairs(everything, labels)
+        batch_pairs = self._pairs(rows, labels)
         total, batch_loss = memory_loss, float("nan")
         if self.batch_loss_weight > 0:
-            in_batch = self.loss(everything, labels, batch_pairs)
+            in_batch = self.loss(rows, labels, batch_pairs)
             total = memory_loss + self.batch_loss_weight * in_batch
             batch_loss = float(in_batch.detach())
         self.last_stats = {

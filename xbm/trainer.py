@@ -22,6 +22,7 @@ its metrics equal an uninterrupted run's on CPU, whatever the number of loader w
 """
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from typing import Any, Callable, Iterable, Iterator, Optional
@@ -189,12 +190,13 @@ class Trainer:
         metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else "test"}
         metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of))
         label_free = not self.objective.uses_labels
+        bank = functools.cache(lambda: self.embed(self.model, self.train_view))  # one embedding for both splits
         if label_free:
-            metrics.update(evaluation.knn(self.model, selection, self.train_view, self.embed))
+            metrics.update(evaluation.knn(self.model, selection, self.train_view, self.embed, bank))
         if self.cfg.evaluate_test and splits.val is not None:
             test = evaluation.evaluate_split(self.model, splits.test, self.embed, superclass_of, False)
             if label_free:
-                test.update(evaluation.knn(self.model, splits.test, self.train_view, self.embed))
+                test.update(evaluation.knn(self.model, splits.test, self.train_view, self.embed, bank))
             metrics.update({f"test_{name}": value for name, value in test.items()})
         drift, self.previous_probe = evaluation.drift(self.model, self.train_view, self.probe, self.embed,
                                                       self.previous_probe)

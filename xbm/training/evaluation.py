@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -55,14 +55,17 @@ def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder,
     return metrics
 
 
-def knn(model: nn.Module, split: EvalSplit, train_view, embed: Embedder) -> dict[str, float]:
-    """``knn_accuracy`` of ``split``'s queries against every training sample (eval transform)."""
+def knn(model: nn.Module, split: EvalSplit, train_view, embed: Embedder,
+        bank: Optional[Callable[[], tuple[torch.Tensor, torch.Tensor]]] = None) -> dict[str, float]:
+    """``knn_accuracy`` of ``split``'s queries against every training sample (eval transform). ``bank()``
+    gives the training set's embeddings and labels (default: embeds them), so that several splits evaluated
+    in one epoch share one embedding of the training set."""
     shared = torch.isin(split.query.labels, train_view.labels)
     if not bool(shared.any()):
         return {"knn_accuracy": NAN}
-    bank, bank_labels = embed(model, train_view)
+    bank_rows, bank_labels = bank() if bank is not None else embed(model, train_view)
     query, query_labels = embed(model, split.query)
-    return {"knn_accuracy": knn_accuracy(query, query_labels, bank, bank_labels, KNN_K, KNN_TEMPERATURE)}
+    return {"knn_accuracy": knn_accuracy(query, query_labels, bank_rows, bank_labels, KNN_K, KNN_TEMPERATURE)}
 
 
 # Raw-input neighbours search N x D floats: above this many, images are average-pooled to fit (documented).
