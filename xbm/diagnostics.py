@@ -91,8 +91,10 @@ def mean_intra_distance(embeddings, labels) -> float:
     x = _embeddings("embeddings", embeddings)
     _, ids = torch.unique(_labels(labels, x), return_inverse=True)
     counts = torch.bincount(ids)
-    sums = torch.zeros(len(counts), x.shape[1], device=x.device).index_add_(0, ids, x)
-    means = sums / counts[:, None]
+    # Class sums on the CPU: CUDA's index_add_ adds with atomics in no fixed order, so on a GPU the metric
+    # would change in its last digits between identical runs (and a resumed run would not repeat it).
+    sums = torch.zeros(len(counts), x.shape[1], dtype=torch.float64).index_add_(0, ids.cpu(), x.cpu().double())
+    means = (sums / counts.cpu()[:, None]).to(x)
     keep = counts[ids] > 1
     if not bool(keep.any()):
         return math.nan

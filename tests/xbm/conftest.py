@@ -7,8 +7,8 @@ from xbm.data.splits import assemble
 from xbm.data.toy import make_toy
 from xbm.trainer import Trainer
 
-TINY = {"dataset": "toy", "model": "mlp", "embedding_size": 16, "epochs": 1, "warmup_epochs": 0, "lr": 1e-3,
-        "batch_size": 32, "samples_per_class": 4, "seed": 0}
+TINY = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 16, "epochs": 1, "warmup_epochs": 0,
+        "lr": 1e-3, "batch_size": 32, "samples_per_class": 4, "seed": 0}
 TINY_TRAIN_SAMPLES = 192
 
 

@@ -14,8 +14,8 @@ from xbm.signals import collapsed
 from xbm.normalisers import NormaliserConfig
 from xbm.trainer import Trainer
 
-BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "epochs": 2, "warmup_epochs": 1, "lr": 1e-3,
-        "batch_size": 64, "samples_per_class": 4, "seed": 3}
+BASE = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 32, "epochs": 2, "warmup_epochs": 1,
+        "lr": 1e-3, "batch_size": 64, "samples_per_class": 4, "seed": 3}
 METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1", "recall_at_10", "map_at_r",
            "r_precision", "eval_split", "drift_mean", "drift_max", "staleness_mean", "inter_distance_mean",
            "intra_distance_mean", "superclass_top_k", "memory_neg_pairs", "batch_neg_pairs", "memory_fill",
@@ -301,3 +301,60 @@ def test_evaluate_test_never_changes_training(tiny):
         assert not diffs, f"epoch {a['epoch']}: {diffs}"
     for (name, p), q in zip(plain_trainer.model.state_dict().items(), tested_trainer.model.state_dict().values()):
         assert torch.equal(p, q), name
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@CUDA
+@pytest.mark.parametrize("values", [
+    {"normaliser.kind": "xbn"},
+    {"normaliser.kind": "axbn"},
+    {"normaliser.kind": "pcxbn", "normaliser.lambda_mu": 0.2},
+    {"normaliser.kind": "scxbn"},
+    {"objective": "moco", "normaliser.kind": "xbn"},
+    {"objective": "instance"},
+    {"objective": "neighbours", "neighbours.threshold": 0.3, "neighbours.pool": 10},
+], ids=lambda d: "-".join(str(v) for v in d.values()))
+def test_a_cuda_run_keeps_its_state_on_the_gpu_and_matches_the_cpu_run(tiny, values):
+    """Bugs caught: a tensor of the step built on or left on the CPU (the memory, a normaliser's moments,
+    MoCo's key encoder or queue, the neighbours' pools, labels or indices from the loader): a
+    device-mismatch crash at the first GPU step, or state that silently stays on the CPU; and a
+    CUDA-only path (one-chunk moments, pools searched by torch instead of faiss) computing other numbers
+    than the CPU's. fp32 on both (amp=off), so the first epoch agrees up to summation order."""
+    cpu = next(tiny(device="cpu", **values).fit())
+    trainer = tiny(device="cuda", amp="off", **values)
+    gpu = next(trainer.fit())
+    tensors = {**trainer.model.state_dict(prefix="model."), **trainer.xbm.state_dict(prefix="xbm."),
+               **{f"objective.{k}": v for k, v in trainer.objective.state_dict().items()}}
+    assert {k: v.device.type for k, v in tensors.items() if v.device.type != "cuda"} == {}
+    assert gpu["memory_fill"] == cpu["memory_fill"] > 0
+    assert gpu["loss"] == pytest.approx(cpu["loss"], rel=1e-3)
+    assert gpu["recall_at_1"] == pytest.approx(cpu["recall_at_1"], abs=0.02)
+
+
+@CUDA
+def test_a_cuda_run_resumes_exactly_from_a_checkpoint_loaded_onto_the_cpu(tiny):
+    """Bugs caught: the CUDA generators not saved or not restored (a resumed GPU run draws other dropout /
+    shuffles than the uninterrupted one), or a checkpoint that cannot be loaded with ``map_location="cpu"``
+    (how the Ray trainable reads it) and restored into a GPU trainer, or resumed on a CPU-only laptop."""
+    values = {"device": "cuda", "amp": "off", "epochs": 3, "normaliser.kind": "axbn", "objective": "moco"}
+    full = list(tiny(**values).fit())
+    first = tiny(**values)
+    fit = first.fit()
+    resumed = [next(fit)]
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    for device in ("cuda", "cpu"):
+        buffer.seek(0)
+        second = tiny(**{**values, "device": device})
+        second.load_state_dict(torch.load(buffer, map_location="cpu", weights_only=True))
+        rest = list(second.fit())
+        assert [m["epoch"] for m in rest] == [2, 3]
+        if device == "cuda":
+            for a, b in zip(full, resumed + rest):
+                diffs = {k: (a[k], b[k]) for k in a if k not in TIMINGS and not same(a[k], b[k])}
+                assert not diffs, f"epoch {a['epoch']}: {diffs}"
+        else:
+            assert second.xbm.memory.embeddings.device.type == "cpu"
+            assert rest[-1]["loss"] == pytest.approx(full[-1]["loss"], rel=1e-2)

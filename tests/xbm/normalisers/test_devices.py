@@ -10,6 +10,8 @@ import torch
 
 from xbm.normalisers import NormaliserConfig, build_normaliser
 
+from .test_kinds import COMBOS, OPTIONS
+
 
 def _call(norm, device):
     long = dict(dtype=torch.long, device=device)
@@ -41,3 +43,23 @@ def test_a_loaded_checkpoint_lands_on_the_normalisers_device(kind):
     target.load_state_dict(source.state_dict())
     assert target.mu_hat.device.type == target.sigma_hat.device.type == "meta"
     assert target.mu_hat.shape == target.sigma_hat.shape == (3,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind,centre_only,unit_norm,absent", COMBOS)
+def test_every_kind_on_cuda_with_cpu_labels_matches_the_float64_reference(kind, centre_only, unit_norm, absent,
+                                                                           reference, case):
+    """Bugs caught: a label or super-class map left on the loader's device (the CPU) while the embeddings
+    are on the GPU (``labels.to(z.device)`` or ``superclass_of.to(labels.device)`` dropped: a device-mismatch
+    crash at the first step), or the single-chunk CUDA path of the moments computing other values than the
+    chunked CPU one."""
+    cfg = NormaliserConfig(kind=kind, centre_only=centre_only, unit_norm=unit_norm, absent=absent, **OPTIONS)
+    norm = build_normaliser(cfg, superclass_of=case.superclass_of)  # the map stays on the CPU
+    ref = reference(cfg, superclass_of=case.superclass_of)
+    for step in range(5):
+        memory, memory_labels = case.memory(step)
+        batch, batch_labels = case.batch(step)
+        got = norm(memory.cuda(), memory_labels, batch.cuda(), batch_labels, epoch=step)
+        assert got.is_cuda
+        want = ref(memory, memory_labels, batch, batch_labels, epoch=step)
+        torch.testing.assert_close(got.cpu().double(), want, rtol=2e-5, atol=2e-5)

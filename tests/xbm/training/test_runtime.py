@@ -1,4 +1,6 @@
 """Devices and precision: AMP resolution, bf16 autocast (available on the CPU), channels_last."""
+import math
+
 import pytest
 import torch
 
@@ -75,3 +77,47 @@ def test_the_trainer_puts_an_image_model_in_channels_last_when_the_runtime_says_
     assert convs and all(w.is_contiguous(memory_format=torch.channels_last) for w in convs)
     # a 3x3 kernel over several channels: NHWC differs from NCHW (digits' first conv sees one grey channel)
     assert not next(w for w in convs if w.shape[1] > 1).is_contiguous()
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@CUDA
+@pytest.mark.parametrize("amp", ["auto", "fp16", "bf16"])
+def test_amp_on_cuda_trains_in_the_half_type_close_to_fp32_with_the_memory_in_fp32(tiny, amp):
+    """Bugs caught: amp=auto not turning autocast on for CUDA (or picking fp16 where bf16 is supported),
+    fp16 without loss scaling (the GradScaler disabled) or bf16 with it, half-precision rows stored in the
+    memory, or a half-precision run that learns something other than the fp32 run."""
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(
+        amp, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+    trainer = tiny(device="cuda", amp=amp, epochs=2)
+    assert trainer.runtime.amp_dtype is dtype
+    assert trainer.scaler.is_enabled() is (dtype is torch.float16)
+    dtypes = set()
+    trainer.model.head.register_forward_hook(lambda m, i, out: dtypes.add(out.dtype) if m.training else None)
+    half = list(trainer.fit())
+    assert dtypes == {dtype}
+    assert trainer.xbm.memory.embeddings.dtype is torch.float32 and half[-1]["memory_fill"] > 0
+    fp32 = list(tiny(device="cuda", amp="off", epochs=2).fit())
+    assert half[-1]["loss"] == pytest.approx(fp32[-1]["loss"], rel=0.05)
+
+
+@CUDA
+def test_a_cuda_image_run_trains_channels_last_under_autocast():
+    """Bugs caught: channels_last on CUDA converting the weights but not the batches (every convolution
+    then converts its input), or an image model that fails under CUDA autocast (a timm backbone with a
+    fp32-only op)."""
+    from xbm.config import TrainConfig
+    from xbm.trainer import Trainer
+
+    cfg = TrainConfig.from_dict({"dataset": "digits", "model": "test_resnet", "image_size": 32, "epochs": 1,
+                                 "warmup_epochs": 1, "batch_size": 20, "samples_per_class": 4,
+                                 "embedding_size": 32, "device": "cuda", "seed": 0})
+    trainer = Trainer(cfg)
+    assert trainer.runtime.channels_last and trainer.runtime.amp_dtype is not None
+    formats = []
+    trainer.model.register_forward_pre_hook(
+        lambda m, args: formats.append(args[0].is_contiguous(memory_format=torch.channels_last)))
+    m = next(trainer.fit())
+    assert formats and all(formats)
+    assert math.isfinite(m["loss"]) and m["recall_at_1"] > 0.5
