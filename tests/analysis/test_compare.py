@@ -1,9 +1,13 @@
 """t-intervals, variant comparison and paired differences against hand computations.
 
-t quantiles (two-sided 95%): t_{0.975, 2} = 4.302653, t_{0.975, 5} = 2.570582.
+t quantiles (two-sided 95%): t_{0.975, 2} = 4.302653, t_{0.975, 5} = 2.570582. With one degree of freedom t is
+Cauchy: t_{p, 1} = tan(pi (p - 1/2)) and a two-sided p-value is 1 - (2 / pi) atan|t|.
 """
 import math
+import re
+import warnings
 
+import numpy as np
 import pytest
 
 from analysis import (NotApplicable, compare_variants, confirmation_table, load, matched_pairs, paired_differences,
@@ -11,6 +15,7 @@ from analysis import (NotApplicable, compare_variants, confirmation_table, load,
 from analysis.compare import comparison_rows
 
 T2, T5 = 4.302653, 2.570582
+T1_95, T1_90 = math.tan(math.pi * 0.475), math.tan(math.pi * 0.45)  # 12.706205, 6.313752
 
 
 def test_t_interval_by_hand():
@@ -93,7 +98,9 @@ def test_confirm_stage_is_preferred(confirm_sweep):
 
 
 def test_confirmation_table(confirm_sweep, finished_sweep):
-    table = confirmation_table(load(confirm_sweep)).set_index("variant")
+    table = confirmation_table(load(confirm_sweep))
+    assert list(table["variant"]) == ["pcxbn", "xbn"]  # best test mean first (bug caught: ascending order)
+    table = table.set_index("variant")
     assert table.loc["pcxbn", "test_mean"] == pytest.approx(0.5866667, abs=1e-6)
     assert table.loc["pcxbn", "selection_mean"] == pytest.approx((0.64 + 0.66 + 0.61) / 3)
     assert table.loc["pcxbn", "sweep_best"] == pytest.approx(0.70)
@@ -124,6 +131,227 @@ def test_unfinished_confirm_stage_falls_back_to_sweep_rows(build_sweep, tmp_path
     cfg = b["config"]("xbn", 0.5, 10, evaluate_test=True)
     rows = b["epoch_rows"]("c0", cfg, 0.6, 2, stage="confirm", test=True)  # 2 of 4 epochs so far
     trials.append(b["trial_row"]("c0", cfg, rows, "running", stage="confirm"))
-    result = compare_variants(load(b["write_sweep"](tmp_path / "early_confirm", trials, epochs + rows)))
-    assert result.stage == "sweep" and "no finished run yet" in result.value
+    with warnings.catch_warnings():  # bug caught (mutation testing): the confirm rows' values selected with
+        warnings.simplefilter("error")  # the sweep rows' mask ("Boolean Series key will be reindexed")
+        result = compare_variants(load(b["write_sweep"](tmp_path / "early_confirm", trials, epochs + rows)))
+    # Bug caught (mutation testing): a garbled note in the label the report prints
+    assert result.stage == "sweep" and result.value == (
+        "best_recall_at_1 (sweep trials that finished their epoch budget; the confirm stage has no finished run yet)")
     assert len(result.table) == 4
+
+
+def _write(b, folder, values, confirm=None, mode="max", confirm_epochs=4):
+    """A sweep of completed full-budget trials, ``values[(kind, ratio)] = {seed: best R@1}`` and likewise
+    ``confirm`` runs (test R@1 = best - 0.05; still running if ``confirm_epochs`` < 4), written in the order
+    given (trial ids t00, t01, ...)."""
+    trials, epochs = [], []
+    for stage, spec in (("sweep", values), ("confirm", confirm or {})):
+        n = 4 if stage == "sweep" else confirm_epochs
+        for (kind, ratio), per_seed in spec.items():
+            for seed, best in per_seed.items():
+                trial_id = f"t{len(trials):02d}"
+                cfg = b["config"](kind, ratio, seed, evaluate_test=stage == "confirm")
+                rows = b["epoch_rows"](trial_id, cfg, best, n, stage=stage, test=stage == "confirm")
+                epochs += rows
+                trials.append(b["trial_row"](trial_id, cfg, rows, "completed" if n == 4 else "running", stage=stage))
+    return load(b["write_sweep"](folder, trials, epochs, options={"mode": mode}))
+
+
+# Exact binary fractions, so that equal differences are exactly equal. Means: xbn 0.625, axbn 0.4375,
+# none 0.375, pcxbn 0.1875; pcxbn ran seeds 0 and 3.
+PAIRED = {("xbn", 0.5): {0: 0.75, 1: 0.5}, ("axbn", 0.5): {0: 0.625, 1: 0.25}, ("none", 0.5): {0: 0.5, 1: 0.25},
+          ("pcxbn", 0.5): {0: 0.25, 3: 0.125}}
+
+
+def test_t_interval_rejects_confidence_outside_the_open_unit_interval():
+    """Bug caught (mutation testing): confidence 0 (a zero-width interval), 1 (infinite bounds) or 1.5 accepted."""
+    for confidence in (0.0, 1.0, 1.5, -0.5):
+        message = f"confidence must satisfy 0 < confidence < 1, but got {confidence!r}"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            t_interval([1, 2, 3], confidence=confidence)
+
+
+def test_t_interval_of_two_values_by_hand():
+    """Bug caught (mutation testing): NaN bounds for n = 2 (the smallest sample with a standard deviation);
+    the ``sem`` and ``confidence`` fields left empty."""
+    iv = t_interval([1.0, 2.0], confidence=0.9)
+    # s = sqrt((0.5^2 + 0.5^2) / 1) = sqrt(0.5), sem = s / sqrt(2) = 0.5
+    assert (iv.n, iv.mean, iv.confidence) == (2, 1.5, 0.9)
+    assert iv.std == pytest.approx(math.sqrt(0.5)) and iv.sem == pytest.approx(0.5)
+    assert (iv.low, iv.high) == (pytest.approx(1.5 - 0.5 * T1_90), pytest.approx(1.5 + 0.5 * T1_90))
+    one = t_interval([0.5], confidence=0.8)
+    assert one.confidence == 0.8 and math.isnan(one.sem) and math.isnan(one.high)
+
+
+def test_t_interval_reads_mixed_half_precision_and_empty_input():
+    """Bugs caught (mutation testing): a non-numeric entry raising instead of being left out; float16 values
+    averaged in float16 (0.6299 instead of 0.6300456); a RuntimeWarning ("Mean of empty slice") for no values,
+    which a confirmed configuration without a completed run produces in every report."""
+    iv = t_interval([0.60, "n/a", None, 0.64, 0.65])
+    assert iv.n == 3 and iv.mean == pytest.approx(0.63)
+    # float16 holds 0.60009765625, 0.64013671875 and 0.64990234375: their mean is 1.89013671875 / 3
+    half = t_interval(np.array([0.60, 0.64, 0.65], dtype=np.float16))
+    assert half.mean == pytest.approx(1.89013671875 / 3, abs=1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        empty = t_interval([])
+    assert empty.n == 0 and math.isnan(empty.mean)
+
+
+def test_default_selection_sweep_label_and_table_index(finished_sweep):
+    """Bugs caught (mutation testing): a broken default ``select`` of ``comparison_rows``; a stray note in the
+    label of sweep rows; the index kept from before sorting (``table.loc[0]`` must be the best variant)."""
+    sweep = load(finished_sweep)
+    assert comparison_rows(sweep).select == "best_config"
+    result = compare_variants(sweep)
+    assert result.value == "best_recall_at_1 (sweep trials that finished their epoch budget)"
+    assert list(result.table.index) == [0, 1, 2, 3] and result.table.loc[0, "variant"] == "pcxbn"
+
+
+def test_a_metric_other_than_the_sweeps(finished_sweep, confirm_sweep):
+    """Bug caught (mutation testing): the ``metric`` argument dropped on the way, so MAP@R is asked for and the
+    sweep's Recall@1 is read. The fixture's best MAP@R is best R@1 / 2, its test MAP@R at the last epoch
+    R@1 / 2 - 0.02."""
+    sweep = load(finished_sweep)
+    result = compare_variants(sweep, metric="map_at_r")
+    assert result.value == "best_map_at_r (sweep trials that finished their epoch budget)"
+    assert result.table.set_index("variant").loc["xbn", "mean"] == pytest.approx(0.63 / 2)
+    diff = paired_differences(sweep, metric="map_at_r").set_index(["a", "b"]).loc[("pcxbn", "xbn")]
+    assert diff["mean_diff"] == pytest.approx(0.16 / 3 / 2)
+    confirmed = load(confirm_sweep)
+    result = compare_variants(confirmed, metric="map_at_r")
+    assert (result.stage, result.value) == ("confirm", "final test_map_at_r")
+    pcxbn = (0.64 + 0.66 + 0.61) / 6 - 0.02
+    assert result.table.set_index("variant").loc["pcxbn", "mean"] == pytest.approx(pcxbn)
+    table = confirmation_table(confirmed, metric="map_at_r").set_index("variant")
+    assert table.loc["pcxbn", "test_mean"] == pytest.approx(pcxbn)
+    assert table.loc["pcxbn", "selection_mean"] == pytest.approx((0.64 + 0.66 + 0.61) / 6)
+    assert table.loc["pcxbn", "sweep_best"] == pytest.approx(0.70 / 2)
+
+
+def test_no_finished_trial_is_not_applicable_with_the_reason(build_sweep, tmp_path):
+    """Bug caught (mutation testing): NotApplicable raised without its message, which the report prints in
+    place of the comparison."""
+    b = build_sweep
+    cfg = b["config"]("xbn", 0.5, 0)
+    rows = b["epoch_rows"]("r0", cfg, 0.6, 2)
+    sweep = load(b["write_sweep"](tmp_path / "running_only", [b["trial_row"]("r0", cfg, rows, "running")], rows))
+    message = "no sweep trial has finished its epoch budget with a value of best_recall_at_1"
+    with pytest.raises(NotApplicable, match=f"^{message}$"):
+        compare_variants(sweep)
+
+
+def test_best_configuration_needs_two_seeds_unless_no_configuration_has(build_sweep, tmp_path):
+    """Bugs caught (mutation testing) in the ``best_config`` rule: a better single-seed configuration chosen
+    over one with two seeds (xbn); two seeds not enough, only three (none); a variant whose configurations
+    all ran once failing instead of falling back to its best single run (axbn)."""
+    sweep = _write(build_sweep, tmp_path / "eligible", {
+        ("xbn", 0.5): {0: 0.60, 1: 0.62}, ("xbn", 0.1): {0: 0.90},
+        ("none", 0.5): {0: 0.50, 1: 0.52, 2: 0.54}, ("none", 0.1): {0: 0.56, 1: 0.58},
+        ("axbn", 0.1): {0: 0.40}, ("axbn", 0.5): {1: 0.45}})
+    table = compare_variants(sweep, select="best_config").table
+    assert list(table["variant"]) == ["xbn", "none", "axbn"]
+    assert list(table["mean"]) == pytest.approx([0.61, 0.57, 0.45]) and list(table["n"]) == [2, 2, 1]
+    assert ["memory.ratio=0.5" in c for c in table["config"]] == [True, False, True]
+
+
+def test_lower_is_better_picks_and_ranks_the_smallest(build_sweep, tmp_path):
+    """Bug caught (mutation testing): a sweep with mode = min choosing each variant's configuration with the
+    largest mean (xbn: 0.62 at ratio 0.5 instead of 0.53 at ratio 0.1)."""
+    values = {("xbn", 0.5): {0: 0.60, 1: 0.64}, ("xbn", 0.1): {0: 0.50, 1: 0.56}, ("none", 0.5): {0: 0.40, 1: 0.44}}
+    table = compare_variants(_write(build_sweep, tmp_path / "min", values, mode="min")).table
+    assert list(table["variant"]) == ["none", "xbn"]
+    assert table.loc[1, "mean"] == pytest.approx(0.53) and "memory.ratio=0.1" in table.loc[1, "config"]
+
+
+def test_variant_table_columns_by_hand(build_sweep, tmp_path):
+    """Bugs caught (mutation testing): the ``confidence`` argument ignored (0.95 used) or not recorded; the
+    ``std``, ``sem``, ``ci_low`` and ``ci_high`` columns misnamed; a pooled row's ``config`` not "(pooled)"."""
+    sweep = _write(build_sweep, tmp_path / "paired", PAIRED)
+    result = compare_variants(sweep, confidence=0.9)
+    xbn = result.table.loc[0]  # 0.75, 0.5: s = 0.25 / sqrt(2), sem = 0.125
+    assert (result.confidence, xbn["variant"], xbn["n"]) == (0.9, "xbn", 2)
+    assert (xbn["std"], xbn["sem"]) == (pytest.approx(0.25 / math.sqrt(2)), pytest.approx(0.125))
+    assert (xbn["ci_low"], xbn["ci_high"]) == (pytest.approx(0.625 - 0.125 * T1_90),
+                                               pytest.approx(0.625 + 0.125 * T1_90))
+    assert xbn["half_width"] == pytest.approx(0.125 * T1_90)
+    assert set(compare_variants(sweep, select="pooled").table["config"]) == {"(pooled)"}
+
+
+def test_paired_p_values_with_two_pairs_and_identical_differences(build_sweep, tmp_path):
+    """Bugs caught (mutation testing): no p-value for two pairs (the smallest paired test); a p-value of 0
+    where every difference is the same (the t statistic is undefined without spread); runs without a
+    partner kept as NaN pairs; the ``confidence`` argument ignored; the ``std`` column lost; only three seeds,
+    not two, making ``auto`` choose ``best_config``."""
+    sweep = _write(build_sweep, tmp_path / "paired", PAIRED)
+    rows = comparison_rows(sweep)
+    assert rows.select == "best_config"
+    diffs = paired_differences(sweep, confidence=0.9).set_index(["a", "b"])
+    assert list(diffs.index) == [("xbn", "axbn"), ("xbn", "none"), ("xbn", "pcxbn"), ("axbn", "none"),
+                                 ("axbn", "pcxbn"), ("none", "pcxbn")]
+    row = diffs.loc[("xbn", "axbn")]  # 0.125, 0.25: mean 0.1875, s = 0.125 / sqrt(2), sem = 0.0625, t = 3
+    assert row["std"] == pytest.approx(0.125 / math.sqrt(2))
+    assert (row["ci_low"], row["ci_high"]) == (pytest.approx(0.1875 - 0.0625 * T1_90),
+                                               pytest.approx(0.1875 + 0.0625 * T1_90))
+    assert row["p_value"] == pytest.approx(1 - 2 / math.pi * math.atan(3.0))
+    assert diffs.loc[("axbn", "none"), "p_value"] == pytest.approx(0.5)  # 0.125, 0: t = 1
+    same = diffs.loc[("xbn", "none")]  # 0.25, 0.25
+    assert same["n_pairs"] == 2 and same["std"] == 0 and math.isnan(same["p_value"])
+    pairs, _ = matched_pairs(rows, "xbn", "pcxbn")  # only seed 0 pairs
+    assert list(pairs["seed"]) == [0] and list(pairs["diff"]) == [0.5]
+
+
+def test_pooled_pairs_name_every_key(finished_sweep):
+    """Bug caught (mutation testing): a garbled separator in ``matched_on`` when runs pair on more than the seed."""
+    assert set(paired_differences(load(finished_sweep), select="pooled")["matched_on"]) == {"seed, config.memory.ratio"}
+
+
+def test_variants_with_equal_means_rank_by_name(build_sweep, tmp_path):
+    """Bug caught (mutation testing): variants with equal means listed in the order their trials were written,
+    so which one is ``a`` in ``a - b`` would depend on file order rather than on the data."""
+    sweep = _write(build_sweep, tmp_path / "tie", {("xbn", 0.5): {0: 0.5, 1: 0.75}, ("axbn", 0.5): {0: 0.75, 1: 0.5}})
+    for select in ("best_config", "pooled"):
+        assert list(compare_variants(sweep, select=select).table["variant"]) == ["axbn", "xbn"]
+        assert paired_differences(sweep, select=select).loc[0, ["a", "b"]].tolist() == ["axbn", "xbn"]
+
+
+def test_paired_differences_of_a_single_variant_is_an_empty_table(build_sweep, tmp_path):
+    """Bug caught (mutation testing): with nothing to pair, the table lost its columns, so selecting
+    ``p_value`` raised KeyError."""
+    diffs = paired_differences(_write(build_sweep, tmp_path / "single", {("xbn", 0.5): {0: 0.5, 1: 0.75}}))
+    assert len(diffs) == 0
+    assert list(diffs.columns) == ["a", "b", "n_pairs", "mean_diff", "std", "ci_low", "ci_high", "p_value",
+                                   "matched_on"]
+
+
+def test_confirmation_table_lower_is_better_single_run_and_unswept_configuration(build_sweep, tmp_path):
+    """Bugs caught (mutation testing): with mode = min, ``sweep_best`` taken as the sweep's largest value and
+    the rows not ranked smallest first from index 0; a configuration confirmed with a single run failing (its
+    second row read); one the sweep never ran failing instead of showing NaN; the columns misnamed; the
+    ``confidence`` argument ignored."""
+    sweep = _write(build_sweep, tmp_path / "min_confirm",
+                   {("xbn", 0.5): {0: 0.60, 1: 0.64}, ("xbn", 0.1): {0: 0.50, 1: 0.56},
+                    ("none", 0.5): {0: 0.40, 1: 0.44}},
+                   confirm={("xbn", 0.1): {10: 0.55, 11: 0.59}, ("none", 0.5): {10: 0.45}, ("axbn", 0.3): {10: 0.65}},
+                   mode="min")
+    table = confirmation_table(sweep, confidence=0.9)
+    assert list(table["variant"]) == ["none", "xbn", "axbn"] and list(table.index) == [0, 1, 2]
+    xbn = table.loc[1]  # test R@1 = best - 0.05: 0.50, 0.54, mean 0.52, s = 0.04 / sqrt(2), sem = 0.02
+    assert (xbn["n_runs"], xbn["n_completed"], xbn["seeds"]) == (2, 2, [10, 11])
+    assert xbn["test_mean"] == pytest.approx(0.52) and xbn["test_std"] == pytest.approx(0.04 / math.sqrt(2))
+    assert (xbn["test_ci_low"], xbn["test_ci_high"]) == (pytest.approx(0.52 - 0.02 * T1_90),
+                                                         pytest.approx(0.52 + 0.02 * T1_90))
+    assert "memory.ratio=0.1" in xbn["config"]
+    assert list(table["sweep_best"][:2]) == pytest.approx([0.40, 0.50]) and math.isnan(table.loc[2, "sweep_best"])
+    assert table.loc[0, "n_runs"] == 1 and math.isnan(table.loc[0, "test_ci_low"])
+
+
+def test_confirmation_table_keeps_launch_order_until_runs_complete(build_sweep, tmp_path):
+    """Bug caught (mutation testing): while no confirm run has completed (every test mean NaN), the rows listed
+    alphabetically by configuration instead of in the order the confirm stage launched them (its ranking)."""
+    sweep = _write(build_sweep, tmp_path / "confirming",
+                   {("none", 0.5): {0: 0.50, 1: 0.52}, ("xbn", 0.5): {0: 0.60, 1: 0.62}},
+                   confirm={("xbn", 0.5): {10: 0.6}, ("none", 0.5): {10: 0.5}}, confirm_epochs=2)
+    table = confirmation_table(sweep)
+    assert list(table["variant"]) == ["xbn", "none"] and list(table["n_completed"]) == [0, 0]
+    assert table["test_mean"].isna().all() and list(table["sweep_best"]) == pytest.approx([0.62, 0.52])
