@@ -55,7 +55,8 @@ class Interval:
 
 
 def t_interval(values, confidence: float = 0.95) -> Interval:
-    """Mean and two-sided ``confidence`` t-interval of the finite ``values`` (NaN bounds below n = 2)."""
+    """Mean and two-sided ``confidence`` t-interval of the numeric, non-missing ``values`` (NaN and
+    non-numeric entries are dropped; NaN bounds below n = 2)."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must satisfy 0 < confidence < 1, but got {confidence!r}")
     x = np.asarray(pd.to_numeric(pd.Series(values), errors="coerce").dropna(), dtype=float)
