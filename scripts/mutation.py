@@ -35,7 +35,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   "tests/xbm/test_config_wiring.py",
                   "tests/xbm/test_trainer.py::test_non_finite_loss_names_epoch_and_iteration_before_any_step_uses_it"]),
     "objectives": (["xbm/objectives/*.py"], ["tests/xbm/objectives"]),
-    "sink": (["tune/sink.py"], ["tests/tune/test_sink.py"]),
+    "sink": (["tune/sink.py"], ["tests/tune/test_sink.py", "tests/tune/test_sink_rows.py"]),
     "compare": (["analysis/compare.py"], ["tests/analysis/test_compare.py"]),
 }
 COPIED = ("xbm", "tune", "analysis", "search_spaces", "tests", "pyproject.toml")

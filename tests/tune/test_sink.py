@@ -4,14 +4,17 @@ driver, and the files read as they are by pandas, pyarrow, polars and duckdb."""
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
 from tune import parquet
+from tune import sink as sink_module
 from tune.sink import ParquetSink
 
 BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "epochs": 4, "seed": 3}
@@ -264,7 +267,8 @@ def test_trials_parquet_rewritten_from_its_last_table_equals_a_whole_rebuild(tmp
 
 def test_a_resumed_sink_completes_trials_the_killed_driver_had_not_written(tmp_path):
     """Bug caught: a trial that finished (or errored) in the last interval before the driver was killed
-    stays ``running`` forever, since Tune restores it as finished and sends no more events for it."""
+    stays ``running`` forever, since Tune restores it as finished and sends no more events for it; or a
+    restored trial's row summarised without the wall time of the last result Tune restored with it."""
     sink = make_sink(tmp_path, interval=3600.0)
     done = FakeTrial("done", {**BASE, "normaliser.kind": "none"})
     early = FakeTrial("early", {**BASE, "normaliser.kind": "xbn"})
@@ -290,6 +294,8 @@ def test_a_resumed_sink_completes_trials_the_killed_driver_had_not_written(tmp_p
     assert rows["crash"]["status"] == "failed" and rows["crash"]["error"] == "RuntimeError: boom"
     assert rows["crash"]["retries"] == 3
     assert rows["unfinished"]["status"] == "running" and rows["unfinished"]["epochs_completed"] == 2
+    # the wall time comes with the trial Tune restored (its last result), not only with a new result
+    assert [rows[t]["wall_time_s"] for t in ("done", "crash", "unfinished")] == [8.0, 2.0, 4.0]
 
 
 def test_epoch_file_appends_and_rebuilds_when_the_schema_grows(tmp_path):
@@ -326,3 +332,140 @@ def test_collapsed_epochs_are_counted_per_trial_and_each_prints_one_warning(tmp_
     assert str(pq.read_schema(tmp_path / "trials.parquet").field("collapsed_epochs").type) == "int64"
     warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
     assert warnings == [line for line in warnings if "trial t1: epoch" in line] and len(warnings) == 2
+
+
+def test_without_results_dir_the_sink_writes_next_to_the_experiment_on_its_filesystem(tmp_path, monkeypatch):
+    """Bug caught: with no ``results_dir``, the files written anywhere but ``<experiment>/results`` on the
+    trial's own storage filesystem (a bucket's sweep written to the driver's disk, the folder's name cut or
+    a doubled slash, a different key on a bucket), ``results/epochs/`` missing until the first epoch
+    (analysis.load then reports a started sweep's epoch rows as missing), or the restored sink, opened by
+    Tune's first step through its trials, failing on a step without trials or with a single trial."""
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")  # a sink that ignored the trial's filesystem would write here
+    bucket = pafs.SubTreeFileSystem(str(tmp_path / "bucket"), pafs.LocalFileSystem())
+    trial = FakeTrial("t1", {**BASE, "normaliser.kind": "none", "epochs": 1})
+    trial.storage = SimpleNamespace(experiment_fs_path="sweep_X/", storage_filesystem=bucket)
+    sink = ParquetSink(None, "exp", "recall_at_1", "max")
+    sink.trials_interval_s = 0.0
+    sink.setup()
+    sink.on_step_begin(0, [])  # Tune's first steps can come before the searcher made any trial
+    sink.on_trial_start(0, [], trial)
+    results = tmp_path / "bucket" / "sweep_X" / "results"
+    assert (results / "epochs").is_dir() and not list((results / "epochs").iterdir())
+    feed(sink, trial, [1])
+    sink.on_trial_complete(0, [], trial)
+    assert sink.storage.root == "sweep_X/results"
+    assert sorted(p.name for p in results.iterdir()) == ["epochs", "trials.parquet"]
+    assert pq.read_table(results / "epochs" / "t1.parquet").column("epoch").to_pylist() == [1]
+    assert list((tmp_path / "cwd").iterdir()) == []
+
+    resumed = ParquetSink(None, "exp", "recall_at_1", "max")
+    resumed.setup()
+    trial.status = "TERMINATED"
+    resumed.on_step_begin(0, [trial])  # the restored sink opens the folder through its only trial
+    assert resumed.trials["t1"]["status"] == "completed" and resumed.epochs["t1"][1]["recall_at_1"] == 0.1
+
+
+def test_trials_parquet_waits_two_seconds_between_rewrites(tmp_path, monkeypatch):
+    """Bug caught: a default interval other than the documented 2 s between trials.parquet rewrites, or a
+    change due exactly at the end of the interval held back until a later step."""
+    clock = [100.0]
+    monkeypatch.setattr(sink_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    sink = ParquetSink(str(tmp_path), "exp", "recall_at_1", "max")
+    sink.setup()
+    trial = FakeTrial("t1", {**BASE, "normaliser.kind": "none"})
+    sink.on_trial_start(0, [], trial)  # the first write is at once
+
+    def written():
+        return pq.read_table(tmp_path / "trials.parquet").column("epochs_completed").to_pylist()
+
+    clock[0] = 101.999
+    sink.on_trial_result(0, [], trial, result(1, 0.1))
+    sink.on_step_end(0, [])
+    assert written() == [0]
+    clock[0] = 102.0
+    sink.on_step_end(1, [])
+    assert written() == [1]
+
+
+def test_experiment_end_writes_trials_parquet_only_when_missing_or_changed(tmp_path):
+    """Bug caught: a sweep that ended before any trial started left without trials.parquet (readers find no
+    table, not an empty one), or the end failing in a sink that never opened its folder."""
+    ParquetSink(str(tmp_path / "unused"), "exp", "recall_at_1", "max").on_experiment_end([])
+    assert not (tmp_path / "unused").exists()
+
+    sink = make_sink(tmp_path, interval=3600.0)
+    pending = FakeTrial("p", {**BASE, "normaliser.kind": "none"})
+    pending.status = "PENDING"
+    sink.on_step_begin(0, [pending])  # opens the folder; no trial row yet
+    assert not (tmp_path / "trials.parquet").exists()
+    sink.on_experiment_end([pending])
+    table = pq.read_table(tmp_path / "trials.parquet")
+    assert table.num_rows == 0 and table.schema.names == [f.name for f in sink.trial_fields()]
+
+
+def test_each_row_is_converted_once_not_at_every_rewrite(tmp_path, monkeypatch):
+    """Bug caught: the cache of cleaned epoch rows missed (every row of a trial converted again at each of
+    its results, so a result's cost grows with the trial's epochs; two trials reporting in turn evicting
+    each other's rows), trials.parquet rebuilt from every row instead of from the table written last time
+    (also after a resume, from the file read back), or a finished trial's cleaned rows kept in the driver."""
+    converted = []
+
+    def counting(row, fields):
+        converted.append(("trial", row["trial_id"]) if "status" in row else ("epoch", row["trial_id"], row["epoch"]))
+        return parquet.clean_row(row, fields)
+
+    monkeypatch.setattr(sink_module, "clean_row", counting)
+    sink = make_sink(tmp_path)  # trials.parquet rewritten at every event
+    trials = [FakeTrial(t, {**BASE, "normaliser.kind": "none", "epochs": 3}) for t in ("a", "b")]
+    for trial in trials:
+        sink.on_trial_start(0, [], trial)
+    for epoch in (1, 2, 3):
+        for trial in trials:
+            converted.clear()
+            sink.on_trial_result(0, [], trial, result(epoch, 0.1 * epoch))
+            assert converted == [("epoch", trial.trial_id, epoch), ("trial", trial.trial_id)]
+    converted.clear()
+    sink.on_trial_complete(0, [], trials[0])
+    assert converted == [("trial", "a")] and "a" not in sink._epoch_values
+
+    resumed = make_sink(tmp_path)
+    converted.clear()
+    resumed.on_trial_complete(0, [], trials[1])
+    assert converted == [("trial", "b")]
+    assert pq.read_table(tmp_path / "trials.parquet").column("status").to_pylist() == ["completed"] * 2
+
+
+def test_epoch_files_are_written_plain(tmp_path):
+    """Bug caught: epoch files written with pyarrow's defaults (snappy, dictionary pages, statistics):
+    about 25% more driver CPU per result for files of a few dozen rows (benchmarks/bench_sink.py)."""
+    sink = make_sink(tmp_path)
+    feed(sink, FakeTrial("t1", {**BASE, "normaliser.kind": "none"}), [1, 2])
+    meta = pq.ParquetFile(tmp_path / "epochs" / "t1.parquet").metadata
+    chunks = [meta.row_group(0).column(i) for i in range(meta.num_columns)]
+    assert {c.compression for c in chunks} == {"UNCOMPRESSED"}
+    assert not any(c.is_stats_set or c.has_dictionary_page for c in chunks)
+
+
+def test_a_collapse_warning_is_flushed_at_once(tmp_path, monkeypatch):
+    """Bug caught: the collapse warning left in stdout's buffer, so a driver whose console goes to a file or
+    a pipe (nohup, a cluster job's log) shows it late, or never when the driver is killed."""
+    class Console:
+        def __init__(self):
+            self.calls = []
+
+        def write(self, text):
+            self.calls.append(("write", text))
+            return len(text)
+
+        def flush(self):
+            self.calls.append(("flush", ""))
+
+    console = Console()
+    monkeypatch.setattr(sys, "stdout", console)
+    sink = make_sink(tmp_path)
+    trial = FakeTrial("t1", {**BASE, "normaliser.kind": "xbn"})
+    sink.on_trial_start(0, [], trial)
+    sink.on_trial_result(0, [], trial, result(1, 0.1, loss_pos_pairs=0.0))
+    assert console.calls[0][0] == "write" and console.calls[0][1].startswith("warning: trial t1: epoch 1")
+    assert console.calls[-1] == ("flush", "")
