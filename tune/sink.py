@@ -123,8 +123,9 @@ class ParquetSink(Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         row = self._trial_row(trial)
-        if row["status"] not in TERMINAL:
-            row["status"] = "running"
+        # Tune starts only trials that will train: new ones, retries, and failed ones that `resume` restarts
+        # (resume_errored), whose row must not read "failed" while they train again.
+        row["status"] = "running"
         self._summarise(trial, row, trial.last_result or {})  # a restored trial: from its epoch rows
         self._write_trials_due()
 

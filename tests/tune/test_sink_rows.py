@@ -151,7 +151,7 @@ def test_a_trial_stopped_before_any_result_counts_zero_epochs_of_its_budget(tmp_
 
 def test_a_restarted_failed_trial_runs_again_once_it_reports_or_retries(tmp_path):
     """Bug caught: a failed trial that ``resume`` restarts (``resume_errored``) still written ``failed``
-    while it trains again after its first new result, or after its next retry."""
+    while it trains again: from Tune's start event, after its first new result, or after its next retry."""
     sink = make_sink(tmp_path)
     trials = [FakeTrial(t, {**BASE, "normaliser.kind": "none"}, error="Traceback\nRuntimeError: boom")
               for t in ("reports", "retries")]
@@ -163,6 +163,7 @@ def test_a_restarted_failed_trial_runs_again_once_it_reports_or_retries(tmp_path
     resumed = make_sink(tmp_path)
     for trial in trials:
         resumed.on_trial_start(0, [], trial)
+    assert {row["status"] for row in resumed.trials.values()} == {"running"}
     resumed.on_trial_result(0, [], trials[0], result(2, 0.2))
     trials[1].num_failures = 4
     resumed.on_trial_recover(0, [], trials[1])
