@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import numpy as np
 from PIL import Image, ImageOps
 
+from xbm.cpus import available_cpus
 from xbm.data.sources import ArrayImageSource, SampleSource
 from xbm.data.style import ImageStyle
 
@@ -155,7 +156,7 @@ def image_store(source: SampleSource, style: ImageStyle, load_size: int, key: di
     :data:`MEMORY_BUDGET`), on disk, or live (module docstring)."""
     budget = MEMORY_BUDGET if budget is None else budget
     images = LiveImages(source, style, load_size)
-    threads = threads if threads is not None else min(8, os.cpu_count() or 1)
+    threads = threads if threads is not None else min(8, available_cpus())  # the trial's CPUs
     if estimated_bytes(source, style, load_size) <= budget:
         return pack_in_memory(images, threads)
     if cache_dir:

@@ -11,7 +11,6 @@ workers or on their processes' history, so persistent workers and a resumed run 
 """
 from __future__ import annotations
 
-import os
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -21,6 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from xbm.config import TrainConfig
+from xbm.cpus import available_cpus
 from xbm.training.runtime import Runtime
 from xbm.training.rng import seed_worker
 
@@ -28,14 +28,6 @@ EVAL_BATCH = 256
 # Evaluation loaders are built per call: starting workers costs more than reading a few thousand
 # already-decoded images in the main process, so smaller sets are embedded without workers.
 EVAL_WORKERS_FROM = 4096
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (its affinity mask: what Ray or a job scheduler gave it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def resolve_workers(setting: str, input_kind: str, cpus: Optional[int] = None) -> int:

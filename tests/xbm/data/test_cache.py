@@ -97,3 +97,14 @@ def test_packed_images_of_grey_and_rgb_keep_their_shapes():
     assert packed.array(2).shape == (9, 9) and packed.nbytes == 3 * 81
     with pytest.raises(IndexError):
         packed.shapes[3]
+
+
+@pytest.mark.parametrize("allowed, threads", [({0}, 1), (set(range(3)), 3), (set(range(32)), 8)])
+def test_decode_threads_follow_the_processes_cpus_up_to_8(monkeypatch, allowed, threads):
+    """Bug caught: the decode pool sized by the machine's core count (``os.cpu_count()``), so a job pinned
+    to one core of a 64-core node (taskset, SLURM) starts 8 decoding threads that fight over it."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: allowed)
+    used = []
+    monkeypatch.setattr(cache, "pack_in_memory", lambda images, n: used.append(n) or images)
+    image_store(drawings(), DARK_STROKES, 12, {"n": 6})
+    assert used == [threads]
