@@ -1,4 +1,6 @@
 """Instance discrimination (``objective=instance``): two views per image, the image's id as its label."""
+import re
+
 import pytest
 import torch
 
@@ -55,4 +57,30 @@ def test_a_pass_is_a_permutation_cut_to_whole_batches():
     assert len(drawn) == 8 and len(set(drawn)) == 8 and set(drawn) <= set(range(10))
     assert sorted(ShuffledIndices(4, 4)) == [0, 1, 2, 3]  # one batch of the whole set is allowed
     with pytest.raises(ValueError, match="batch_size must be <= the 4 training images"):
+        ShuffledIndices(4, 5)
+
+
+def test_second_seed_is_the_documented_mmix_step():
+    """Bug caught (mutation testing): a changed constant or sign in the LCG step: every two-view run's
+    second views would silently differ from the recorded runs'. By hand, (a s + c) mod 2**63 with Knuth's
+    MMIX a = 6364136223846793005, c = 1442695040888963407."""
+    assert second_seed(0) == 1442695040888963407
+    assert second_seed(1) == 7806831264735756412  # a + c < 2**63
+    assert second_seed(2) == (2 * 6364136223846793005 + 1442695040888963407) - 2**63 == 4947595451727773609
+
+
+def test_two_views_of_an_unseeded_index_are_two_plain_reads():
+    """Bug caught (mutation testing): an index without a seed (a plain DataLoader, no SeededSampler)
+    unpacked as ``(i, seed)`` or seeded with ``int(None)``: a crash instead of two reads of item ``i``."""
+    train = tiny_trainer(objective="instance").splits.train
+    views, label, index = TwoViews(train)[3]
+    x, y, i = train[3]
+    assert (label, index) == (y, i) == (y, 3)
+    assert torch.equal(views, torch.stack([torch.as_tensor(x)] * 2))
+
+
+def test_a_batch_larger_than_the_set_is_refused_in_full():
+    """Bug caught (mutation testing): the message's advice ("lower batch_size") lost or garbled."""
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "batch_size must be <= the 4 training images, but got batch_size=5; lower batch_size") + "$"):
         ShuffledIndices(4, 5)

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from ..conftest import tiny_trainer
+from ..conftest import tiny_config, tiny_trainer
 
 VALUES = {"objective": "neighbours", "neighbours.threshold": 0.3, "neighbours.pool": 10, "batch_size": 32}
 
@@ -77,3 +77,19 @@ def test_the_pool_is_built_before_the_first_pass_and_rebuilt_every_refresh_epoch
     finally:
         neighbours.build_pool = real
     assert built == [-1, 0, 2, 4]
+
+
+@pytest.mark.filterwarnings("ignore:for pool_:UserWarning")  # meta copies are no-ops, as torch warns
+def test_a_fresh_objective_reports_no_metrics_and_loads_a_pool_onto_its_own_device():
+    """Bugs caught (mutation testing): ``epoch_metrics`` of an objective that has not built a pool yet not a
+    dict (``None``: the trainer's ``metrics.update`` would crash); a checkpointed pool restored to the
+    CPU (``device`` dropped or None) in an objective on the GPU ("meta" stands in for it)."""
+    from xbm.objectives.neighbours import Neighbours
+
+    objective = Neighbours(tiny_config(**VALUES), torch.arange(3))
+    assert objective.epoch_metrics() == {}
+    state = {"pool_indices": torch.tensor([[1, 2], [0, 2], [0, 1]]), "pool_similarities": torch.rand(3, 2)}
+    objective.to("meta").load_state_dict(state)
+    for name in state:
+        buffer = getattr(objective, name)
+        assert (buffer.device.type, buffer.shape, buffer.dtype) == ("meta", (3, 2), state[name].dtype)

@@ -1,4 +1,6 @@
 """Candidate pools, neighbour tuples and the neighbour sampler (thesis §3.2) against brute force and hand cases."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -245,3 +247,95 @@ def test_sampler_rejects_bad_settings():
     sampler.pool = clustered_pool(n=40)
     with pytest.raises(ValueError, match="40 rows but the training set has 50"):
         iter(sampler)
+
+
+# Added from the mutation triage (issue 12): whole messages, the path choice, and the edges the cases above miss.
+def test_a_pool_of_two_rows_lists_the_other_row(backend):
+    """Bug caught (mutation testing): the "at least 2 rows" bound off by one (two rows refused)."""
+    indices, sims = build_pool(unit_rows(2, 3), 5)
+    assert indices.tolist() == [[1], [0]] and sims.shape == (2, 1)
+
+
+@pytest.mark.skipif(pool_module.faiss is None, reason="faiss is not installed")
+def test_cpu_embeddings_go_to_faiss_and_other_devices_to_the_torch_search(monkeypatch):
+    """Bug caught (mutation testing): the device test inverted or misspelt ("CPU"), so CPU pools never use
+    faiss (the thesis's tool) and GPU embeddings would be copied to faiss-cpu. "meta" stands in for a GPU."""
+    called = []
+    monkeypatch.setattr(pool_module, "_faiss_pool", lambda e, depth: called.append(("faiss", depth)))
+    monkeypatch.setattr(pool_module, "_torch_pool", lambda e, depth: called.append(("torch", depth)))
+    build_pool(unit_rows(4, 2), 2)
+    monkeypatch.setattr(pool_module, "_check_embeddings", lambda e: None)  # meta tensors have no values
+    build_pool(torch.empty(4, 2, device="meta"), 9)
+    assert called == [("faiss", 2), ("torch", 3)]
+
+
+def test_self_outranked_by_longer_parallel_rows_drops_the_least_similar(backend):
+    """Bug caught (mutation testing): when faiss's depth + 1 results miss self (rows may be 1e-3 off unit
+    norm, so a longer parallel row outranks self), the wrong column dropped (the 2nd or the next-to-last, a
+    real neighbour) instead of the last. Row 0 has norm 0.9995; rows 1-3 are parallel to it, norms 1.0009,
+    1.0007, 1.0005: all three beat row 0's own 0.9990, so its pool of 2 must be rows 1 and 2."""
+    x = unit_rows(8, 4)
+    x[1:4] = x[0] * torch.tensor([[1.0009], [1.0007], [1.0005]])
+    x[0] *= 0.9995
+    indices, sims = build_pool(x, 2)
+    expected_indices, expected_sims = brute_force(x, 2)
+    assert indices[0].tolist() == [1, 2]
+    np.testing.assert_array_equal(indices.numpy(), expected_indices)
+    np.testing.assert_allclose(sims.numpy(), expected_sims, atol=1e-5)
+
+
+@pytest.mark.parametrize("embeddings, message", [
+    (unit_rows(4, 2)[0], "build_pool needs a 2-D (n, d) tensor of embeddings, but got torch.Size([2])"),
+    ([[1.0, 0.0]], "build_pool needs a 2-D (n, d) tensor of embeddings, but got list"),
+    (torch.full((4, 2), float("nan")), "build_pool got non-finite embeddings (NaN or inf): the model diverged"),
+    (torch.tensor([[1.0, 0.0], [0.1, 0.0], [1.5, 0.0]]), "build_pool needs L2-normalised rows (inner product = "
+     "cosine similarity), but a row has norm 0.1: apply F.normalize first"),
+    (torch.tensor([[0.5, 0.0], [1.8, 0.0]]), "build_pool needs L2-normalised rows (inner product = cosine "
+     "similarity), but a row has norm 1.8: apply F.normalize first"),
+])
+def test_pool_errors_name_the_offending_input(embeddings, message):
+    """Bug caught (mutation testing): the message showing the wrong thing (the type for a tensor, None for
+    a list, or a crash building it), or reporting a row other than the one furthest from norm 1 (the
+    largest norm, or the one furthest from 2)."""
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        build_pool(embeddings, 2)
+
+
+def test_tuples_keep_pool_order_in_a_pool_of_more_than_16():
+    """Bug caught (mutation testing): the sort on "fails the threshold" not stable. PyTorch's CPU sort is
+    stable anyway up to 16 columns, but with the default pool of 250 an unstable one takes passing members
+    out of pool order: here 12 of 20 pass, and the first 3 must be pool columns 0-2, not e.g. 1, 2, 3."""
+    indices = torch.arange(1, 21)[None, :]
+    sims = torch.linspace(0.99, 0.0, 20)[None, :]
+    members, found = tuples(indices, sims, torch.tensor([0]), k=3, threshold=0.4)
+    assert members.tolist() == [[1, 2, 3]] and found.tolist() == [3]
+    sims_mixed = torch.tensor([[0.9, 0.1] * 10])  # passing members at even columns
+    members, _ = tuples(indices, sims_mixed, torch.tensor([0]), k=5, threshold=0.5)
+    assert members.tolist() == [[1, 3, 5, 7, 9]]
+
+
+def test_tuples_stay_on_the_pools_device():
+    """Bug caught (mutation testing): anchors or the slot range built on the CPU (device dropped or None)
+    for a pool on the GPU: members on the wrong device, or a device-mismatch crash. "meta" stands in for a
+    GPU (its tensors have no values, hence no anchors); CPU anchors must follow the pool there."""
+    pool_indices = torch.empty(4, 5, dtype=torch.long, device="meta")
+    members, found = tuples(pool_indices, torch.empty(4, 5, device="meta"), torch.tensor([], dtype=torch.long),
+                            3, 0.5)
+    assert (members.device.type, found.device.type, tuple(members.shape)) == ("meta", "meta", (0, 3))
+
+
+def test_sampler_messages_in_full():
+    """Bug caught (mutation testing): k = 0 accepted (an `and` for an `or`), a boolean batch size reported
+    as an indivisible batch, batch_size = 1 reported as below 1 (it is >= 1, but holds no whole tuple),
+    and the message for a missing pool changed."""
+    cases = [((8, 4, 0, 0.5), ValueError, "neighbours.k must be an integer >= 1, but got 0"),
+             ((8, True, 1, 0.5), ValueError, "batch_size must be an integer >= 1, but got True"),
+             ((8, 1, 1, 0.5), ValueError, "a batch holds whole tuples of an anchor and its neighbours.k members: "
+              "batch_size % (neighbours.k + 1) == 0 must hold, but got batch_size=1, neighbours.k=1")]
+    for args, error, message in cases:
+        with pytest.raises(error, match="^" + re.escape(message) + "$"):
+            NeighbourSampler(*args)
+    with pytest.raises(RuntimeError, match="^" + re.escape(
+            "NeighbourSampler.pool is None: set it to build_pool(train embeddings, neighbours.pool) before "
+            "iterating an epoch") + "$"):
+        iter(NeighbourSampler(8, 4, 1, 0.5))
