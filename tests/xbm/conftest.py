@@ -1,6 +1,7 @@
 """A tiny seeded toy run shared by the trainer-level tests: 24 training classes x 8 samples (192 rows),
 batches of 32, so an epoch is 6 steps and a Trainer builds and trains in well under a second."""
 import pytest
+import torch
 
 from xbm.config import TrainConfig
 from xbm.data.splits import assemble
@@ -10,6 +11,8 @@ from xbm.trainer import Trainer
 TINY = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 16, "epochs": 1, "warmup_epochs": 0,
         "lr": 1e-3, "batch_size": 32, "samples_per_class": 4, "seed": 0}
 TINY_TRAIN_SAMPLES = 192
+# Tests of CUDA paths: skipped on CI and on laptops without a GPU, run wherever one is present.
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def tiny_config(**values) -> TrainConfig:

@@ -9,6 +9,8 @@ from xbm import diagnostics
 from xbm.diagnostics import (count_pairs, feature_drift, mean_inter_distance, mean_intra_distance,
                              memory_staleness, superclass_top_k)
 
+from .conftest import needs_cuda
+
 
 def randn(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
@@ -116,7 +118,7 @@ def test_count_pairs_pairs_triplets_and_all_pairs():
         count_pairs(None)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@needs_cuda
 def test_cuda_tensors_match_cpu():
     x, y = randn(64, 8, seed=9), torch.arange(64) % 6
     sup = torch.tensor([0, 0, 1, 1, 2, 2])

@@ -8,6 +8,8 @@ import torch
 from xbm.evaluate import knn as knn_module
 from xbm.evaluate import RetrievalAccuracyCalculator, nearest_neighbours, retrieval_metrics
 
+from .conftest import needs_cuda
+
 # "torch" runs the symmetric search under leave-one-out; "torch-flat" forces PML's CustomKNN there too.
 # "auto-symmetric" lowers the dimension from which "auto" prefers the symmetric search over faiss.
 BACKENDS = ["auto", "auto-symmetric", "torch", "torch-flat"] + (["faiss"] if knn_module.faiss is not None else [])
@@ -189,7 +191,7 @@ def test_numpy_and_half_precision_inputs():
     assert_metrics_close(retrieval_metrics(x.clone().requires_grad_(), y), expected)  # no autograd graph
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@needs_cuda
 def test_cuda_tensors_match_cpu():
     x, y = clustered(300, 16, 20, seed=8)
     assert_metrics_close(retrieval_metrics(x.cuda(), y.cuda()), retrieval_metrics(x, y))

@@ -8,6 +8,8 @@ import torch
 
 from xbm.memory import EmbeddingMemory
 
+from .conftest import needs_cuda
+
 BATCH = 8
 
 
@@ -26,8 +28,7 @@ class NaiveRing:
         return [r for r in self.rows if r is not None]
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                 reason="needs a CUDA device"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
 
 @pytest.mark.parametrize("device", DEVICES)

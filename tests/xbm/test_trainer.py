@@ -14,6 +14,8 @@ from xbm.signals import collapsed
 from xbm.normalisers import NormaliserConfig
 from xbm.trainer import Trainer
 
+from .conftest import needs_cuda
+
 BASE = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 32, "epochs": 2, "warmup_epochs": 1,
         "lr": 1e-3, "batch_size": 64, "samples_per_class": 4, "seed": 3}
 METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1", "recall_at_10", "map_at_r",
@@ -303,10 +305,8 @@ def test_evaluate_test_never_changes_training(tiny):
         assert torch.equal(p, q), name
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-
-@CUDA
+@needs_cuda
 @pytest.mark.parametrize("values", [
     {"normaliser.kind": "xbn"},
     {"normaliser.kind": "axbn"},
@@ -333,7 +333,7 @@ def test_a_cuda_run_keeps_its_state_on_the_gpu_and_matches_the_cpu_run(tiny, val
     assert gpu["recall_at_1"] == pytest.approx(cpu["recall_at_1"], abs=0.02)
 
 
-@CUDA
+@needs_cuda
 def test_a_cuda_run_resumes_exactly_from_a_checkpoint_loaded_onto_the_cpu(tiny):
     """Bugs caught: the CUDA generators not saved or not restored (a resumed GPU run draws other dropout /
     shuffles than the uninterrupted one), or a checkpoint that cannot be loaded with ``map_location="cpu"``

@@ -156,7 +156,7 @@ def image_store(source: SampleSource, style: ImageStyle, load_size: int, key: di
     :data:`MEMORY_BUDGET`), on disk, or live (module docstring)."""
     budget = MEMORY_BUDGET if budget is None else budget
     images = LiveImages(source, style, load_size)
-    threads = threads if threads is not None else min(8, available_cpus())  # the trial's CPUs
+    threads = threads if threads is not None else min(8, available_cpus())  # the process's affinity
     if estimated_bytes(source, style, load_size) <= budget:
         return pack_in_memory(images, threads)
     if cache_dir:

@@ -11,6 +11,7 @@ import torch
 from xbm.normalisers import NormaliserConfig, build_normaliser
 
 from .test_kinds import COMBOS, OPTIONS
+from ..conftest import needs_cuda
 
 
 def _call(norm, device):
@@ -45,7 +46,7 @@ def test_a_loaded_checkpoint_lands_on_the_normalisers_device(kind):
     assert target.mu_hat.shape == target.sigma_hat.shape == (3,)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@needs_cuda
 @pytest.mark.parametrize("kind,centre_only,unit_norm,absent", COMBOS)
 def test_every_kind_on_cuda_with_cpu_labels_matches_the_float64_reference(kind, centre_only, unit_norm, absent,
                                                                            reference, case):

@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from xbm.objectives import pool as pool_module
 from xbm.objectives.pool import NeighbourSampler, build_pool, tuples
 
+from ..conftest import needs_cuda
+
 BACKENDS = ["torch", "torch-chunked"] + (["faiss"] if pool_module.faiss is not None else [])
 
 
@@ -87,7 +89,7 @@ def test_faiss_and_torch_pools_agree(monkeypatch):
     torch.testing.assert_close(faiss_sims, torch_sims, atol=1e-5, rtol=0)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@needs_cuda
 def test_pool_stays_on_the_device():
     """Bug: the pool comes back on the CPU (or faiss is handed a CUDA tensor) for CUDA embeddings."""
     x = unit_rows(20, 8)

@@ -6,6 +6,8 @@ import torch
 
 from xbm.training.runtime import Runtime, resolve_amp
 
+from ..conftest import needs_cuda
+
 CPU = torch.device("cpu")
 
 
@@ -79,10 +81,8 @@ def test_the_trainer_puts_an_image_model_in_channels_last_when_the_runtime_says_
     assert not next(w for w in convs if w.shape[1] > 1).is_contiguous()
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-
-@CUDA
+@needs_cuda
 @pytest.mark.parametrize("amp", ["auto", "fp16", "bf16"])
 def test_amp_on_cuda_trains_in_the_half_type_close_to_fp32_with_the_memory_in_fp32(tiny, amp):
     """Bugs caught: amp=auto not turning autocast on for CUDA (or picking fp16 where bf16 is supported),
@@ -102,7 +102,7 @@ def test_amp_on_cuda_trains_in_the_half_type_close_to_fp32_with_the_memory_in_fp
     assert half[-1]["loss"] == pytest.approx(fp32[-1]["loss"], rel=0.05)
 
 
-@CUDA
+@needs_cuda
 def test_a_cuda_image_run_trains_channels_last_under_autocast():
     """Bugs caught: channels_last on CUDA converting the weights but not the batches (every convolution
     then converts its input), or an image model that fails under CUDA autocast (a timm backbone with a
