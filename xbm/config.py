@@ -114,12 +114,14 @@ class NeighboursConfig:
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run (thesis 5.2, AXBN paper 5.1). ``epochs`` counts main epochs after the
-    ``warmup_epochs`` of head-only training."""
+    ``warmup_epochs`` of head-only training. ``eval_every = k`` evaluates after every k-th main epoch and
+    after the last (a sweep adds its scheduler's rung epochs); the other epochs report training figures only."""
 
     dataset: str = "toy"
     data_root: str = ""
     val_fraction: float = 0.0
     evaluate_test: bool = False
+    eval_every: int = 1
     model: str = "resnet50"
     embedding_size: int = 512
     pretrained: bool = False
@@ -151,7 +153,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.val_fraction < 1.0, "val_fraction", "0 <= val_fraction < 1", self.val_fraction)
-        for name in ("embedding_size", "image_size", "epochs", "batch_size", "samples_per_class", "lr_step"):
+        for name in ("embedding_size", "image_size", "epochs", "batch_size", "samples_per_class", "lr_step",
+                     "eval_every"):
             _check(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
         for name in ("warmup_epochs", "weight_decay", "clip_grad"):
             _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))

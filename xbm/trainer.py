@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import time
-import warnings
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
@@ -48,7 +47,10 @@ STATE_VERSION = 2
 # Keys that may differ between a checkpoint and the config resuming it: the state fits either way (more
 # epochs, another device, other loader workers, where the data and the image cache live). Augmentations
 # are seeded per drawn sample (xbm.training.loaders.SeededSampler), so the worker count changes nothing.
-RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "image_cache", "evaluate_test"})
+RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "image_cache", "evaluate_test",
+                               "eval_every"})
+#: the metrics that measure the machine, not the run: they differ between two identical runs
+TIMING_KEYS = ("epoch_time_s", "images_per_s", "train_s", "data_wait_s", "eval_s", "gpu_memory_peak_gib")
 
 
 class Trainer:
@@ -57,12 +59,15 @@ class Trainer:
     ``splits``: an already built data set to reuse (the same data set; its images are re-wired for ``cfg``'s
     preset). ``progress``: wraps each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches,
     desc=desc)`` (the CLI's bar). ``cpus``: the CPUs this run may use, for ``num_workers=auto`` (default:
-    the process's affinity mask).
+    the process's affinity mask). ``evaluate_at``: main epochs (1-based) evaluated whatever ``eval_every``
+    says, e.g. a sweep scheduler's rung epochs, so that it decides on measured values.
     """
 
     def __init__(self, cfg: TrainConfig, splits: Optional[DatasetSplits] = None,
-                 progress: Optional[Callable[[Iterable, str], Iterable]] = None, cpus: Optional[int] = None) -> None:
+                 progress: Optional[Callable[[Iterable, str], Iterable]] = None, cpus: Optional[int] = None,
+                 evaluate_at: Iterable[int] = ()) -> None:
         self.cfg = cfg
+        self.evaluate_at = frozenset(int(e) for e in evaluate_at)
         self.progress = progress
         seed_everything(cfg.seed)
         if splits is None:
@@ -73,10 +78,12 @@ class Trainer:
         images = self.splits.input_kind == "image"
         self.runtime = Runtime.from_config(cfg.device, cfg.amp, images)
         self.workers = resolve_workers(cfg.num_workers, self.splits.input_kind, cpus)
-        if images and self.workers == 0 and self.runtime.device.type == "cuda":
-            warnings.warn("num_workers resolved to 0 on a GPU: images are decoded and augmented in the training "
-                          "process and the GPU waits for them; give the trial more CPUs (--cpus-per-trial) "
-                          "or set num_workers", stacklevel=2)
+        if images and self.workers == 0 and self.runtime.device.type == "cuda" and cfg.num_workers == "auto":
+            raise ValueError(
+                f"num_workers=auto resolved to 0 loader workers on a GPU ({cpus if cpus is not None else 'all'} "
+                "CPU(s) for this run): every image would be decoded and augmented in the training process while "
+                "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
+                "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
         self.model = create_embedding_model(cfg, tuple(self.splits.input_shape)).to(self.runtime.device)
         if self.runtime.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
@@ -118,13 +125,18 @@ class Trainer:
                        batch_loss_weight=cfg.memory.batch_loss_weight).to(self.runtime.device)
 
     # ---- training ------------------------------------------------------------------------------
-    def fit(self) -> Iterator[dict[str, Any]]:
-        """Measure the references (once), run the warm-up (once) and the remaining main epochs, yielding
-        each epoch's metrics."""
+    def prepare(self) -> None:
+        """Measure the references and run the warm-up, each once (a resumed run has both): everything
+        before the first main epoch, which ``fit`` does first anyway. Callers that time set-up call it."""
         if self.references is None:
             self.references = evaluation.references(self.model, self._selection_split(), self.embed)
         if not self.warmup_done:
             self._warmup()
+
+    def fit(self) -> Iterator[dict[str, Any]]:
+        """Measure the references (once), run the warm-up (once) and the remaining main epochs, yielding
+        each epoch's metrics."""
+        self.prepare()
         while self.epoch < self.cfg.epochs:
             yield self._main_epoch(self.epoch + 1)
 
@@ -162,18 +174,29 @@ class Trainer:
         batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}", epoch_index=epoch - 1)
         return run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)
 
+    def evaluates(self, epoch: int) -> bool:
+        """Whether main epoch ``epoch`` (1-based) is evaluated: every ``eval_every``-th, the last, and
+        those of ``evaluate_at``."""
+        return epoch % self.cfg.eval_every == 0 or epoch == self.cfg.epochs or epoch in self.evaluate_at
+
     def _main_epoch(self, epoch: int) -> dict[str, Any]:
         start = time.perf_counter()
         lr = self.optimizer.param_groups[0]["lr"]
+        peak = _peak_memory(self.runtime.device)
         result = self.train_epoch(epoch)
         self.scheduler.step()
         metrics = {"epoch": epoch, "loss": result.loss, "lr": lr}
-        metrics.update(self._evaluate(epoch, result))
+        evaluated = time.perf_counter()
+        if self.evaluates(epoch):
+            metrics.update(self._evaluate(epoch))
+        metrics.update(result.pairs, memory_fill=result.memory_fill)
         metrics.update(self.objective.epoch_metrics())
         metrics.update(self.references)
         self.epoch = epoch
-        metrics["epoch_time_s"] = time.perf_counter() - start
-        metrics["images_per_s"] = result.images_per_s
+        now = time.perf_counter()
+        metrics.update(epoch_time_s=now - start, images_per_s=result.images_per_s, train_s=result.seconds,
+                       data_wait_s=result.data_wait_s, eval_s=now - evaluated,
+                       gpu_memory_peak_gib=peak())
         return metrics
 
     # ---- evaluation ----------------------------------------------------------------------------
@@ -184,7 +207,7 @@ class Trainer:
     def _selection_split(self):
         return self.splits.val if self.splits.val is not None else self.splits.test
 
-    def _evaluate(self, epoch: int, result: EpochResult) -> dict[str, Any]:
+    def _evaluate(self, epoch: int) -> dict[str, Any]:
         splits, superclass_of = self.splits, self.splits.superclass_of
         selection = self._selection_split()
         metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else "test"}
@@ -203,7 +226,6 @@ class Trainer:
         metrics.update(drift)
         memory = self.xbm.memory if self.xbm is not None else None
         metrics.update(evaluation.staleness(self.model, self.train_view, memory, self.embed, self.cfg.seed, epoch))
-        metrics.update(result.pairs, memory_fill=result.memory_fill)
         return metrics
 
     # ---- checkpoint state ----------------------------------------------------------------------
@@ -260,6 +282,15 @@ class Trainer:
 def _sampler_labels(sampler) -> Optional[list[int]]:
     labels = getattr(sampler, "labels", None)
     return None if labels is None else [int(c) for c in labels]
+
+
+def _peak_memory(device: torch.device) -> Callable[[], Optional[float]]:
+    """Start measuring the device's peak allocated memory; the returned function reads it in GiB (None on
+    the CPU, which has no such counter)."""
+    if device.type != "cuda":
+        return lambda: None
+    torch.cuda.reset_peak_memory_stats(device)
+    return lambda: torch.cuda.max_memory_allocated(device) / 2**30
 
 
 def _on(transform, device: torch.device):

@@ -100,6 +100,11 @@ def _evaluate_test(key, fx):
     assert 0.0 <= with_test["test_recall_at_1"] <= 1.0 and "test_recall_at_1" not in without
 
 
+def _eval_every(key, fx):
+    rows = list(tiny_trainer(epochs=4, eval_every=2).fit())
+    assert ["recall_at_1" in r for r in rows] == [False, True, False, True]
+
+
 def _seed(key, fx):
     a, b = tiny_trainer(), tiny_trainer(seed=1)
     assert not torch.equal(a.model.head.weight, b.model.head.weight)  # initial weights follow the seed
@@ -215,6 +220,7 @@ EFFECTS: dict[str, Any] = {
     "val_fraction": Attribute(0.25, lambda t: (t.splits.val is not None, len(list(t.fit())) and t.epoch),
                               (True, 1)),
     "evaluate_test": Check(_evaluate_test),
+    "eval_every": Check(_eval_every),
     "model": Attribute("test_resnet", lambda t: t.model.backbone.pretrained_cfg["architecture"],
                        extra={"dataset": "digits", "image_size": 16, "batch_size": 20}),
     "embedding_size": Attribute(24, lambda t: (t.model.head.out_features, t.xbm.memory.dim), (24, 24)),

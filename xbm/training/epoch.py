@@ -37,6 +37,7 @@ class EpochResult:
     seconds: float
     pairs: dict
     memory_fill: float
+    data_wait_s: float = 0.0
 
     @property
     def collapsed(self) -> bool:
@@ -70,7 +71,16 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
     fill = 0.0
     runtime.synchronize()
     start = time.perf_counter()
-    for iterations, (x, y, idx) in enumerate(loader, 1):
+    waited = 0.0
+    batches = iter(loader)
+    while True:
+        asked = time.perf_counter()
+        batch = next(batches, None)
+        waited += time.perf_counter() - asked
+        if batch is None:
+            break
+        iterations += 1
+        x, y, idx = batch
         x = runtime.to_device(x)
         y = y.to(runtime.device, non_blocking=True)
         idx = idx.to(runtime.device, non_blocking=True)
@@ -98,4 +108,4 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
     n = max(iterations, 1)
     return EpochResult(loss=loss_sum / n if iterations else math.nan, images=images, iterations=iterations,
                        seconds=seconds, pairs={name: total / n for name, total in pair_sums.items()},
-                       memory_fill=float(fill))
+                       memory_fill=float(fill), data_wait_s=waited)

@@ -11,6 +11,7 @@ workers or on their processes' history, so persistent workers and a resumed run 
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -25,9 +26,12 @@ from xbm.training.runtime import Runtime
 from xbm.training.rng import seed_worker
 
 EVAL_BATCH = 256
-# Evaluation loaders are built per call: starting workers costs more than reading a few thousand
-# already-decoded images in the main process, so smaller sets are embedded without workers.
+# Starting workers costs more than reading a few thousand already-decoded images in the main process, so
+# smaller sets are embedded without workers; larger ones keep theirs from one evaluation to the next.
 EVAL_WORKERS_FROM = 4096
+# Evaluation loaders kept per Embedder (selection and test splits' query/gallery, the training view, the
+# drift probe): built once per run. Staleness probes change every epoch and cycle through the oldest slot.
+EVAL_LOADERS_KEPT = 8
 
 
 def resolve_workers(setting: str, input_kind: str, cpus: Optional[int] = None) -> int:
@@ -77,7 +81,10 @@ def train_loader(dataset: Dataset, sampler: Sampler, cfg: TrainConfig, pin_memor
 
 
 class Embedder:
-    """Embeds datasets in eval mode, batch by batch, under the run's autocast; returns fp32 on the device."""
+    """Embeds datasets in eval mode, batch by batch, under the run's autocast; returns fp32 on the device.
+
+    Its loaders persist (per dataset and index subset, :data:`EVAL_LOADERS_KEPT` of them), with their worker
+    processes: evaluating every epoch must not start workers and pickle the data set every epoch."""
 
     def __init__(self, runtime: Runtime, num_workers: int, batch_size: int = EVAL_BATCH,
                  prepare: Callable = lambda x: x) -> None:
@@ -85,19 +92,31 @@ class Embedder:
         self.num_workers = num_workers
         self.batch_size = batch_size
         self.prepare = prepare  # the batch on its device -> the model's input (the data set's eval statistics)
+        self._loaders: "OrderedDict[tuple, tuple[Dataset, DataLoader]]" = OrderedDict()
+
+    def loader(self, dataset: Dataset, indices: Optional[torch.Tensor] = None) -> DataLoader:
+        """The kept loader of ``dataset`` (or of its ``indices`` subset); built on first use."""
+        key = (id(dataset), None if indices is None else indices.cpu().numpy().tobytes())
+        if key in self._loaders:
+            self._loaders.move_to_end(key)
+            return self._loaders[key][1]
+        subset = dataset if indices is None else Subset(dataset, indices.tolist())
+        workers = self.num_workers if len(subset) >= EVAL_WORKERS_FROM else 0
+        # An own generator: a DataLoader draws its base seed from the generator it is given, so evaluation
+        # never moves the global torch RNG and evaluating more (evaluate_test) leaves training unchanged.
+        loader = DataLoader(subset, batch_size=self.batch_size, shuffle=False, num_workers=workers,
+                            pin_memory=self.runtime.device.type == "cuda", persistent_workers=workers > 0,
+                            generator=torch.Generator().manual_seed(0))
+        self._loaders[key] = (dataset, loader)  # the dataset is held so that its id is not reused
+        while len(self._loaders) > EVAL_LOADERS_KEPT:
+            self._loaders.popitem(last=False)
+        return loader
 
     @torch.no_grad()
     def __call__(self, model: nn.Module, dataset: Dataset,
                  indices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Embeddings [N, d] (fp32) and labels [N] of ``dataset`` (or of its ``indices`` subset)."""
-        if indices is not None:
-            dataset = Subset(dataset, indices.tolist())
-        # An own generator: a DataLoader draws its base seed from the generator it is given, so evaluation
-        # never moves the global torch RNG and evaluating more (evaluate_test) leaves training unchanged.
-        workers = self.num_workers if len(dataset) >= EVAL_WORKERS_FROM else 0
-        loader = DataLoader(dataset, batch_size=self.batch_size, shuffle=False, num_workers=workers,
-                            pin_memory=self.runtime.device.type == "cuda",
-                            generator=torch.Generator().manual_seed(0))
+        loader = self.loader(dataset, indices)
         was_training = model.training
         model.eval()
         out, labels = [], []

@@ -6,7 +6,7 @@ import torch
 
 from xbm.data.splits import assemble
 from xbm.data.toy import make_toy
-from xbm.trainer import Trainer
+from xbm.trainer import TIMING_KEYS as TIMINGS, Trainer
 
 from ..conftest import tiny_config
 
@@ -15,7 +15,6 @@ LABEL_FREE = {
     "moco": {"normaliser.kind": "axbn", "memory.ratio": 0.3},
     "neighbours": {"normaliser.kind": "xbn", "neighbours.threshold": 0.3, "neighbours.pool": 20},
 }
-TIMINGS = ("epoch_time_s", "images_per_s")
 
 
 def _splits(cfg, shuffle_labels=False):

@@ -1,0 +1,73 @@
+"""What a run's epochs cost and report (issue 18): ``eval_every`` and forced evaluation epochs, the time
+breakdown of every epoch, and refusing a GPU run that could not be fed."""
+import math
+
+import pytest
+import torch
+
+from tests.xbm.conftest import tiny_config
+from xbm.data import build_dataset
+from xbm.trainer import Trainer
+from xbm.training.runtime import Runtime
+
+
+def test_eval_every_evaluates_every_kth_epoch_the_last_and_the_forced_ones(tiny):
+    """Bug caught: a rung epoch of the scheduler skipped (ASHA would decide on a missing value), the last
+    epoch skipped (the trial's final metric lost), or eval_every counted from 0 (epoch 1 evaluated)."""
+    trainer = tiny(epochs=7, eval_every=3)
+    trainer.evaluate_at = frozenset({1})
+    rows = list(trainer.fit())
+    assert [r["epoch"] for r in rows if "recall_at_1" in r] == [1, 3, 6, 7]
+    skipped = rows[1]
+    assert skipped["eval_s"] < rows[2]["eval_s"] and "drift_mean" not in skipped
+    for r in rows:  # the training figures are there at every epoch
+        assert math.isfinite(r["loss"]) and r["train_s"] > 0 and "loss_pos_pairs" in r
+
+
+def test_skipping_evaluations_leaves_training_bit_identical(tiny):
+    """Bug caught: evaluation (or its absence) moving the RNG streams or the model's mode, so that eval_every
+    would change what is learnt instead of only what is measured."""
+    every = list(tiny(epochs=4, **{"normaliser.kind": "xbn"}).fit())
+    sparse_trainer = tiny(epochs=4, eval_every=4, **{"normaliser.kind": "xbn"})
+    sparse = list(sparse_trainer.fit())
+    assert [r["loss"] for r in every] == [r["loss"] for r in sparse]
+    assert every[-1]["recall_at_1"] == sparse[-1]["recall_at_1"]
+
+
+def test_every_epoch_reports_its_time_breakdown(tiny):
+    """Bug caught: train_s measured around evaluation too (the training fraction would read 100%), eval_s
+    missing its diagnostics, or a data wait larger than the pass that contains it."""
+    for r in tiny(epochs=2, val_fraction=0.25).fit():
+        assert 0 < r["train_s"] and r["eval_s"] > 0
+        assert 0 <= r["data_wait_s"] <= r["train_s"]
+        assert r["train_s"] + r["eval_s"] <= r["epoch_time_s"] + 1e-6
+        assert r["epoch_time_s"] - (r["train_s"] + r["eval_s"]) < 0.5 * r["epoch_time_s"]
+        assert r["gpu_memory_peak_gib"] is None  # no counter on the CPU
+
+
+def test_prepare_does_the_references_and_warm_up_once(tiny):
+    """Bug caught: fit() running the warm-up again after prepare() (double warm-up), or prepare() leaving
+    it for later (set-up time billed to the first epoch)."""
+    trainer = tiny(warmup_epochs=1)
+    seen = []
+    trainer.progress = lambda batches, desc: seen.append(desc) or batches
+    trainer.prepare()
+    assert seen == ["warm-up 1/1"] and trainer.references is not None
+    next(trainer.fit())
+    assert seen == ["warm-up 1/1", "epoch 1/1"]
+
+
+def test_a_gpu_run_that_resolves_to_no_loader_worker_is_refused(monkeypatch):
+    """Bug caught: a GPU trial with one CPU decoding every image in the training process (140-460 images/s
+    against thousands the GPU could take) with only a warning; or the explicit num_workers=0 refused too."""
+    gpu = Runtime(torch.device("cuda"), None, True)
+    monkeypatch.setattr(Runtime, "from_config", classmethod(lambda cls, *a, **k: gpu))
+    values = dict(dataset="digits", model="test_resnet", image_size=16, batch_size=20)
+    splits = build_dataset(tiny_config(**values))
+    with pytest.raises(ValueError, match="--cpus-per-trial") as error:
+        Trainer(tiny_config(**values), splits=splits, cpus=1)
+    assert "num_workers=0" in str(error.value)
+    # explicit 0 passes the check (and fails later only because this machine has no GPU to move to)
+    with pytest.raises(Exception) as later:
+        Trainer(tiny_config(**values, num_workers="0"), splits=splits, cpus=1)
+    assert "--cpus-per-trial" not in str(later.value)

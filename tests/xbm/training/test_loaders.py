@@ -1,0 +1,41 @@
+"""The evaluation embedder's persistent loaders (xbm.training.loaders.Embedder)."""
+import torch
+
+import xbm.training.loaders as loaders
+from xbm.data.base import SampleDataset, Transforms
+from xbm.data.sources import VectorSource
+from xbm.training.loaders import EVAL_LOADERS_KEPT, Embedder
+from xbm.training.runtime import Runtime
+
+
+def _dataset(n=40):
+    import numpy as np
+
+    source = VectorSource(torch.arange(n * 3, dtype=torch.float32).reshape(n, 3))
+    return SampleDataset(source, np.arange(n), np.arange(n) % 4, Transforms(3), "eval")
+
+
+def test_a_dataset_is_given_one_loader_for_the_whole_run(monkeypatch):
+    """Bug caught: a new DataLoader (worker start, data set pickled to every worker) at every evaluation of
+    every epoch; or a subset's loader served for the whole set (wrong rows embedded)."""
+    built = []
+    real = loaders.DataLoader
+    monkeypatch.setattr(loaders, "DataLoader", lambda *a, **k: built.append(a[0]) or real(*a, **k))
+    embed = Embedder(Runtime.from_config("cpu", "off", False), 0)
+    model = torch.nn.Identity()
+    data, probe = _dataset(), torch.tensor([3, 1, 7])
+    first, _ = embed(model, data)
+    again, _ = embed(model, data)
+    subset, labels = embed(model, data, probe)
+    embed(model, data, probe)
+    assert len(built) == 2 and torch.equal(first, again)
+    assert torch.equal(subset, first[probe]) and labels.tolist() == [3, 1, 3]
+
+
+def test_changing_subsets_recycle_the_oldest_loader():
+    """Bug caught: staleness probes (new rows every epoch) piling up loaders for the whole run."""
+    embed = Embedder(Runtime.from_config("cpu", "off", False), 0)
+    data = _dataset()
+    for start in range(EVAL_LOADERS_KEPT + 5):
+        embed(torch.nn.Identity(), data, torch.tensor([start]))
+    assert len(embed._loaders) == EVAL_LOADERS_KEPT
