@@ -9,7 +9,7 @@ import sys
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
 
-from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, parse_overrides
+from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, cpus_option, parse_overrides
 
 EXAMPLES = """examples:
   xbm-tune spaces                                  # the shipped search spaces
@@ -64,9 +64,15 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
     stop.add_argument("--strict", action="store_true",
                       help="refuse (exit 2) when early stopping is unfair to a swept start epoch")
     res = parser.add_argument_group("resources and faults")
-    res.add_argument("--cpus-per-trial", type=float, default=d.cpus_per_trial, help="(default %(default)s)")
+    res.add_argument("--cpus-per-trial", type=cpus_option, default=d.cpus_per_trial,
+                     help="CPUs per trial, or auto: 1 without GPUs, else the node's CPUs x --gpus-per-trial / its "
+                          "GPUs (default %(default)s)")
     res.add_argument("--gpus-per-trial", type=float, default=d.gpus_per_trial,
-                     help="fractions share a GPU, e.g. 0.5 (default %(default)s)")
+                     help="fractions share a GPU, e.g. 0.5; each trial's CUDA memory is capped at its share "
+                          "(default %(default)s)")
+    res.add_argument("--checkpoint-period", type=float, default=d.checkpoint_period, metavar="SECONDS",
+                     help="a full checkpoint every SECONDS of a trial's epochs and at its last epoch; 0 = every "
+                          "epoch; the best epoch's weights are always kept (default %(default)s)")
     res.add_argument("--max-concurrent", type=int, default=None, help="cap on trials at once (default: resources)")
     res.add_argument("--max-failures", type=int, default=d.max_failures,
                      help="retries of a crashed trial from its last checkpoint (default %(default)s)")
@@ -96,7 +102,8 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
     return SweepOptions(
         num_samples=args.num_samples, search=args.search, scheduler=args.scheduler, max_epochs=args.max_epochs,
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
-        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial, max_failures=args.max_failures,
+        cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+        checkpoint_period=args.checkpoint_period, max_failures=args.max_failures,
         metric=args.metric, mode=args.mode, seed=args.seed, storage=args.storage, name=args.name,
         **cluster, strict=args.strict, warm_start=args.warm_start,
         overrides=parse_overrides(args.set), smoke_test=args.smoke_test)

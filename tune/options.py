@@ -27,6 +27,9 @@ def _check(ok: bool, name: str, rule: str, value: Any) -> None:
 class SweepOptions:
     """What ``xbm-tune sweep`` runs. ``max_epochs`` None keeps the space's (or TrainConfig's) epochs.
 
+    ``cpus_per_trial`` ``auto`` is resolved once Ray is connected (``tune.resources``); ``checkpoint_period``
+    is in seconds of a trial's epochs (``tune.checkpoints``).
+
     ``seed`` seeds the searcher (TPE, random) and is every trial's ``seed`` unless the space or
     ``--set`` gives one: trials then differ by config only (common random numbers), which is what a
     comparison of configs wants; the ``confirm`` stage varies seeds.
@@ -39,8 +42,9 @@ class SweepOptions:
     grace_period: int = 1
     reduction_factor: float = 3.0
     max_concurrent: int | None = None
-    cpus_per_trial: float = 1.0
+    cpus_per_trial: float | str = "auto"
     gpus_per_trial: float = 0.0
+    checkpoint_period: float = 600.0
     max_failures: int = 2
     metric: str = "recall_at_1"
     mode: str = "max"
@@ -75,7 +79,12 @@ class SweepOptions:
         _check(self.reduction_factor > 1, "--reduction-factor", "> 1", self.reduction_factor)
         _check(self.max_concurrent is None or self.max_concurrent >= 1, "--max-concurrent", ">= 1",
                self.max_concurrent)
-        _check(self.cpus_per_trial > 0, "--cpus-per-trial", "> 0", self.cpus_per_trial)
+        _check(self.cpus_per_trial == "auto" or (isinstance(self.cpus_per_trial, (int, float))
+                                                 and self.cpus_per_trial > 0),
+               "--cpus-per-trial", "'auto' (the CPUs that come with --gpus-per-trial of a node) or a number > 0",
+               self.cpus_per_trial)
+        _check(self.checkpoint_period >= 0, "--checkpoint-period", ">= 0 seconds (0: every epoch)",
+               self.checkpoint_period)
         _check(self.gpus_per_trial >= 0, "--gpus-per-trial", ">= 0", self.gpus_per_trial)
         _check(self.gpus_per_trial <= 1 or float(self.gpus_per_trial).is_integer(), "--gpus-per-trial",
                "a fraction <= 1 or a whole number (Ray cannot split more than one GPU)", self.gpus_per_trial)
@@ -101,6 +110,15 @@ class SweepOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "overrides": dict(self.overrides)}
+
+
+def cpus_option(text: str) -> float | str:
+    """``--cpus-per-trial``'s value: a number, or the text as given (``auto``; anything else is refused by
+    ``SweepOptions`` with its rule)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def parse_overrides(pairs: list[str] | None) -> dict[str, str]:

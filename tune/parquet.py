@@ -133,6 +133,10 @@ class Storage:
         pq.write_table(table, buffer, **options)
         self._replace(relative, buffer.getvalue())
 
+    def write_bytes(self, relative: str, payload: bytes) -> None:
+        """Replace ``relative`` atomically by ``payload``."""
+        self._replace(relative, payload)
+
     def write_json(self, relative: str, data: Mapping[str, Any]) -> None:
         self._replace(relative, json.dumps(data, indent=2, sort_keys=True, default=str).encode())
 

@@ -67,6 +67,18 @@ def _fifo(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
 SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo}
 
 
+def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ...]:
+    """The epochs at which ``scheduler`` may stop a trial: a trial evaluates them whatever its
+    ``eval_every``, so every decision is taken on a measured value. ASHA: its rungs (every bracket's);
+    FIFO: none; any other scheduler: every epoch (no saving, but no blind decision either)."""
+    if type(scheduler) is FIFOScheduler:  # every other scheduler subclasses it
+        return ()
+    if isinstance(scheduler, AsyncHyperBandScheduler):
+        rungs = {int(m) for bracket in scheduler._brackets for m, _ in bracket._rungs if m <= max_epochs}
+        return tuple(sorted(rungs))
+    return tuple(range(1, max_epochs + 1))
+
+
 def build_scheduler(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
     if options.scheduler not in SCHEDULERS:
         raise SweepInputError(f"--scheduler must be one of {sorted(SCHEDULERS)}, but got {options.scheduler!r}")

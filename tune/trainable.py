@@ -6,11 +6,21 @@ Per epoch the trainer's flat metrics dict goes to ``tune.report`` with a checkpo
 epochs stay continuous (``epoch`` is ASHA's time attribute). Only the current ``ray.tune`` API is used
 (``ray.train.report`` fails inside Tune in Ray 2.60).
 
-A non-finite loss (``xbm.errors.NonFiniteLossError``) is deterministic, so retrying it would only burn
-``max_failures``: the trial reports one last result carrying ``error`` (and the worst value of the
-sweep metric, so schedulers rank it last) and returns. The Parquet sink records it as ``failed`` with
+A non-finite loss (``xbm.errors.NonFiniteLossError``) and a CUDA out-of-memory error are deterministic, so
+retrying them would only burn ``max_failures``: the trial reports one last result carrying ``error`` and
+``stop_reason`` (and the worst value of the sweep metric, so schedulers rank it last) and returns. The Parquet sink records it as ``failed`` with
 the reason, the searcher tells Optuna ``FAIL``, and the sweep goes on. Other exceptions propagate, so
 ``FailureConfig(max_failures)`` retries the trial from its last checkpoint.
+
+Checkpoints follow ``tune.checkpoints``: a full one every ``TrialPolicy.checkpoint_period_s`` seconds of
+epochs and at the last epoch, the best epoch's weights whenever the metric improves. An epoch that
+``eval_every`` does not evaluate reports the sweep metric as NaN (Tune wants the key in every result;
+schedulers decide only at rung epochs, which ``TrialPolicy.evaluate_at`` always evaluates).
+
+Where a trial's time goes: every row carries ``setup_s`` (building the trainer, restoring a checkpoint,
+references and warm-up: everything before the first epoch of this run of the trial), ``checkpoint_s``
+(best weights and full checkpoints written since the previous row) and the trainer's ``train_s``,
+``data_wait_s``, ``eval_s``.
 
 Files: a resumed sweep whose files moved (``resume --set data_root=NEW``) hands the trainable its
 recorded ``paths``; they replace the trial's own values, and every report carries them under
@@ -20,10 +30,13 @@ driver's check (``tune.sweep.check_data``) only proves the files exist on the dr
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -32,10 +45,14 @@ from ray import tune
 from ray.tune.trainable.function_trainable import wrap_function
 
 from tune import live
+from tune.checkpoints import DEFAULT_PERIOD_S, TRIAL_STATE, BestWeights, CheckpointClock, storage_uri
+from tune.parquet import Storage
 
 CHECKPOINT_FILE = "trainer.pt"
-#: result keys that mark the final report of a trial ended by a non-finite loss
-ERROR_KEY = "error"
+#: result keys that mark the final report of a trial ended by a deterministic error, and why it stopped
+ERROR_KEY, STOP_REASON_KEY = "error", "stop_reason"
+#: trial-level facts of every row: set-up seconds, the best weights' URI
+SETUP_KEY, BEST_WEIGHTS_KEY = "setup_s", "best_weights"
 #: trial-level facts reported with every epoch (strings; the sink puts them in trials.parquet too)
 NODE_KEY, GPU_KEY = "node_id", "gpu_ids"
 #: result key: {path key: value} a trial read instead of its config's (a sweep moved on resume)
@@ -74,23 +91,35 @@ def assigned_device(requested: str, gpu_ids: list) -> str:
     return "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
 
 
+@dataclass(frozen=True)
+class TrialPolicy:
+    """How a sweep runs each of its trials, beyond the trial's config: the full-checkpoint period (seconds
+    of epochs; 0 = every epoch) and the epochs evaluated whatever ``eval_every`` says (the scheduler's rungs)."""
+
+    checkpoint_period_s: float = DEFAULT_PERIOD_S
+    evaluate_at: tuple[int, ...] = ()
+
+
 def worst_value(mode: str) -> float:
     """The value a scheduler ranks last: -inf when maximising, +inf when minimising."""
     return -math.inf if mode == "max" else math.inf
 
 
 def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[str, Any] | None = None,
-              sweep: str | None = None) -> None:
-    """Train one trial, reporting each epoch with a checkpoint; resume from Tune's checkpoint if any.
-    ``paths`` replace the config's values of those keys (module docstring).
+              sweep: str | None = None, policy: TrialPolicy = TrialPolicy()) -> None:
+    """Train one trial, reporting each epoch (with a checkpoint when ``policy`` says so); resume from
+    Tune's checkpoint if any. ``paths`` replace the config's values of those keys (module docstring).
 
     It prints a header and one line per epoch to the actor's stdout (``tune.live``); ``sweep`` is the
     experiment name under which the driver publishes the sweep's best so far."""
+    started = time.perf_counter()
     # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
     import ray
     import torch
     from ray.util import get_node_ip_address
 
+    from tune.resources import cap_gpu_memory, out_of_memory_reason
+    from xbm.cpus import use_cpus
     from xbm.errors import NonFiniteLossError
     from xbm.trainer import Trainer
     from xbm.training.rng import seed_everything
@@ -106,40 +135,82 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     node_id = ray.get_runtime_context().get_node_id()
     where = {NODE_KEY: node_id, GPU_KEY: ",".join(gpu_ids) or None, **({RELOCATED_KEY: moved} if moved else {})}
 
-    # num_workers=auto: the CPUs Ray gave this trial (--cpus-per-trial) minus one
-    cpus = int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    cpus = use_cpus(assigned.get("CPU", 1))  # torch and decode threads: the trial's CPUs, not the node's
+    gpu_share = float(assigned.get("GPU", 0.0))
+    if cfg.device.startswith("cuda"):
+        cap_gpu_memory(gpu_share)
     try:
-        trainer = Trainer(cfg, cpus=cpus)
+        # num_workers=auto: the CPUs Ray gave this trial (--cpus-per-trial) minus one
+        trainer = Trainer(cfg, cpus=cpus, evaluate_at=policy.evaluate_at)
     except FileNotFoundError as exc:  # DatasetNotFoundError, or a missing pretrained_path file
         missing = getattr(exc, "filename", None) or cfg.pretrained_path
         raise MissingOnNodeError(
             f"{exc}\nmissing on node {socket.gethostname()} ({get_node_ip_address()}, Ray node "
             f"{node_id[:12]}): {missing}. Every node that runs trials needs the files at this path (a "
             f"shared file system, or a copy on each node); the driver's check only saw its own") from exc
+    storage = context.get_storage()
+    best = BestWeights(Storage(storage.trial_fs_path, filesystem=storage.storage_filesystem),
+                       storage_uri(storage.storage_filesystem, storage.trial_fs_path), mode)
+    clock = CheckpointClock(policy.checkpoint_period_s)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             # the trainer's state is tensors and plain values only (xbm.training.rng), so the safe loader works
             state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+            policy_state = _read_json(Path(folder) / TRIAL_STATE)
         trainer.load_state_dict(state)
-    epoch = 0
+        best.load_state(policy_state.get("best", {}))
+    epoch, written_s = 0, 0.0  # written_s: writing the last checkpoint, billed to the next row
     try:
+        trainer.prepare()
+        setup = {SETUP_KEY: time.perf_counter() - started}
         for metrics in trainer.fit():
             epoch = int(metrics["epoch"])
+            metrics.setdefault(metric, math.nan)  # an epoch eval_every skips: measured nothing
             print(live.epoch_line(trial_id, metrics, cfg.epochs, metric, mode, live.published_best(sweep)), flush=True)
+            begun = time.perf_counter()
+            best.offer(epoch, metrics[metric], trainer.model, {"config": cfg.to_dict(), "metric": metric})
+            row = {**metrics, **where, **setup, BEST_WEIGHTS_KEY: best.uri}
+            if not clock.due(metrics["epoch_time_s"], last=epoch >= cfg.epochs):
+                tune.report({**row, "checkpoint_s": written_s + time.perf_counter() - begun})
+                written_s = 0.0
+                continue
             with tempfile.TemporaryDirectory(prefix="xbm-ckpt-") as folder:
                 torch.save(trainer.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
+                Path(folder, TRIAL_STATE).write_text(json.dumps({"best": best.state()}))
+                row["checkpoint_s"] = written_s + time.perf_counter() - begun
+                reported = time.perf_counter()
                 # report() persists the folder to the trial's storage before it returns
-                tune.report({**metrics, **where}, checkpoint=tune.Checkpoint.from_directory(folder))
+                tune.report(row, checkpoint=tune.Checkpoint.from_directory(folder))
+                written_s = time.perf_counter() - reported
     except NonFiniteLossError as exc:
         print(f"{live.PREFIX} trial {trial_id} epoch {exc.epoch}/{cfg.epochs} failed: {exc}", flush=True)
         # no checkpoint: the last good one stays the trial's last checkpoint
-        tune.report({"epoch": max(exc.epoch, epoch), metric: worst_value(mode), **where,
-                     ERROR_KEY: f"{type(exc).__name__}: {exc}"})
+        _report_error(max(exc.epoch, epoch), metric, mode, where, exc, "non-finite loss")
+    except torch.OutOfMemoryError as exc:
+        reason = out_of_memory_reason(cfg.batch_size, gpu_share or 1.0)
+        print(f"{live.PREFIX} trial {trial_id} epoch {epoch + 1}/{cfg.epochs} failed: {reason}", flush=True)
+        _report_error(epoch + 1, metric, mode, where, exc, reason)
+    finally:
+        best.wait()
+
+
+def _report_error(epoch: int, metric: str, mode: str, where: Mapping[str, Any], exc: BaseException,
+                  reason: str) -> None:
+    """The last result of a trial ended by a deterministic error: not retried, ranked last."""
+    tune.report({"epoch": epoch, metric: worst_value(mode), **where, ERROR_KEY: f"{type(exc).__name__}: {exc}",
+                 STOP_REASON_KEY: reason})
+
+
+def _read_json(path: Path) -> dict:
+    """A checkpoint's policy state; {} for checkpoints written before it existed."""
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None = None,
-                   paths: Mapping[str, Any] | None = None, sweep: str | None = None) -> type:
+                   paths: Mapping[str, Any] | None = None, sweep: str | None = None,
+                   policy: TrialPolicy = TrialPolicy()) -> type:
     """The Tune trainable class for a sweep ``sweep`` optimising ``metric`` in ``mode``.
 
     A function trainable (``run_trial``) wrapped by Ray, subclassed to name its actors and their logs:
@@ -150,12 +221,12 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
     prefix follows the new trial (``tune.live.announce_actor_name``). ``resources`` (e.g.
     ``{"cpu": 1, "gpu": 0.5}``) is each trial's request; set on the function before Ray wraps it, so the
     class keeps its name (``tune.with_resources`` on the class would rename it ``ResourceTrainable``).
-    ``paths`` go to ``run_trial``.
+    ``paths`` and ``policy`` go to ``run_trial``.
     """
     paths = dict(paths or {})
 
     def xbm_trial(config):
-        return run_trial(config, metric, mode, paths, sweep)
+        return run_trial(config, metric, mode, paths, sweep, policy)
 
     if resources is not None:
         xbm_trial = tune.with_resources(xbm_trial, dict(resources))

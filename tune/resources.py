@@ -1,0 +1,62 @@
+"""What a trial asks Ray for, and what it does with what it gets: CPUs that follow the GPUs
+(``--cpus-per-trial auto``), a CUDA allocator capped at the trial's share of a GPU, and an out-of-memory
+error that explains itself.
+
+``auto`` resolves once, on the driver, after Ray is connected (``resolve_cpus_per_trial``): 1 CPU per
+trial without GPUs; with ``--gpus-per-trial g``, a node's CPUs x g / its GPUs (the CPUs that come with
+that share of the node), the smallest over the GPU nodes, at least 1. A GPU trial with 1 CPU gets no
+loader worker and decodes its images in the training process, which no GPU can wait for.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Iterable, Mapping
+
+AUTO = "auto"
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+EXPANDABLE = "expandable_segments:True"
+
+
+def resolve_cpus_per_trial(requested: float | str, gpus_per_trial: float, nodes: Iterable[Mapping[str, Any]]) -> float:
+    """``requested`` as given, or for ``auto`` the CPUs that come with ``gpus_per_trial`` of a GPU node.
+
+    ``nodes`` are ``ray.nodes()`` entries (``Alive``, ``Resources`` with ``CPU`` / ``GPU``). Whole CPUs, so
+    that ``num_workers=auto`` gets whole workers; the smallest over the GPU nodes, so a trial fits on each."""
+    if requested != AUTO:
+        return float(requested)
+    if gpus_per_trial <= 0:
+        return 1.0
+    shares = [math.floor(n["Resources"].get("CPU", 0.0) * gpus_per_trial / n["Resources"]["GPU"])
+              for n in nodes if n.get("Alive", True) and n.get("Resources", {}).get("GPU", 0) > 0]
+    return float(max(min(shares), 1)) if shares else 1.0
+
+
+def cap_gpu_memory(fraction: float) -> bool:
+    """Cap this process's CUDA allocator at ``fraction`` of its device when the trial shares a GPU
+    (``0 < fraction < 1``), and ask for expandable segments (less fragmentation, so the cap is reached
+    later) unless the user set ``PYTORCH_CUDA_ALLOC_CONF`` themselves. Without the cap, trials sharing a
+    GPU grow until one of them runs out of memory. Returns whether a cap was set."""
+    import torch
+
+    if not 0 < fraction < 1 or not torch.cuda.is_available():
+        return False
+    os.environ.setdefault(ALLOC_CONF, EXPANDABLE)  # read by the allocator when CUDA first allocates
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    return True
+
+
+def out_of_memory_reason(batch_size: int, gpu_fraction: float) -> str:
+    """What a CUDA out-of-memory error means for this trial: the batch size, the peak it reached, the cap
+    it had, and what to change. Not retried: the same config runs out of memory again."""
+    import torch
+
+    if torch.cuda.is_available():
+        device = torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(device).total_memory / 2**30
+        peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
+        cap = f"{total * gpu_fraction:.2f} GiB ({gpu_fraction:g} of the GPU's {total:.1f} GiB)"
+    else:
+        peak, cap = "unknown (no CUDA device)", "none"
+    return (f"out of memory at batch_size={batch_size}: peak {peak}, cap {cap}. Lower batch_size (or image_size), "
+            f"use amp=bf16, or give each trial a larger share of a GPU (--gpus-per-trial)")
