@@ -1,0 +1,57 @@
+"""A trial's resources (tune.resources): CPUs that follow the GPUs, the CUDA memory cap, the OOM reason."""
+import pytest
+import torch
+
+from tune.options import SweepInputError, SweepOptions, cpus_option
+from tune.resources import ALLOC_CONF, EXPANDABLE, cap_gpu_memory, out_of_memory_reason, resolve_cpus_per_trial
+
+
+def _node(cpus, gpus=0, alive=True):
+    return {"Alive": alive, "Resources": {"CPU": cpus, **({"GPU": gpus} if gpus else {})}}
+
+
+def test_auto_gives_the_cpus_that_come_with_a_share_of_a_gpu_node():
+    """Bug caught: auto left at 1 CPU for GPU trials (no loader worker: a starving GPU), computed from the
+    whole cluster's CPUs (a CPU-only head node counted), or rounded up past what a node holds."""
+    nodes = [_node(8), _node(16, 8), _node(32, 4)]
+    assert resolve_cpus_per_trial("auto", 0.0, nodes) == 1.0  # no GPUs asked: 1
+    assert resolve_cpus_per_trial("auto", 0.5, nodes) == 1.0  # 16 x 0.5 / 8 = 1 on the tighter node
+    assert resolve_cpus_per_trial("auto", 1.0, [_node(16, 8)]) == 2.0
+    assert resolve_cpus_per_trial("auto", 0.25, [_node(16, 1)]) == 4.0
+    assert resolve_cpus_per_trial("auto", 1.0, [_node(10, 4)]) == 2.0  # 2.5 rounded down
+    assert resolve_cpus_per_trial("auto", 0.1, [_node(4, 2)]) == 1.0  # never below 1
+    assert resolve_cpus_per_trial("auto", 1.0, [_node(64, 8, alive=False), _node(16, 2)]) == 8.0  # dead nodes
+    assert resolve_cpus_per_trial(3.0, 1.0, nodes) == 3.0  # a number stays
+
+
+def test_cpus_per_trial_accepts_auto_or_a_positive_number():
+    """Bug caught: --cpus-per-trial auto rejected by the CLI's float parser, or a bad word accepted."""
+    assert SweepOptions().cpus_per_trial == "auto"
+    assert SweepOptions(cpus_per_trial=cpus_option("2")).cpus_per_trial == 2.0
+    for bad in ("many", 0.0, -1.0):
+        with pytest.raises(SweepInputError, match="--cpus-per-trial"):
+            SweepOptions(cpus_per_trial=cpus_option(bad) if isinstance(bad, str) else bad)
+    with pytest.raises(SweepInputError, match="--checkpoint-period"):
+        SweepOptions(checkpoint_period=-1)
+
+
+def test_a_trial_sharing_a_gpu_caps_its_allocator_at_its_share(monkeypatch):
+    """Bug caught: trials sharing a GPU growing until one runs out of memory (no cap), the cap set for whole
+    GPUs too, or the user's own PYTORCH_CUDA_ALLOC_CONF overwritten."""
+    caps = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, *a: caps.append(f))
+    monkeypatch.delenv(ALLOC_CONF, raising=False)
+    assert cap_gpu_memory(0.25) and caps == [0.25]
+    import os
+
+    assert os.environ[ALLOC_CONF] == EXPANDABLE
+    assert not cap_gpu_memory(1.0) and not cap_gpu_memory(0.0) and caps == [0.25]
+    monkeypatch.setenv(ALLOC_CONF, "max_split_size_mb:128")
+    assert cap_gpu_memory(0.5) and os.environ[ALLOC_CONF] == "max_split_size_mb:128" and caps == [0.25, 0.5]
+
+
+def test_the_out_of_memory_reason_says_what_to_change():
+    """Bug caught: a bare 'CUDA out of memory' that names neither the batch size nor what to do."""
+    text = out_of_memory_reason(128, 0.5)
+    assert "batch_size=128" in text and "--gpus-per-trial" in text and "peak" in text and "cap" in text

@@ -1,0 +1,16 @@
+"""Which epochs a scheduler decides at (tune.schedulers.decision_epochs): those a trial always evaluates."""
+from tune.options import SweepOptions
+from tune.schedulers import build_scheduler, decision_epochs
+
+
+def _epochs(scheduler, max_epochs=9, **options):
+    return decision_epochs(build_scheduler(SweepOptions(scheduler=scheduler, **options), max_epochs, {}), max_epochs)
+
+
+def test_asha_decides_at_its_rungs_fifo_never_and_others_every_epoch():
+    """Bug caught: eval_every skipping an ASHA rung (the trial ranked on a NaN, or on a stale value), rungs
+    computed from the wrong base (grace period x factor^k), or HyperBand's brackets assumed to be ASHA's."""
+    assert _epochs("asha", grace_period=1, reduction_factor=3) == (1, 3, 9)
+    assert _epochs("asha", 20, grace_period=2, reduction_factor=2) == (2, 4, 8, 16)
+    assert _epochs("fifo") == ()
+    assert _epochs("hyperband", 4) == (1, 2, 3, 4)
