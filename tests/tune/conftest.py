@@ -106,7 +106,8 @@ def killed_driver(tmp_path):
     """A function ``(address, storage) -> KilledDriver``: runs ``xbm-tune sweep`` of RESUME_SPACE (3 trials x
     4 epochs, one at a time) as a driver process joining the test's Ray at ``address`` into
     ``<storage>/drv`` (a folder or a bucket URI), and kills it (SIGKILL) once trials.parquet shows a
-    completed trial and another trial's epoch file holds 2 rows (so both its checkpoints are kept,
+    completed trial and another trial's epoch file holds 2 rows (a checkpoint every epoch,
+    ``--checkpoint-period 0``, so both its checkpoints are kept,
     whichever the last uploaded experiment snapshot names: see KEEP_CHECKPOINTS in tune/sweep.py)."""
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -116,7 +117,7 @@ def killed_driver(tmp_path):
         env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
         argv = [sys.executable, "-m", "tune.cli", "sweep", str(tmp_path / "resume.yaml"), "--search", "grid",
                 "--num-samples", "1", "--scheduler", "fifo", "--max-concurrent", "1", "--storage", storage,
-                "--name", "drv", "--address", address, "--no-dashboard"]
+                "--name", "drv", "--address", address, "--no-dashboard", "--checkpoint-period", "0"]
         log = tmp_path / "driver.log"
         with open(log, "w") as out:
             driver = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)

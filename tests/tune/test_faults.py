@@ -43,7 +43,7 @@ class KillMidEpoch(Callback):
 def test_killed_trial_is_retried_from_its_checkpoint_and_nan_fails_alone(ray_session, tmp_path):
     (tmp_path / "faults.yaml").write_text(FAULTS)
     plan = prepare(str(tmp_path / "faults.yaml"), SweepOptions(
-        search="grid", scheduler="fifo", num_samples=1, max_concurrent=1, max_failures=1,
+        search="grid", scheduler="fifo", num_samples=1, max_concurrent=1, max_failures=1, checkpoint_period=0,
         storage=str(tmp_path / "out"), name="faults", dashboard=False))
     killer = KillMidEpoch()
     start(plan, callbacks=(killer,)).tuner.fit()
