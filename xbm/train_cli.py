@@ -103,18 +103,24 @@ class RunWriter:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        self.columns: Optional[list[str]] = None
+        self.columns: list[str] = []
+        self.rows: list[dict[str, Any]] = []
 
     def metrics(self, row: dict[str, Any]) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         with open(self.folder / "metrics.jsonl", "a") as handle:
             handle.write(json.dumps(clean) + "\n")
-        if self.columns is None:
-            self.columns = list(row)
+        self.rows.append(row)
+        new = [k for k in row if k not in self.columns]
+        if new:  # a metric first seen now (eval_every skipped the first epochs' evaluation): rewrite with it
+            self.columns += new
             with open(self.folder / "metrics.csv", "w", newline="") as handle:
-                csv.writer(handle).writerow(self.columns)
+                writer = csv.DictWriter(handle, self.columns)
+                writer.writeheader()
+                writer.writerows(self.rows)
+            return
         with open(self.folder / "metrics.csv", "a", newline="") as handle:
-            csv.DictWriter(handle, self.columns, extrasaction="ignore").writerow(row)
+            csv.DictWriter(handle, self.columns).writerow(row)
 
     def checkpoint(self, state: dict[str, Any]) -> None:
         import torch

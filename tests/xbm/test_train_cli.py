@@ -123,3 +123,15 @@ def test_unfetchable_pretrained_weights_exit_1_with_the_offline_advice(tmp_path,
     assert "pretrained=True could not fetch timm's weights for model 'resnet18'" in err
     assert "pretrained_path=FILE" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_metrics_first_seen_at_a_later_epoch_keep_their_csv_column(tmp_path):
+    """Bug caught: metrics.csv's columns fixed by the first row, so that with eval_every=2 (epoch 1 not
+    evaluated) recall_at_1 of every later epoch was silently dropped from the CSV."""
+    import csv
+
+    out = tmp_path / "out"
+    assert train_cli.main([*TOY, "--set", "epochs=3", "--set", "eval_every=2", "--output", str(out)]) == 0
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert [r["epoch"] for r in rows] == ["1", "2", "3"]
+    assert rows[0]["recall_at_1"] == "" and float(rows[1]["recall_at_1"]) > 0 and float(rows[2]["recall_at_1"]) > 0
