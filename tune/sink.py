@@ -35,7 +35,8 @@ from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 
 from tune.parquet import (CONFIG_PREFIX, Storage, clean_row, config_fields, finite, table_from_values,
                           value_type)
-from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, train_config
+from tune.trainable import (BEST_WEIGHTS_KEY, ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY,
+                            train_config)
 from xbm.signals import collapse_warning, collapsed
 
 #: Tune's own bookkeeping keys, not metrics of the run
@@ -134,12 +135,14 @@ class ParquetSink(Callback):
         self._update_location(row, result)
         self._relocate(trial.trial_id, row, result.get(RELOCATED_KEY))
         if ERROR_KEY in result:
-            row.update(status="failed", stop_reason="non-finite loss", error=str(result[ERROR_KEY]))
+            row.update(status="failed", stop_reason=str(result.get(STOP_REASON_KEY) or "non-finite loss"),
+                       error=str(result[ERROR_KEY]))
             self._summarise(trial, row, result)
             self._write_trials_due()
             return
         epoch = int(result["epoch"])
-        metrics = {k: v for k, v in result.items() if k not in _TUNE_KEYS and not isinstance(v, (dict, list))}
+        metrics = {k: v for k, v in result.items()
+                   if k not in _TUNE_KEYS and k != BEST_WEIGHTS_KEY and not isinstance(v, (dict, list))}
         epoch_row = {"experiment": self.experiment, "stage": self.stage, "trial_id": trial.trial_id,
                      **metrics, "epoch": epoch}
         self._remember_types(epoch_row)  # before the ~50 config.* columns, which it skips
@@ -231,7 +234,7 @@ class ParquetSink(Callback):
         return out
 
     def _update_location(self, row: dict, result: Mapping[str, Any]) -> None:
-        for key in (NODE_KEY, GPU_KEY):
+        for key in (NODE_KEY, GPU_KEY, BEST_WEIGHTS_KEY):
             if result.get(key) is not None:
                 row[key] = result[key]
 
@@ -296,7 +299,7 @@ class ParquetSink(Callback):
         head = [("experiment", s), ("stage", s), ("trial_id", s), ("trial_name", s), ("status", s),
                 ("stop_reason", s), ("error", s), ("epochs_completed", i), ("collapsed_epochs", i)]
         tail = [("reference_raw_recall_at_1", f), ("wall_time_s", f), ("gpu_hours", f), ("retries", i), ("seed", i), (NODE_KEY, s),
-                (GPU_KEY, s), ("git_sha", s), ("package_version", s)]
+                (GPU_KEY, s), (BEST_WEIGHTS_KEY, s), ("git_sha", s), ("package_version", s)]
         return ([pa.field(n, t) for n, t in head] + summary + [pa.field(n, t) for n, t in tail]
                 + config_fields())
 

@@ -1,0 +1,85 @@
+"""A trial's checkpoint policy and deterministic failures on Ray (tune.trainable + tune.checkpoints): how
+many full checkpoints a trial writes and keeps, its best weights, and an out-of-memory error not retried."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+from ray import tune
+from ray.tune import Callback
+
+from tune.checkpoints import BEST_WEIGHTS, KeepLatestCheckpoint
+from tune.sink import ParquetSink
+from tune.trainable import TrialPolicy, make_trainable, run_trial
+
+TOY = {"dataset": "toy", "model": "mlp", "embedding_size": 16, "epochs": 3, "warmup_epochs": 0,
+       "batch_size": 128, "samples_per_class": 4, "lr": 1e-3, "device": "cpu"}
+
+
+class CountCheckpoints(Callback):
+    def __init__(self) -> None:
+        self.written: dict[str, int] = {}
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        self.written[trial.trial_id] = self.written.get(trial.trial_id, 0) + 1
+
+
+def _fit(tmp_path, name, trainable, callbacks=(), max_failures=0, seeds=(0, 1)):
+    sink = ParquetSink(str(tmp_path / name / "results"), name, "recall_at_1", "max")
+    tuner = tune.Tuner(trainable, param_space={**TOY, "seed": tune.grid_search(list(seeds))},
+                       tune_config=tune.TuneConfig(metric="recall_at_1", mode="max", max_concurrent_trials=1),
+                       run_config=tune.RunConfig(storage_path=str(tmp_path), name=name, verbose=0,
+                                                 callbacks=[sink, *callbacks],
+                                                 failure_config=tune.FailureConfig(max_failures=max_failures),
+                                                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2)))
+    grid = tuner.fit()
+    trials = pq.read_table(tmp_path / name / "results" / "trials.parquet").to_pandas()
+    return grid, trials
+
+
+@pytest.mark.slow
+def test_checkpoints_follow_the_period_and_a_finished_trial_keeps_one_and_its_best_weights(ray_session, tmp_path):
+    """Bugs caught: a full checkpoint every epoch whatever --checkpoint-period (the fixed cost not cut), none at
+    the last epoch, a finished trial keeping two (num_to_keep) or none, and the best epoch's weights lost when
+    it came before the last checkpoint."""
+    rare, every = CountCheckpoints(), CountCheckpoints()
+    _fit(tmp_path, "rare", make_trainable("recall_at_1", "max", policy=TrialPolicy(checkpoint_period_s=1e9)),
+         (rare,))
+    assert sorted(rare.written.values()) == [1, 1]  # the last epoch's only
+    grid, trials = _fit(tmp_path, "every", make_trainable("recall_at_1", "max", policy=TrialPolicy(0.0)),
+                        (every, KeepLatestCheckpoint()))
+    assert sorted(every.written.values()) == [3, 3]
+    for result in grid:
+        folder = Path(result.path)
+        assert sorted(p.name for p in folder.glob("checkpoint_*")) == ["checkpoint_000002"]
+        history = result.metrics_dataframe
+        best_epoch = int(history.loc[history["recall_at_1"].idxmax(), "epoch"])
+        saved = torch.load(folder / BEST_WEIGHTS, weights_only=True)
+        assert saved["epoch"] == best_epoch and saved["value"] == history["recall_at_1"].max()
+        assert saved["config"]["seed"] == result.config["seed"] and "head.weight" in "".join(saved["model"])
+        assert history["best_weights"].iloc[-1] == str(folder / BEST_WEIGHTS)
+        assert (history["setup_s"] > 0).all() and (history["checkpoint_s"] >= 0).all()
+
+
+def oom_trial(config):
+    """run_trial whose training step runs out of memory (patched inside the trial's own process)."""
+    import xbm.trainer
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    xbm.trainer.run_epoch = out_of_memory
+    run_trial(config, "recall_at_1", "max")
+
+
+@pytest.mark.slow
+def test_out_of_memory_fails_the_trial_at_once_with_what_to_change(ray_session, tmp_path):
+    """Bug caught: an out-of-memory error retried max_failures times into the same failure (each retry
+    re-runs the set-up), or recorded without the batch size and what to change."""
+    _, trials = _fit(tmp_path, "oom", oom_trial, max_failures=2, seeds=(0,))
+    row = trials.iloc[0]
+    assert row["status"] == "failed" and row["retries"] == 0
+    assert "batch_size=128" in row["stop_reason"] and "--gpus-per-trial" in row["stop_reason"]
+    assert row["error"].startswith("OutOfMemoryError: CUDA out of memory")
