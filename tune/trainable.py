@@ -91,6 +91,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     import torch
     from ray.util import get_node_ip_address
 
+    from xbm.checkpoint import load_checkpoint
     from xbm.errors import NonFiniteLossError
     from xbm.trainer import Trainer
     from xbm.training.rng import seed_everything
@@ -119,8 +120,8 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            # the trainer's state is tensors and plain values only (xbm.training.rng), so the safe loader works
-            state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+            # weights_only (the state is tensors and plain values); a corrupt file is named (BadCheckpointError)
+            state = load_checkpoint(Path(folder) / CHECKPOINT_FILE)
         trainer.load_state_dict(state)
     epoch = 0
     try:

@@ -174,6 +174,7 @@ class Trainer:
         self.epoch = epoch
         metrics["epoch_time_s"] = time.perf_counter() - start
         metrics["images_per_s"] = result.images_per_s
+        metrics["skipped_images"] = self.splits.skipped_images  # on_bad_image=skip (xbm.data.bad_images)
         return metrics
 
     # ---- evaluation ----------------------------------------------------------------------------

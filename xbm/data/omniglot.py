@@ -87,6 +87,7 @@ def build_omniglot(cfg) -> RawData:
     classes = [(a, c) for a, c, _ in keys]
     labels = encode(classes)
     is_train = np.array([k in train_classes for k in classes])
-    return RawData(name="omniglot", source=ZipImageSource(archives, archive_of, members), labels=labels,
+    return RawData(name="omniglot", source=ZipImageSource(archives, archive_of, members, "omniglot", root),
+                   labels=labels,
                    train=np.flatnonzero(is_train), query=np.flatnonzero(~is_train),
                    superlabels=encode([a for a, _ in classes]), style=DARK_STROKES)
