@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     except BadImageError as exc:  # decoded live (on_bad_image=stop), maybe in a loader worker
         # a worker's error arrives as its traceback's text: its last line is the message naming the file
-        print(f"error: {str(exc).strip().splitlines()[-1]}", file=sys.stderr)
+        print(f"error: {str(exc).strip().splitlines()[-1].split('BadImageError: ', 1)[-1]}", file=sys.stderr)
         return 2
     print(f"done: {folder / 'metrics.jsonl'}")
     return 0
