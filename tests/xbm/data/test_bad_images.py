@@ -1,6 +1,7 @@
 """``on_bad_image``: a file that cannot be decoded is named (stop) or left out of the run (skip), and no
 decoded cache holds it silently (xbm/data/bad_images.py, xbm/data/cache.py)."""
 import json
+import pickle
 import shutil
 
 import numpy as np
@@ -113,8 +114,9 @@ def test_disk_cache_records_skipped_files_and_is_not_reused_without_skip(drawing
     assert isinstance(pack.pixels, np.memmap) and pack.skipped == (0,)
     assert np.array_equal(np.asarray(pack.pixels), np.asarray(clean.pixels))
     before = sorted(p.name for p in folder.iterdir())
-    with pytest.raises(BadImageError, match=str(bad)):
+    with pytest.raises(BadImageError, match=str(bad)) as info:
         build_dataset(skip.replace(on_bad_image="stop"))
+    assert pickle.loads(pickle.dumps(info.value)).path == str(bad)  # Ray ships it between processes
     assert sorted(p.name for p in folder.iterdir()) == before  # nothing written, no temporary left
     shutil.copy(root / "images_evaluation/Alpha/character01/01_02.png", bad)  # repaired
     images._kept.clear()  # another process: the disk cache is all it shares
