@@ -72,6 +72,12 @@ class BadImageError(ValueError):
                    f"{type(cause).__name__}: {cause}. Replace or delete the file, or set on_bad_image=skip "
                    "to train without it", path, root)
 
+    @classmethod
+    def unreadable_file(cls, dataset: str, path, root, cause: BaseException) -> "BadImageError":
+        """A file holding many images (an archive, a pickled batch): no single sample can be skipped."""
+        return cls(f"data set {dataset!r}: cannot read {path} (data_root {root}): {type(cause).__name__}: "
+                   f"{cause}. The file is truncated or corrupt: download and extract the release again", path, root)
+
     def __reduce__(self):
         return type(self), (self.args[0], self.path, self.root)
 

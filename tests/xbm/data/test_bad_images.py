@@ -3,6 +3,7 @@ decoded cache holds it silently (xbm/data/bad_images.py, xbm/data/cache.py)."""
 import json
 import pickle
 import shutil
+import zipfile
 
 import numpy as np
 import pytest
@@ -133,3 +134,27 @@ def test_skip_refuses_a_class_left_below_samples_per_class(drawings, config):
         build_dataset(config(**OMNI, data_root=str(root), on_bad_image="skip"))
     message = str(info.value)
     assert "1 of its 4 images" in message and "samples_per_class=2" in message and "01_01.png" in message
+
+
+def test_a_corrupt_zip_is_named(tmp_path, config):
+    """Bug caught: a damaged Omniglot zip failing with zipfile's "File is not a zip file", naming no file."""
+    make_drawings(tmp_path)
+    archive = tmp_path / "images_background.zip"
+    archive.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(BadImageError, match=f"cannot read {archive} "):
+        build_dataset(config(**OMNI, data_root=str(tmp_path)))
+
+
+def test_a_bad_member_inside_a_zip_is_named_with_its_archive(tmp_path, config):
+    """Bug caught: a truncated drawing inside a release zip named by neither the archive nor the member."""
+    paths = make_drawings(tmp_path / "folder")
+    archive = tmp_path / "omniglot" / "images_background.zip"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as zf:
+        for path in paths:
+            data = path.read_bytes()
+            zf.writestr(path.relative_to(tmp_path / "folder").as_posix(),
+                        data[: len(data) // 2] if path == paths[5] else data)
+    member = paths[5].relative_to(tmp_path / "folder").as_posix()
+    with pytest.raises(BadImageError, match=f"{archive}:{member} "):
+        build_dataset(config(**OMNI, data_root=str(archive.parent)))
