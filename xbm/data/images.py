@@ -11,9 +11,9 @@ import os
 from collections import OrderedDict
 from typing import Callable, Hashable
 
-from xbm.data.augment import dataset_stats, imagenet_stats, preset, statistics_kind
 import numpy as np
 
+from xbm.data.augment import dataset_stats, imagenet_stats, preset, statistics_kind
 from xbm.data.bad_images import warn_skipped
 from xbm.data.base import DatasetSplits
 from xbm.data.cache import image_store
@@ -49,11 +49,12 @@ def image_reader(source: SampleSource, style: ImageStyle, cfg):
     """The decoded-image reader of ``source`` for ``cfg`` (kept per process; :func:`image_store`). Under
     ``on_bad_image=skip`` its ``skipped`` names the samples that cannot be decoded (warned once)."""
     key = _reader_key(style, cfg)
+    _, root, _, load_size, _ = key
 
     def make():
-        reader = image_store(source, style, key[3], {"dataset": cfg.dataset, "root": key[1], "n": len(source),
-                                                      "mode": style.mode, "invert": style.invert,
-                                                      "load_size": key[3]}, cfg.image_cache,
+        reader = image_store(source, style, load_size, {"dataset": cfg.dataset, "root": root, "n": len(source),
+                                                         "mode": style.mode, "invert": style.invert,
+                                                         "load_size": load_size}, cfg.image_cache,
                              skip=cfg.on_bad_image == "skip")
         warn_skipped(cfg.dataset, source, reader.skipped)
         return reader

@@ -158,3 +158,12 @@ def test_a_bad_member_inside_a_zip_is_named_with_its_archive(tmp_path, config):
     member = paths[5].relative_to(tmp_path / "folder").as_posix()
     with pytest.raises(BadImageError, match=f"{archive}:{member} "):
         build_dataset(config(**OMNI, data_root=str(archive.parent)))
+
+
+def test_splits_built_without_images_refuse_a_reader_that_skipped(drawings, config):
+    """Bug caught: ``Trainer(cfg, splits=...)`` with splits built before the bad files were found (e.g.
+    ``build_dataset(cfg, images=False)``) training on the empty entry a skipped sample leaves in the pack."""
+    root, _ = drawings
+    splits = build_dataset(config(**OMNI, data_root=str(root)), images=False)
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="build them with build_dataset"):
+        images.configure_images(splits, config(**OMNI, data_root=str(root), on_bad_image="skip"))
