@@ -119,6 +119,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     from ray.util import get_node_ip_address
 
     from tune.resources import cap_gpu_memory, out_of_memory_reason
+    from xbm.checkpoint import load_checkpoint
     from xbm.cpus import use_cpus
     from xbm.errors import NonFiniteLossError
     from xbm.trainer import Trainer
@@ -156,8 +157,8 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            # the trainer's state is tensors and plain values only (xbm.training.rng), so the safe loader works
-            state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+            # weights_only (the state is tensors and plain values); a corrupt file is named (BadCheckpointError)
+            state = load_checkpoint(Path(folder) / CHECKPOINT_FILE)
             policy_state = _read_json(Path(folder) / TRIAL_STATE)
         trainer.load_state_dict(state)
         best.load_state(policy_state.get("best", {}))

@@ -25,6 +25,8 @@ NORMALIZE = ("auto", "imagenet", "dataset", "none")
 OBJECTIVES = ("supervised", "instance", "moco", "neighbours")
 # normalisers that read class (or super-class) labels: meaningless, or a label leak, without labels
 LABELLED_NORMALISERS = ("pcxbn", "scxbn")
+# what a file that cannot be decoded does (xbm.data.bad_images owns it; repeated so config stays torch-free)
+ON_BAD_IMAGE = ("stop", "skip")
 
 
 def _check(ok: bool, name: str, rule: str, value) -> None:
@@ -130,6 +132,7 @@ class TrainConfig:
     augment: str = "auto"
     normalize: str = "auto"
     image_cache: str = ""
+    on_bad_image: str = "stop"
     epochs: int = 50
     warmup_epochs: int = 2
     batch_size: int = 64
@@ -160,6 +163,7 @@ class TrainConfig:
             _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
         _check(self.augment in AUGMENT, "augment", f"one of {list(AUGMENT)}", self.augment)
         _check(self.normalize in NORMALIZE, "normalize", f"one of {list(NORMALIZE)}", self.normalize)
+        _check(self.on_bad_image in ON_BAD_IMAGE, "on_bad_image", f"one of {list(ON_BAD_IMAGE)}", self.on_bad_image)
         _check(self.num_workers == "auto" or self.num_workers.isdigit(), "num_workers",
                "'auto' (the trial's CPUs minus one) or an integer >= 0", self.num_workers)
         _check(self.lr > 0.0, "lr", "> 0", self.lr)

@@ -52,3 +52,44 @@ class NonFiniteLossError(FloatingPointError):
 
 class PretrainedWeightsError(RuntimeError):
     """``pretrained=True`` could not obtain timm's weights (e.g. offline); the message names pretrained_path."""
+
+
+class BadImageError(ValueError):
+    """An image file of a data set cannot be decoded (truncated, corrupt, not an image): ``on_bad_image=stop``.
+
+    The message names the file, the data set's root and what to do. ``BadImageError(message)`` alone also
+    works: a DataLoader worker's error is rebuilt in the training process from its message only.
+    Picklable with its arguments (Ray ships errors between processes).
+    """
+
+    def __init__(self, message: str, path: str = "", root: str = "") -> None:
+        super().__init__(message)
+        self.path, self.root = str(path), str(root)
+
+    @classmethod
+    def of(cls, dataset: str, path, root, cause: BaseException) -> "BadImageError":
+        return cls(f"data set {dataset!r}: cannot decode image {path} (data_root {root}): "
+                   f"{type(cause).__name__}: {cause}. Replace or delete the file, or set on_bad_image=skip "
+                   "to train without it", path, root)
+
+    @classmethod
+    def unreadable_file(cls, dataset: str, path, root, cause: BaseException) -> "BadImageError":
+        """A file holding many images (an archive, a pickled batch): no single sample can be skipped."""
+        return cls(f"data set {dataset!r}: cannot read {path} (data_root {root}): {type(cause).__name__}: "
+                   f"{cause}. The file is truncated or corrupt: download and extract the release again", path, root)
+
+    def __reduce__(self):
+        return type(self), (self.args[0], self.path, self.root)
+
+
+class BadCheckpointError(ValueError):
+    """A checkpoint or weights file exists but cannot be read (truncated, corrupt, not a checkpoint).
+    Picklable with its arguments."""
+
+    def __init__(self, path, cause: str) -> None:
+        self.path, self.cause = str(path), str(cause)
+        super().__init__(f"cannot read checkpoint {self.path}: {self.cause}. The file is truncated or corrupt: "
+                         "use another checkpoint, or write it again")
+
+    def __reduce__(self):
+        return type(self), (self.path, self.cause)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xbm.config import TrainConfig
-from xbm.errors import PretrainedWeightsError
+from xbm.errors import BadCheckpointError, PretrainedWeightsError
 
 MLP_HIDDEN = 256
 
@@ -111,7 +111,10 @@ def load_backbone_weights(backbone: nn.Module, path: str) -> None:
 
     if not Path(path).is_file():
         raise FileNotFoundError(f"pretrained_path must name an existing state-dict file, but got {path!r}")
-    state = load_state_dict(path)
+    try:
+        state = load_state_dict(path)
+    except Exception as exc:  # a truncated or foreign file: torch/safetensors errors never name it
+        raise BadCheckpointError(path, f"{type(exc).__name__}: {exc}") from exc
     pretrained_cfg = getattr(backbone, "pretrained_cfg", {}) or {}
     classifiers = pretrained_cfg.get("classifier") or ()
     for name in (classifiers,) if isinstance(classifiers, str) else classifiers:

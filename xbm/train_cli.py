@@ -9,7 +9,8 @@ the config file's folder in the file, to the working directory in ``--set``; con
 absolute. The output folder receives ``config.yaml`` (the resolved config),
 ``metrics.jsonl`` and ``metrics.csv`` (one row per epoch) and ``checkpoint.pt`` (``Trainer.state_dict()``
 after the last good epoch, replaced atomically). Exit status: 0 done, 2 bad input (unknown key, bad value,
-missing data set, occupied output folder), 1 failure (e.g. a non-finite loss, missing pretrained weights).
+missing data set, an image that cannot be decoded under on_bad_image=stop, a corrupt pretrained_path,
+occupied output folder), 1 failure (e.g. a non-finite loss, missing pretrained weights).
 """
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ def format_line(metrics: dict[str, Any], epochs: int) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Train as the arguments say; return the exit status (0 done, 2 bad input, 1 failure)."""
-    from xbm.errors import DatasetNotFoundError, NonFiniteLossError, PretrainedWeightsError
+    from xbm.errors import BadImageError, DatasetNotFoundError, NonFiniteLossError, PretrainedWeightsError
     from xbm.signals import collapse_warning
 
     try:
@@ -177,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
     except NonFiniteLossError as exc:
         print(f"error: {exc} (checkpoint.pt holds the last good epoch)", file=sys.stderr)
         return 1
+    except BadImageError as exc:  # decoded live (on_bad_image=stop), maybe in a loader worker
+        # a worker's error arrives as its traceback's text: its last line is the message naming the file
+        print(f"error: {str(exc).strip().splitlines()[-1].split('BadImageError: ', 1)[-1]}", file=sys.stderr)
+        return 2
     print(f"done: {folder / 'metrics.jsonl'}")
     return 0
 

@@ -197,6 +197,7 @@ class Trainer:
         metrics.update(epoch_time_s=now - start, images_per_s=result.images_per_s, train_s=result.seconds,
                        data_wait_s=result.data_wait_s, eval_s=now - evaluated,
                        gpu_memory_peak_gib=peak())
+        metrics["skipped_images"] = self.splits.skipped_images  # on_bad_image=skip (xbm.data.bad_images)
         return metrics
 
     # ---- evaluation ----------------------------------------------------------------------------

@@ -22,9 +22,10 @@ import pytest
 import torch
 
 from xbm.config import TrainConfig
-from xbm.errors import DatasetNotFoundError
+from xbm.errors import BadImageError, DatasetNotFoundError
 
 from .conftest import TINY, TINY_TRAIN_SAMPLES, tiny_trainer
+from .data.conftest import make_drawings, truncate
 
 DEFAULTS = TrainConfig.from_dict(TINY).to_dict()
 
@@ -178,6 +179,18 @@ def _image_cache(key, fx):
     assert [p.name.startswith("digits-13-") for p in folder.iterdir() if not p.name.startswith(".")] == [True]
 
 
+def _on_bad_image(key, fx):
+    root = fx.tmp_path / "omniglot"
+    bad = truncate(make_drawings(root)[0])  # a training drawing: 16 train, 16 test
+    omniglot = {"dataset": "omniglot", "data_root": str(root), "image_size": 16, "batch_size": 8,
+                "samples_per_class": 2}
+    with pytest.raises(BadImageError, match=str(bad)):
+        tiny_trainer(**omniglot)  # stop, the default
+    with pytest.warns(UserWarning, match="1 image"):
+        trainer = tiny_trainer(**omniglot, on_bad_image="skip")
+    assert len(trainer.splits.train) == 15 and list(trainer.fit())[0]["skipped_images"] == 1
+
+
 def _device(key, fx):
     if torch.cuda.is_available():
         assert tiny_trainer(device="cuda").runtime.device.type == "cuda"
@@ -232,6 +245,7 @@ EFFECTS: dict[str, Any] = {
     "normalize": Check(_normalize),
     "image_cache": RuntimeOnly("where decoded images are kept: the same pixels as decoding them each time "
                                "(tests/xbm/data/test_cache.py)", _image_cache),
+    "on_bad_image": Check(_on_bad_image),
     "epochs": Check(_epochs),
     "warmup_epochs": Check(_warmup_epochs),
     "batch_size": Attribute(16, lambda t: (t.loader.batch_size, t.loader.sampler.sampler.batch_size), (16, 16)),

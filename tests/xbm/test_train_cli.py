@@ -49,6 +49,7 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
     (["--set", "objective=instance", "--set", "normaliser.kind=pcxbn"],
      "normaliser.kind must satisfy not pcxbn or scxbn under objective=instance"),
     (["--set", "objective=supervisd"], "objective must satisfy one of ['supervised', 'instance', 'moco', 'neighbours']"),
+    (["--set", "on_bad_image=bogus"], "on_bad_image must satisfy one of ['stop', 'skip'], but got 'bogus'"),
 ])
 def test_bad_input_exits_2_with_the_message_and_no_traceback(tmp_path, capsys, args, message):
     assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 2
@@ -135,3 +136,16 @@ def test_metrics_first_seen_at_a_later_epoch_keep_their_csv_column(tmp_path):
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert [r["epoch"] for r in rows] == ["1", "2", "3"]
     assert rows[0]["recall_at_1"] == "" and float(rows[1]["recall_at_1"]) > 0 and float(rows[2]["recall_at_1"]) > 0
+
+
+def test_a_corrupt_pretrained_path_exits_2_naming_the_file(tmp_path, capsys):
+    """Bug caught: a truncated weights file failing with torch's "PytorchStreamReader failed reading zip
+    archive" (exit 1), which names no file."""
+    from xbm.models import MLPBackbone
+
+    weights = tmp_path / "backbone.pth"
+    torch.save(MLPBackbone(40).state_dict(), weights)
+    weights.write_bytes(weights.read_bytes()[:200])
+    assert train_cli.main([*TOY, "--set", f"pretrained_path={weights}", "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot read checkpoint {weights}" in err and "Traceback" not in err

@@ -22,7 +22,8 @@ METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1",
            "r_precision", "eval_split", "drift_mean", "drift_max", "staleness_mean", "inter_distance_mean",
            "intra_distance_mean", "superclass_top_k", "memory_neg_pairs", "batch_neg_pairs", "memory_fill",
            "memory_pos_pairs", "batch_pos_pairs", "loss_pos_pairs", "embedding_spread",
-           "reference_untrained_recall_at_1", "reference_raw_recall_at_1")
+           "reference_untrained_recall_at_1", "reference_raw_recall_at_1", "skipped_images", "train_s",
+           "data_wait_s", "eval_s", "gpu_memory_peak_gib")
 
 
 def config(**values):

@@ -159,6 +159,7 @@ class DatasetSplits:
     statistics: Optional[object] = None  # xbm.data.augment.Stats of the inputs, None: pixels in [0, 1]
     # (train, eval) callables on a batch on its device: uint8 -> normalised float (xbm.data.augment.InputNorm)
     batch_transforms: Optional[tuple] = None
+    skipped_images: int = 0  # images left out for on_bad_image=skip (xbm.data.bad_images)
 
     def batch_transform(self, role: str) -> Callable:
         """What the trainer applies to a batch of ``role`` ("train"/"eval") after moving it to its device:

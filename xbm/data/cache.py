@@ -12,6 +12,12 @@ of dark-stroke drawings, and shrink the short side to the preset's load size (ne
 - otherwise images are decoded on the fly (:class:`LiveImages`), still through :func:`decode`.
 
 All three return the same pixels for the same sample (tested), so a cache never changes results.
+
+A file that cannot be decoded raises :class:`xbm.errors.BadImageError` (``on_bad_image=stop``: nothing is
+cached). With ``skip=True`` (``on_bad_image=skip``) the reader's ``skipped`` lists such samples instead:
+the pack holds an empty entry for each (so its pixels equal a decode without them), a live reader finds
+them in one decode pass up front, and the disk cache records them with their files' size and time, so a
+cache is reused only while those files are unchanged (:mod:`xbm.data.bad_images` drops them from the splits).
 """
 from __future__ import annotations
 
@@ -28,11 +34,13 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from xbm.cpus import available_cpus
+from xbm.data.bad_images import stamp, unchanged
 from xbm.data.sources import ArrayImageSource, SampleSource
 from xbm.data.style import ImageStyle
+from xbm.errors import BadImageError
 
 MEMORY_BUDGET = 2 * 1024**3
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: records the skipped samples (empty entries)
 _ASPECT_ALLOWANCE = 4 / 3  # photos are rarely longer than 4:3 once the short side is fixed
 
 
@@ -56,6 +64,7 @@ class LiveImages:
 
     def __init__(self, source: SampleSource, style: ImageStyle, load_size: int) -> None:
         self.source, self.style, self.load_size = source, style, load_size
+        self.skipped: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.source)
@@ -66,10 +75,13 @@ class LiveImages:
 
 class PackedImages:
     """N uint8 images of any sizes in one flat buffer: image ``j`` is ``pixels[offsets[j]:offsets[j+1]]``
-    shaped ``shapes[j]`` ([H, W] grey or [H, W, 3] RGB). ``pixels`` is an array or a read-only memmap."""
+    shaped ``shapes[j]`` ([H, W] grey or [H, W, 3] RGB). ``pixels`` is an array or a read-only memmap.
+    ``skipped``: samples left out (their entries are empty)."""
 
-    def __init__(self, pixels: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, mode: str) -> None:
+    def __init__(self, pixels: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, mode: str,
+                 skipped: tuple[int, ...] = ()) -> None:
         self.pixels, self.offsets, self.shapes, self.mode = pixels, offsets, shapes, mode
+        self.skipped = tuple(int(j) for j in skipped)
 
     def __len__(self) -> int:
         return len(self.shapes)
@@ -87,24 +99,51 @@ class PackedImages:
         return int(self.offsets[-1])
 
 
-def _decoded_arrays(images: LiveImages, threads: int):
-    """Decoded arrays in sample order; threads overlap file reads and decoding (PIL releases the GIL)."""
-    def one(j: int) -> np.ndarray:
-        return np.asarray(images(j), dtype=np.uint8)
+def _threaded(fn: Callable, n: int, threads: int):
+    """``fn(j)`` for j in 0..n-1, in order; threads overlap file reads and decoding (PIL releases the GIL)."""
     if threads <= 1:
-        yield from map(one, range(len(images)))
+        yield from map(fn, range(n))
         return
     with ThreadPoolExecutor(threads) as pool:
-        yield from pool.map(one, range(len(images)))
+        yield from pool.map(fn, range(n))
 
 
-def pack_in_memory(images: LiveImages, threads: int = 1) -> PackedImages:
-    arrays = list(_decoded_arrays(images, threads))
+def _decoded_arrays(images: LiveImages, threads: int, skip: bool = False):
+    """Decoded arrays in sample order; with ``skip``, None for a sample whose file cannot be decoded."""
+    def one(j: int) -> Optional[np.ndarray]:
+        try:
+            return np.asarray(images(j), dtype=np.uint8)
+        except BadImageError:
+            if not skip:
+                raise
+            return None
+    return _threaded(one, len(images), threads)
+
+
+def bad_samples(images: LiveImages, threads: int) -> tuple[int, ...]:
+    """The samples whose file cannot be decoded: one decode pass (no pixels kept) with the decode threads."""
+    def bad(j: int) -> bool:
+        try:
+            images(j)
+        except BadImageError:
+            return True
+        return False
+    return tuple(j for j, is_bad in enumerate(_threaded(bad, len(images), threads)) if is_bad)
+
+
+def _empty(mode: str) -> np.ndarray:
+    return np.zeros((0, 0) if mode == "L" else (0, 0, 3), dtype=np.uint8)
+
+
+def pack_in_memory(images: LiveImages, threads: int = 1, skip: bool = False) -> PackedImages:
+    arrays = list(_decoded_arrays(images, threads, skip))
+    skipped = tuple(j for j, a in enumerate(arrays) if a is None)
+    arrays = [_empty(images.style.mode) if a is None else a for a in arrays]
     sizes = np.array([a.size for a in arrays], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     pixels = np.concatenate([a.reshape(-1) for a in arrays]) if arrays else np.zeros(0, np.uint8)
     shapes = np.array([a.shape[:2] for a in arrays], dtype=np.int64).reshape(-1, 2)
-    return PackedImages(pixels, offsets, shapes, images.style.mode)
+    return PackedImages(pixels, offsets, shapes, images.style.mode, skipped)
 
 
 def estimated_bytes(source: SampleSource, style: ImageStyle, load_size: int) -> int:
@@ -116,49 +155,68 @@ def estimated_bytes(source: SampleSource, style: ImageStyle, load_size: int) -> 
     return len(source) * per * style.channels
 
 
-def open_disk_cache(folder: Path, key: dict, images: LiveImages, threads: int) -> PackedImages:
-    """The packed file for ``key`` under ``folder``, written first if absent. Writers hold a lock, write
-    under a temporary name and rename, so readers never see a partial cache and two trials never both
-    decode the data set."""
+def open_disk_cache(folder: Path, key: dict, images: LiveImages, threads: int, skip: bool = False) -> PackedImages:
+    """The packed file for ``key`` under ``folder``, written first if absent or not reusable (a cache that
+    skipped samples: under ``skip`` only while their files are unchanged, never without it). Writers
+    hold a lock, write under a temporary name and rename, so readers never see a partial cache and two
+    trials never both decode the data set."""
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     final = folder / f"{key['dataset']}-{key['load_size']}-{digest}"
     with open(folder / f".{final.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (final / "index.npz").is_file():
-            _write(final, key, images, threads)
+        if not _reusable(final, images.source, skip):
+            _write(final, key, images, threads, skip)
     index = np.load(final / "index.npz")
     pixels = np.memmap(final / "pixels.u8", dtype=np.uint8, mode="r") if index["offsets"][-1] else np.zeros(0, np.uint8)
-    return PackedImages(pixels, index["offsets"], index["shapes"], str(index["mode"]))
+    return PackedImages(pixels, index["offsets"], index["shapes"], str(index["mode"]), tuple(index["skipped"]))
 
 
-def _write(final: Path, key: dict, images: LiveImages, threads: int) -> None:
+def _reusable(final: Path, source: SampleSource, skip: bool) -> bool:
+    if not (final / "index.npz").is_file():
+        return False
+    recorded = json.loads((final / "key.json").read_text()).get("skipped", [])
+    return not recorded or (skip and unchanged(source, recorded))
+
+
+def _write(final: Path, key: dict, images: LiveImages, threads: int, skip: bool) -> None:
     tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    offsets, shapes = [0], []
-    with open(tmp / "pixels.u8", "wb") as out:
-        for array in _decoded_arrays(images, threads):
-            out.write(array.tobytes())
-            offsets.append(offsets[-1] + array.size)
-            shapes.append(array.shape[:2])
+    offsets, shapes, skipped = [0], [], []
+    try:
+        with open(tmp / "pixels.u8", "wb") as out:
+            for j, array in enumerate(_decoded_arrays(images, threads, skip)):
+                if array is None:
+                    skipped.append(j)
+                    array = _empty(images.style.mode)
+                out.write(array.tobytes())
+                offsets.append(offsets[-1] + array.size)
+                shapes.append(array.shape[:2])
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # on_bad_image=stop: nothing is written
+        raise
     np.savez(tmp / "index.npz", offsets=np.asarray(offsets, dtype=np.int64),
-             shapes=np.asarray(shapes, dtype=np.int64).reshape(-1, 2), mode=np.str_(images.style.mode))
-    (tmp / "key.json").write_text(json.dumps({**key, "format": CACHE_FORMAT}, indent=1))
+             shapes=np.asarray(shapes, dtype=np.int64).reshape(-1, 2), mode=np.str_(images.style.mode),
+             skipped=np.asarray(skipped, dtype=np.int64))
+    stamps = [stamp(images.source, j) for j in skipped]
+    (tmp / "key.json").write_text(json.dumps({**key, "format": CACHE_FORMAT, "skipped": stamps}, indent=1))
     shutil.rmtree(final, ignore_errors=True)
     os.rename(tmp, final)
 
 
-def image_store(source: SampleSource, style: ImageStyle, load_size: int, key: dict,
-                cache_dir: str = "", budget: Optional[int] = None, threads: Optional[int] = None) -> Callable:
+def image_store(source: SampleSource, style: ImageStyle, load_size: int, key: dict, cache_dir: str = "",
+                budget: Optional[int] = None, threads: Optional[int] = None, skip: bool = False) -> Callable:
     """The fastest faithful reader of decoded images: in memory (up to ``budget`` bytes, default
-    :data:`MEMORY_BUDGET`), on disk, or live (module docstring)."""
+    :data:`MEMORY_BUDGET`), on disk, or live (module docstring); its ``skipped``: the samples left out."""
     budget = MEMORY_BUDGET if budget is None else budget
     images = LiveImages(source, style, load_size)
     threads = threads if threads is not None else min(8, available_cpus())  # the process's affinity
     if estimated_bytes(source, style, load_size) <= budget:
-        return pack_in_memory(images, threads)
+        return pack_in_memory(images, threads, skip)
     if cache_dir:
-        return open_disk_cache(Path(cache_dir), {**key, "format": CACHE_FORMAT}, images, threads)
+        return open_disk_cache(Path(cache_dir), {**key, "format": CACHE_FORMAT}, images, threads, skip)
+    if skip:
+        images.skipped = bad_samples(images, threads)
     return images

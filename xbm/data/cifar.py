@@ -15,6 +15,7 @@ import numpy as np
 from xbm.data.base import RawData
 from xbm.data.layout import find_file, require_root
 from xbm.data.sources import ArrayImageSource
+from xbm.errors import BadImageError
 
 LAYOUT_10 = """\
 <data_root>/
@@ -28,9 +29,12 @@ LAYOUT_100 = """\
     test"""
 
 
-def _load(path: Path) -> dict:
-    with open(path, "rb") as handle:
-        batch = pickle.load(handle, encoding="bytes")
+def _load(path: Path, dataset: str, root: Path) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            batch = pickle.load(handle, encoding="bytes")
+    except Exception as exc:  # truncated or foreign: pickle's errors never name the file
+        raise BadImageError.unreadable_file(dataset, path, root, exc) from exc
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in batch.items()}
 
 
@@ -54,12 +58,12 @@ def build_cifar10(cfg) -> RawData:
     root = require_root(cfg, "cifar10", LAYOUT_10)
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     base = find_file([root / "cifar-10-batches-py", root], "test_batch", "cifar10", LAYOUT_10).parent
-    batches = [_load(find_file([base], n, "cifar10", LAYOUT_10)) for n in names]
+    batches = [_load(find_file([base], n, "cifar10", LAYOUT_10), "cifar10", root) for n in names]
     return _raw("cifar10", batches[:5], batches[5:], "labels", None)
 
 
 def build_cifar100(cfg) -> RawData:
     root = require_root(cfg, "cifar100", LAYOUT_100)
     base = find_file([root / "cifar-100-python", root], "test", "cifar100", LAYOUT_100).parent
-    train, test = (_load(find_file([base], n, "cifar100", LAYOUT_100)) for n in ("train", "test"))
+    train, test = (_load(find_file([base], n, "cifar100", LAYOUT_100), "cifar100", root) for n in ("train", "test"))
     return _raw("cifar100", [train], [test], "fine_labels", "coarse_labels")

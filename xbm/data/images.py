@@ -1,5 +1,6 @@
 """Wiring a data set's images for one run: the decoded-image reader, the augmentation preset and the
-input statistics (config keys ``augment``, ``normalize``, ``image_cache``; :mod:`xbm.data.augment`).
+input statistics (config keys ``augment``, ``normalize``, ``image_cache``, ``on_bad_image``;
+:mod:`xbm.data.augment`, :mod:`xbm.data.bad_images`).
 
 Decoded images and the data set's statistics are kept per process (:data:`KEEP` entries), so the trials
 a Ray actor runs one after another decode a data set once.
@@ -10,9 +11,14 @@ import os
 from collections import OrderedDict
 from typing import Callable, Hashable
 
+import numpy as np
+
 from xbm.data.augment import dataset_stats, imagenet_stats, preset, statistics_kind
+from xbm.data.bad_images import warn_skipped
 from xbm.data.base import DatasetSplits
 from xbm.data.cache import image_store
+from xbm.data.sources import SampleSource
+from xbm.data.style import ImageStyle
 
 KEEP = 2
 _kept: "OrderedDict[Hashable, object]" = OrderedDict()
@@ -35,19 +41,35 @@ def data_key(cfg) -> tuple:
     return cfg.dataset, os.path.realpath(os.path.expanduser(cfg.data_root)) if cfg.data_root else ""
 
 
+def _reader_key(style: ImageStyle, cfg) -> tuple:
+    return (*data_key(cfg), style, preset(cfg.augment, style).load_size(cfg.image_size), cfg.on_bad_image)
+
+
+def image_reader(source: SampleSource, style: ImageStyle, cfg):
+    """The decoded-image reader of ``source`` for ``cfg`` (kept per process; :func:`image_store`). Under
+    ``on_bad_image=skip`` its ``skipped`` names the samples that cannot be decoded (warned once)."""
+    key = _reader_key(style, cfg)
+    _, root, _, load_size, _ = key
+
+    def make():
+        reader = image_store(source, style, load_size, {"dataset": cfg.dataset, "root": root, "n": len(source),
+                                                         "mode": style.mode, "invert": style.invert,
+                                                         "load_size": load_size}, cfg.image_cache,
+                             skip=cfg.on_bad_image == "skip")
+        warn_skipped(cfg.dataset, source, reader.skipped)
+        return reader
+    return kept(("images", key), make)
+
+
 def configure_images(splits: DatasetSplits, cfg) -> None:
     """Give ``splits`` the reader, the per-sample (train, eval) transforms (to uint8 tensors) and the
     per-batch ones (statistics, batch-level augmentation) ``cfg`` asks for; a no-op for vectors."""
     if splits.input_kind != "image":
         return
     chosen = preset(cfg.augment, splits.style)
-    load_size = chosen.load_size(cfg.image_size)
-    source = splits.train.source
-    key = (*data_key(cfg), splits.style, load_size)
-    splits.transforms.images = kept(("images", key), lambda: image_store(
-        source, splits.style, load_size, {"dataset": cfg.dataset, "root": key[1], "n": len(source),
-                                          "mode": splits.style.mode, "invert": splits.style.invert,
-                                          "load_size": load_size}, cfg.image_cache))
+    key = _reader_key(splits.style, cfg)
+    splits.transforms.images = image_reader(splits.train.source, splits.style, cfg)
+    _check_none_skipped(splits, splits.transforms.images.skipped)
     channels = splits.style.channels
     kind = statistics_kind(cfg.normalize, splits.style, cfg.pretrained or bool(cfg.pretrained_path))
     if kind == "imagenet":
@@ -62,3 +84,14 @@ def configure_images(splits: DatasetSplits, cfg) -> None:
     splits.set_transforms(chosen.train(cfg.image_size, stats, channels), chosen.eval(cfg.image_size))
     splits.augment, splits.statistics = chosen.name, stats
     splits.batch_transforms = (chosen.batch_train(stats), chosen.batch_eval(stats))
+
+
+def _check_none_skipped(splits: DatasetSplits, skipped) -> None:
+    """Splits built elsewhere (``Trainer(cfg, splits=...)``) must not use a sample the reader left out."""
+    if not skipped:
+        return
+    parts = [splits.train, splits.test.query, splits.test.gallery] + ([splits.val.query] if splits.val else [])
+    used = np.concatenate([p.indices for p in parts if p is not None])
+    if np.isin(used, skipped).any():
+        raise ValueError(f"on_bad_image=skip: these splits use images that cannot be decoded "
+                         f"({len(skipped)} in {splits.name!r}): build them with build_dataset(cfg)")

@@ -23,7 +23,7 @@ from xbm.data.layout import require_root
 from xbm.data.sources import ZipImageSource
 from xbm.data.splits import encode
 from xbm.data.style import DARK_STROKES
-from xbm.errors import DatasetNotFoundError
+from xbm.errors import BadImageError, DatasetNotFoundError
 
 LAYOUT = """\
 <data_root>/
@@ -48,8 +48,11 @@ def scan(root: Path) -> tuple[list, np.ndarray, list, list]:
     archives: list = []
     found: dict[tuple, tuple[int, str]] = {}
     for zip_path in sorted(root.rglob("*.zip")):
-        with zipfile.ZipFile(zip_path) as archive:
-            names = archive.namelist()
+        try:
+            with zipfile.ZipFile(zip_path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError) as exc:  # zipfile's errors never name the archive
+            raise BadImageError.unreadable_file("omniglot", zip_path, root, exc) from exc
         archives.append(str(zip_path))
         for name in names:
             key = _drawing_key(PurePosixPath(name))
@@ -87,6 +90,7 @@ def build_omniglot(cfg) -> RawData:
     classes = [(a, c) for a, c, _ in keys]
     labels = encode(classes)
     is_train = np.array([k in train_classes for k in classes])
-    return RawData(name="omniglot", source=ZipImageSource(archives, archive_of, members), labels=labels,
+    return RawData(name="omniglot", source=ZipImageSource(archives, archive_of, members, "omniglot", root),
+                   labels=labels,
                    train=np.flatnonzero(is_train), query=np.flatnonzero(~is_train),
                    superlabels=encode([a for a, _ in classes]), style=DARK_STROKES)

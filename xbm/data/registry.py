@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+from xbm.data.bad_images import without_samples
 from xbm.data.base import DatasetSplits, RawData
 from xbm.data.cars196 import build_cars196
 from xbm.data.cifar import build_cifar10, build_cifar100
 from xbm.data.cub200 import build_cub200
 from xbm.data.deepfashion2 import build_deepfashion2
 from xbm.data.digits import build_digits
-from xbm.data.images import configure_images
+from xbm.data.images import configure_images, image_reader
 from xbm.data.inshop import build_inshop
 from xbm.data.omniglot import build_omniglot
 from xbm.data.sop import build_sop
@@ -35,6 +36,7 @@ def build_dataset(cfg, images: bool = True) -> DatasetSplits:
     training classes held out for validation, its images decoded and transformed as ``cfg.augment``,
     ``cfg.normalize``, ``cfg.image_size`` and ``cfg.image_cache`` say (:mod:`xbm.data.images`).
     ``images=False`` skips that wiring (no image decoded): enough to check that the data set opens.
+    ``cfg.on_bad_image=skip`` drops the images that cannot be decoded before the splits are made.
 
     Raises ValueError for an unknown name (listing the valid ones) and
     :class:`xbm.errors.DatasetNotFoundError` for a missing root or file.
@@ -42,7 +44,12 @@ def build_dataset(cfg, images: bool = True) -> DatasetSplits:
     if cfg.dataset not in DATASETS:
         raise ValueError(f"dataset must be one of {sorted(DATASETS)}, but got {cfg.dataset!r}")
     raw = DATASETS[cfg.dataset](cfg)
+    skipped = 0
+    if images and cfg.on_bad_image == "skip" and raw.source.input_kind == "image":
+        per_class = cfg.samples_per_class if cfg.objective == "supervised" else 0  # what the sampler draws
+        raw, skipped = without_samples(raw, image_reader(raw.source, raw.style, cfg).skipped, per_class)
     splits = assemble(raw, cfg.val_fraction, cfg.image_size)
+    splits.skipped_images = skipped
     if images:
         configure_images(splits, cfg)
     return splits

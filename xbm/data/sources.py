@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from xbm.errors import DatasetNotFoundError
+from xbm.errors import BadImageError, DatasetNotFoundError
 
 
 class SampleSource:
@@ -31,6 +31,14 @@ class SampleSource:
 
     def load(self, j: int, min_size: Optional[int] = None):
         raise NotImplementedError
+
+    def where(self, j: int) -> str:
+        """Where sample ``j`` is read from, for messages (a file, or an archive and its member)."""
+        return f"sample {j}"
+
+    def file_of(self, j: int) -> Optional[str]:
+        """The file sample ``j`` is read from (None: in memory): its size and time key decoded caches."""
+        return None
 
 
 class VectorSource(SampleSource):
@@ -92,6 +100,8 @@ class ImageFileSource(SampleSource):
             raise DatasetNotFoundError(self.dataset, path, self.layout or f"{self.root}/<listed images>",
                                        "An image listed in the annotation files is missing: re-extract "
                                        "the release's images.") from None
+        except Exception as exc:  # PIL raises OSError, SyntaxError, ValueError, zlib.error... on a bad file
+            raise BadImageError.of(self.dataset, path, self.root, exc) from exc
         if self.boxes is not None:
             x1, y1, x2, y2 = self.boxes[j] * scale
             # Clamp to the image and keep at least one pixel: some annotated boxes touch or cross the border.
@@ -116,12 +126,20 @@ class ImageFileSource(SampleSource):
         image.draft("RGB", (int(np.ceil(w / shrink)), int(np.ceil(h / shrink))))
         return image.size[0] / w
 
+    def where(self, j: int) -> str:
+        return str(self.root / self.relpaths[j])
+
+    file_of = where
+
 
 class ZipImageSource(SampleSource):
     """Images read from inside zip archives without extracting: sample ``j`` is ``members[j]`` of
-    ``archives[archive_of[j]]``; an archive of None means a plain file path in ``members[j]``."""
+    ``archives[archive_of[j]]``; an archive of None means a plain file path in ``members[j]``. ``dataset``
+    and ``root`` name the data set in errors."""
 
-    def __init__(self, archives: Sequence[Optional[str]], archive_of: np.ndarray, members: Sequence[str]) -> None:
+    def __init__(self, archives: Sequence[Optional[str]], archive_of: np.ndarray, members: Sequence[str],
+                 dataset: str = "images", root: str = "") -> None:
+        self.dataset, self.root = dataset, str(root)
         self.archives = list(archives)
         self.archive_of = np.asarray(archive_of, dtype=np.int64)
         self.members = list(members)
@@ -145,9 +163,22 @@ class ZipImageSource(SampleSource):
 
     def load(self, j: int, min_size: Optional[int] = None) -> Image.Image:
         a = int(self.archive_of[j])
-        if self.archives[a] is None:
-            with Image.open(self.members[j]) as image:
-                return image.convert("RGB")
-        with self._archive(a).open(self.members[j]) as handle:
-            with Image.open(handle) as image:
-                return image.convert("RGB")
+        try:
+            if self.archives[a] is None:
+                with Image.open(self.members[j]) as image:
+                    return image.convert("RGB")
+            with self._archive(a).open(self.members[j]) as handle:
+                with Image.open(handle) as image:
+                    return image.convert("RGB")
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # a bad drawing, or a bad member of a zip (CRC, truncated archive)
+            raise BadImageError.of(self.dataset, self.where(j), self.root, exc) from exc
+
+    def where(self, j: int) -> str:
+        a = int(self.archive_of[j])
+        return self.members[j] if self.archives[a] is None else f"{self.archives[a]}:{self.members[j]}"
+
+    def file_of(self, j: int) -> Optional[str]:
+        a = int(self.archive_of[j])
+        return self.members[j] if self.archives[a] is None else self.archives[a]

@@ -74,3 +74,25 @@ def _check_splits(splits, *, class_disjoint_test: bool = True):
 @pytest.fixture
 def check_splits():
     return _check_splits
+
+
+def make_drawings(root: Path, alphabets=("Alpha", "Beta"), characters: int = 4, drawers: int = 4) -> list[Path]:
+    """An Omniglot-layout folder of 24x24 random 1-bit drawings (large enough that a truncated file is
+    detectably truncated), in scan order: <root>/images_evaluation/<alphabet>/characterNN/NN_DD.png."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for alphabet in alphabets:
+        for c in range(1, characters + 1):
+            for d in range(1, drawers + 1):
+                path = root / "images_evaluation" / alphabet / f"character{c:02d}" / f"{c:02d}_{d:02d}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray((rng.random((24, 24)) > 0.7).astype(np.uint8) * 255).convert("1").save(path)
+                paths.append(path)
+    return paths
+
+
+def truncate(path: Path) -> Path:
+    """Keep the first 60% of ``path``'s bytes: PIL then fails with "image file is truncated"."""
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 6 // 10])
+    return path

@@ -105,6 +105,6 @@ def test_decode_threads_follow_the_processes_cpus_up_to_8(monkeypatch, allowed, 
     to one core of a 64-core node (taskset, SLURM) starts 8 decoding threads that fight over it."""
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: allowed)
     used = []
-    monkeypatch.setattr(cache, "pack_in_memory", lambda images, n: used.append(n) or images)
+    monkeypatch.setattr(cache, "pack_in_memory", lambda images, n, skip: used.append(n) or images)
     image_store(drawings(), DARK_STROKES, 12, {"n": 6})
     assert used == [threads]

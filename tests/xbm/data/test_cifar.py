@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from xbm.data import build_dataset
-from xbm.errors import DatasetNotFoundError
+from xbm.errors import BadImageError, DatasetNotFoundError
 
 
 def _batch(n, offset, **labels):
@@ -68,3 +68,14 @@ def test_cifar_missing_file(tmp_path, config, name, missing):
         build_dataset(config(dataset=name, data_root=str(tmp_path)))
     assert str(tmp_path / missing) in str(info.value)
     assert ("data_batch_1" if name == "cifar10" else "coarse_labels") in str(info.value)
+
+
+def test_a_truncated_batch_file_is_named(tmp_path, config):
+    """Bug caught: a truncated pickle batch failing with pickle's "pickle data was truncated", which names
+    no file (issue 17: every failed read of images names the file)."""
+    make_cifar10(tmp_path)
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    batch.write_bytes(batch.read_bytes()[:100])
+    with pytest.raises(BadImageError) as info:
+        build_dataset(config(dataset="cifar10", data_root=str(tmp_path)))
+    assert f"cannot read {batch} (data_root {tmp_path})" in str(info.value) and info.value.path == str(batch)
