@@ -6,8 +6,9 @@ Per epoch the trainer's flat metrics dict goes to ``tune.report`` with a checkpo
 epochs stay continuous (``epoch`` is ASHA's time attribute). Only the current ``ray.tune`` API is used
 (``ray.train.report`` fails inside Tune in Ray 2.60).
 
-A non-finite loss (``xbm.errors.NonFiniteLossError``) and a CUDA out-of-memory error are deterministic, so
-retrying them would only burn ``max_failures``: the trial reports one last result carrying ``error`` and
+A non-finite loss (``xbm.errors.NonFiniteLossError``), a CUDA out-of-memory error and a bad image under
+``on_bad_image=stop`` (``xbm.errors.BadImageError``) are deterministic, so retrying them would only burn
+``max_failures``: the trial reports one last result carrying ``error`` and
 ``stop_reason`` (and the worst value of the sweep metric, so schedulers rank it last) and returns. The Parquet sink records it as ``failed`` with
 the reason, the searcher tells Optuna ``FAIL``, and the sweep goes on. Other exceptions propagate, so
 ``FailureConfig(max_failures)`` retries the trial from its last checkpoint.
@@ -116,13 +117,11 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
     import ray
     import torch
-    from ray.util import get_node_ip_address
 
     from tune.resources import cap_gpu_memory, out_of_memory_reason
     from xbm.checkpoint import load_checkpoint
     from xbm.cpus import use_cpus
-    from xbm.errors import NonFiniteLossError
-    from xbm.trainer import Trainer
+    from xbm.errors import BadImageError, NonFiniteLossError
     from xbm.training.rng import seed_everything
 
     context = tune.get_context()
@@ -141,29 +140,21 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     gpu_share = float(assigned.get("GPU", 0.0))
     if cfg.device.startswith("cuda"):
         cap_gpu_memory(gpu_share)
-    try:
-        # num_workers=auto: the CPUs Ray gave this trial (--cpus-per-trial) minus one
-        trainer = Trainer(cfg, cpus=cpus, evaluate_at=policy.evaluate_at)
-    except FileNotFoundError as exc:  # DatasetNotFoundError, or a missing pretrained_path file
-        missing = getattr(exc, "filename", None) or cfg.pretrained_path
-        raise MissingOnNodeError(
-            f"{exc}\nmissing on node {socket.gethostname()} ({get_node_ip_address()}, Ray node "
-            f"{node_id[:12]}): {missing}. Every node that runs trials needs the files at this path (a "
-            f"shared file system, or a copy on each node); the driver's check only saw its own") from exc
     storage = context.get_storage()
     best = BestWeights(Storage(storage.trial_fs_path, filesystem=storage.storage_filesystem),
                        storage_uri(storage.storage_filesystem, storage.trial_fs_path), mode)
     clock = CheckpointClock(policy.checkpoint_period_s)
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            # weights_only (the state is tensors and plain values); a corrupt file is named (BadCheckpointError)
-            state = load_checkpoint(Path(folder) / CHECKPOINT_FILE)
-            policy_state = _read_json(Path(folder) / TRIAL_STATE)
-        trainer.load_state_dict(state)
-        best.load_state(policy_state.get("best", {}))
     epoch, written_s = 0, 0.0  # written_s: writing the last checkpoint, billed to the next row
     try:
+        trainer = _trainer(cfg, cpus, policy, node_id)
+        checkpoint = tune.get_checkpoint()
+        if checkpoint is not None:
+            with checkpoint.as_directory() as folder:
+                # weights_only (the state is tensors and plain values); a corrupt file is named (BadCheckpointError)
+                state = load_checkpoint(Path(folder) / CHECKPOINT_FILE)
+                policy_state = _read_json(Path(folder) / TRIAL_STATE)
+            trainer.load_state_dict(state)
+            best.load_state(policy_state.get("best", {}))
         trainer.prepare()
         setup = {SETUP_KEY: time.perf_counter() - started}
         for metrics in trainer.fit():
@@ -193,8 +184,28 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
         reason = out_of_memory_reason(cfg.batch_size, gpu_share or 1.0)
         print(f"{live.PREFIX} trial {trial_id} epoch {epoch + 1}/{cfg.epochs} failed: {reason}", flush=True)
         _report_error(epoch + 1, metric, mode, where, exc, reason)
+    except BadImageError as exc:  # on_bad_image=stop: every retry would stop on the same file
+        print(f"{live.PREFIX} trial {trial_id} failed: {exc}", flush=True)
+        _report_error(epoch + 1, metric, mode, where, exc, "bad image (on_bad_image=stop)")
     finally:
         best.wait()
+
+
+def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str):
+    """The trial's Trainer; files missing on this node raise :class:`MissingOnNodeError` naming it."""
+    from ray.util import get_node_ip_address
+
+    from xbm.trainer import Trainer
+
+    try:
+        # num_workers=auto: the CPUs Ray gave this trial (--cpus-per-trial) minus one
+        return Trainer(cfg, cpus=cpus, evaluate_at=policy.evaluate_at)
+    except FileNotFoundError as exc:  # DatasetNotFoundError, or a missing pretrained_path file
+        missing = getattr(exc, "filename", None) or cfg.pretrained_path
+        raise MissingOnNodeError(
+            f"{exc}\nmissing on node {socket.gethostname()} ({get_node_ip_address()}, Ray node "
+            f"{node_id[:12]}): {missing}. Every node that runs trials needs the files at this path (a "
+            f"shared file system, or a copy on each node); the driver's check only saw its own") from exc
 
 
 def _report_error(epoch: int, metric: str, mode: str, where: Mapping[str, Any], exc: BaseException,
