@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import pyarrow as pa
 

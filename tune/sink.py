@@ -33,8 +33,8 @@ import pyarrow as pa
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 
-from analysis.contract import (ALWAYS_SUMMARISED, CONFIG_PREFIX, EPOCH_DECLARED, column_type,  # noqa: F401
-                               epoch_key_fields, summarise, train_fraction, trial_fields)
+from analysis.contract import (CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, summarise,
+                               train_fraction, trial_fields)
 from tune.parquet import Storage, clean_row, config_fields, table_from_values
 from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, train_config
 from xbm.signals import collapse_warning, collapsed

@@ -97,7 +97,7 @@ def test_sweep_exits_1_only_when_every_trial_failed(tmp_path, capsys, monkeypatc
     import pandas as pd
 
     from tune import sweep
-    from tune.sweep import SweepOutcome
+    from tune.record import SweepOutcome
 
     trials = pd.DataFrame({"trial_id": [f"t{i}" for i in range(len(statuses))], "status": statuses,
                            "trial_name": "x", "best_recall_at_1": [float("nan")] + [0.5] * (len(statuses) - 1),

@@ -13,7 +13,9 @@ from ray.tune import Callback
 
 from tune.cluster import ClusterInfo, connect, disconnect
 from tune.options import SweepOptions
-from tune.sweep import outcome, prepare, start
+from tune.plan import prepare
+from tune.record import outcome
+from tune.sweep import start
 
 SPACE = """description: cluster
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 2, warmup_epochs: 0, batch_size: 128}
