@@ -22,8 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from analysis.columns import VARIANT_FLAGS, config_columns, higher_is_better, variant_labels
+from analysis import contract
 from analysis.contract import (CONFIG_PREFIX, DEFAULT_METRIC, EPOCH_TIME_COLUMNS, INT_COLUMNS, STRING_COLUMNS,
-                               TRIALS_FILE, SweepRecord, read_retried, summarise)
+                               TRIALS_FILE, SweepRecord, read_retried)
 from analysis.location import Location
 
 DERIVED_STATUS = "unknown"
@@ -266,7 +267,7 @@ def _trials_from_epochs(epochs: pd.DataFrame, metric: str, maximise: bool) -> pd
         if "config.seed" in group.columns:
             row["seed"] = last["config.seed"]
         records = group.to_dict("records")
-        row.update(summarise(records, metric, "max" if maximise else "min"))
+        row.update(contract.summarise(records, metric, "max" if maximise else "min"))
         rows.append(row)
     return pd.DataFrame(rows)
 

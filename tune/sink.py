@@ -33,8 +33,8 @@ import pyarrow as pa
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 
-from analysis.contract import (CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, summarise,
-                               train_fraction, trial_fields)
+from analysis import contract
+from analysis.contract import CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, train_fraction, trial_fields
 from tune.parquet import Storage, clean_row, config_fields, table_from_values
 from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, train_config
 from xbm.signals import collapse_warning, collapsed
@@ -248,7 +248,7 @@ class ParquetSink(Callback):
         row["epochs_completed"] = len(rows)
         # issue 8: epochs whose loss saw no positive pair
         row["collapsed_epochs"] = sum(1 for r in rows if collapsed(r))
-        row.update(summarise(rows, self.metric, self.mode))
+        row.update(contract.summarise(rows, self.metric, self.mode))
         if "time_total_s" in result:
             row["wall_time_s"] = float(result["time_total_s"])
         gpus = float(trial.placement_group_factory.required_resources.get("GPU", 0.0))
