@@ -94,13 +94,13 @@ class _Report:
     # ---- sections ---------------------------------------------------------------------------------
     def overview(self) -> list[str]:
         s = self.sweep
-        space = s.options.get("space")
+        space = s.record.space
         lines = [f"# Sweep report: {s.name}", "",
                  f"- folder: `{self.folder.uri}`",
                  f"- metric: `{self.metric}` ({'higher' if s.higher_is_better(self.metric) else 'lower'} is better)"]
-        if isinstance(space, dict) and space.get("name"):
-            about = f" — {space['description']}" if space.get("description") else ""
-            lines.append(f"- space: `{space['name']}`{about}")
+        if space.name:
+            about = f" — {space.description}" if space.description else ""
+            lines.append(f"- space: `{space.name}`{about}")
         for key in ("search", "scheduler", "num_samples", "max_epochs", "grace_period", "reduction_factor", "seed"):
             if s.option(key) is not None:
                 lines.append(f"- {key}: `{s.option(key)}`")
