@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import json
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable
@@ -28,6 +28,7 @@ from analysis.contract import (CONFIG_PREFIX, DEFAULT_METRIC, EPOCH_TIME_COLUMNS
 from analysis.location import Location
 
 DERIVED_STATUS = "unknown"
+_RECORD_FIELDS = frozenset(f.name for f in fields(SweepRecord)) - {"extra", "space", "options"}
 
 
 class SweepReadWarning(UserWarning):
@@ -74,11 +75,11 @@ class Sweep:
                    (self.locations[0].uri.rstrip("/").rsplit("/", 1)[-1] if self.locations else "sweep"))
 
     def option(self, key: str, default=None):
-        """A sweep.json value: top level first, then the CLI options nested under ``options``."""
-        if self.options.get(key) is not None:
-            return self.options[key]
-        nested = self.options.get("options")
-        return nested.get(key, default) if isinstance(nested, dict) and nested.get(key) is not None else default
+        """A sweep.json value, read through its ``SweepRecord``: the record's own field (or a key it does not
+        know) first, then the CLI options nested under ``options``."""
+        record = self.record
+        value = getattr(record, key, None) if key in _RECORD_FIELDS else record.extra.get(key)
+        return record.option(key, default) if value is None else value
 
     @cached_property
     def record(self) -> SweepRecord:

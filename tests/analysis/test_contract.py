@@ -28,7 +28,8 @@ def test_declared_columns_have_their_type_whatever_the_value_reported():
     assert contract.column_type("some_new_metric", 3) == pa.float64()
     assert contract.column_type("some_new_text", "a") == pa.string()
     names = [f.name for f in contract.trial_fields("loss")]
-    assert {"train_s", "data_wait_s", "eval_s", "checkpoint_s", "setup_s", "train_fraction", "best_weights"} <= set(names)
+    new = {"train_s", "data_wait_s", "eval_s", "checkpoint_s", "setup_s", "train_fraction", "best_weights"}
+    assert new <= set(names)
     assert names.index("best_loss") < names.index("best_epoch") < names.index("best_recall_at_1")
 
 
@@ -37,8 +38,10 @@ def test_summary_is_mode_aware_and_final_is_the_last_finite_value():
     ``eval_every``); a NaN taken as the best; recall_at_1 / map_at_r summarised in a min sweep's direction;
     best_epoch not the first epoch reaching the best; the time sums counting a NaN or missing value."""
     nan = math.nan
-    rows = [{"epoch": 1, "loss": 0.9, "recall_at_1": 0.2, "map_at_r": 0.1, "train_s": 10.0, "eval_s": 2.0, "setup_s": 4.0},
-            {"epoch": 2, "loss": 0.4, "recall_at_1": 0.5, "map_at_r": 0.3, "train_s": 11.0, "eval_s": nan, "setup_s": 4.0},
+    rows = [{"epoch": 1, "loss": 0.9, "recall_at_1": 0.2, "map_at_r": 0.1, "train_s": 10.0, "eval_s": 2.0,
+             "setup_s": 4.0},
+            {"epoch": 2, "loss": 0.4, "recall_at_1": 0.5, "map_at_r": 0.3, "train_s": 11.0, "eval_s": nan,
+             "setup_s": 4.0},
             {"epoch": 3, "loss": 0.4, "recall_at_1": 0.5, "map_at_r": 0.2, "train_s": 12.5, "setup_s": 4.0},
             {"epoch": 4, "loss": nan, "recall_at_1": nan, "map_at_r": None, "train_s": 9.5, "eval_s": 3.0,
              "setup_s": 4.0, "best_weights": "s3://b/x/best"}]
