@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.contract import CONFIG_PREFIX, DEFAULT_METRIC  # noqa: F401  (one definition, re-exported)
+from analysis.contract import (CONFIG_PREFIX, DEFAULT_METRIC, EPOCH_TIME_COLUMNS,  # noqa: F401  (re-exported)
+                               SETUP_COLUMN)
 
 KIND = "config.normaliser.kind"
 MEMORY_ENABLED = "config.memory.enabled"
@@ -21,7 +22,8 @@ SEED_COLUMNS = ("seed", "config.seed")
 KEY = ["sweep_dir", "trial_id"]  # a trial's identity: trial ids are only unique inside one sweep
 # Metrics where lower is better; every other metric (recalls, MAP@R, ...) is maximised.
 LOWER_IS_BETTER = ("loss", "epoch_time_s", "drift_mean", "drift_max", "staleness_mean",
-                   "intra_distance_mean", "wall_time_s", "gpu_hours")
+                   "intra_distance_mean", "wall_time_s", "gpu_hours", *EPOCH_TIME_COLUMNS, SETUP_COLUMN,
+                   "gpu_memory_peak_gib", "skipped_images")
 
 
 def config_column(param: str) -> str:
