@@ -56,9 +56,6 @@ FROM_LAST_ROW = ("reference_raw_recall_at_1", SETUP_COLUMN, "best_weights")
 FLOAT_COLUMNS = frozenset({*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "train_fraction",
                            "wall_time_s", "gpu_hours", "reference_raw_recall_at_1"})
 
-_TYPES = {"int": pa.int64(), "str": pa.string(), "float": pa.float64()}
-
-
 def column_type(name: str, value: Any = None) -> pa.DataType:
     """A column's Arrow type: declared by name (``INT_COLUMNS``, ``STRING_COLUMNS``, ``FLOAT_COLUMNS``);
     another reported value is string when it is text, float64 otherwise. ``config.*`` columns take
