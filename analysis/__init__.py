@@ -8,16 +8,34 @@ matplotlib and Optuna are imported lazily by the functions that need them.
     analysis.leaderboard(sweep).head()
     analysis.compare_variants(sweep).table
 """
-from analysis.compare import (compare_variants, confirmation_table, matched_pairs, paired_differences,
-                              t_interval)
-from analysis.curves import asha_survival, drift_staleness, learning_curves
-from analysis.effects import (delay_curve, kalman_r_curve, memory_ratio_curve, parallel_coordinates, param_effect,
-                              param_heatmap)
-from analysis.errors import NotApplicable
-from analysis.importance import param_importance, rebuild_study
-from analysis.loader import Problem, Sweep, SweepReadWarning, load
-from analysis.references import REFERENCES, reference_for
-from analysis.tables import best_per_kind, leaderboard, status_counts, stop_reasons
+# Imported on first use (PEP 562), so that ``tune`` can import ``analysis.contract`` without loading the
+# analyses themselves.
+_HOMES = {
+    "compare_variants": "compare", "confirmation_table": "compare", "matched_pairs": "compare",
+    "paired_differences": "compare", "t_interval": "compare",
+    "asha_survival": "curves", "drift_staleness": "curves", "learning_curves": "curves",
+    "delay_curve": "effects", "kalman_r_curve": "effects", "memory_ratio_curve": "effects",
+    "parallel_coordinates": "effects", "param_effect": "effects", "param_heatmap": "effects",
+    "NotApplicable": "errors", "param_importance": "importance", "rebuild_study": "importance",
+    "Problem": "loader", "Sweep": "loader", "SweepReadWarning": "loader", "load": "loader",
+    "REFERENCES": "references", "reference_for": "references",
+    "best_per_kind": "tables", "leaderboard": "tables", "status_counts": "tables", "stop_reasons": "tables",
+}
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"analysis.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})
+
 
 __all__ = [
     "NotApplicable", "Problem", "REFERENCES", "Sweep", "SweepReadWarning",

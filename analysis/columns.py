@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analysis.contract import (CONFIG_PREFIX, DEFAULT_METRIC, EPOCH_TIME_COLUMNS,  # noqa: F401  (re-exported)
+                               SETUP_COLUMN)
 
-CONFIG_PREFIX = "config."
 KIND = "config.normaliser.kind"
 MEMORY_ENABLED = "config.memory.enabled"
 OBJECTIVE = "config.objective"
@@ -19,10 +20,10 @@ NO_MEMORY = "no_memory"
 VARIANT_FLAGS = ("config.normaliser.centre_only", "config.normaliser.unit_norm")
 SEED_COLUMNS = ("seed", "config.seed")
 KEY = ["sweep_dir", "trial_id"]  # a trial's identity: trial ids are only unique inside one sweep
-DEFAULT_METRIC = "recall_at_1"
 # Metrics where lower is better; every other metric (recalls, MAP@R, ...) is maximised.
 LOWER_IS_BETTER = ("loss", "epoch_time_s", "drift_mean", "drift_max", "staleness_mean",
-                   "intra_distance_mean", "wall_time_s", "gpu_hours")
+                   "intra_distance_mean", "wall_time_s", "gpu_hours", *EPOCH_TIME_COLUMNS, SETUP_COLUMN,
+                   "gpu_memory_peak_gib", "skipped_images")
 
 
 def config_column(param: str) -> str:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import io
 import json
-import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable
@@ -22,12 +21,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from analysis.columns import (CONFIG_PREFIX, DEFAULT_METRIC, VARIANT_FLAGS, config_columns, higher_is_better,
-                              variant_labels)
+from analysis.columns import VARIANT_FLAGS, config_columns, higher_is_better, variant_labels
+from analysis import contract
+from analysis.contract import (CONFIG_PREFIX, DEFAULT_METRIC, EPOCH_TIME_COLUMNS, INT_COLUMNS, STRING_COLUMNS,
+                               TRIALS_FILE, SweepRecord, read_retried)
 from analysis.location import Location
 
-INT_COLUMNS = ("epoch", "epochs_completed", "best_epoch", "seed")
 DERIVED_STATUS = "unknown"
+_RECORD_FIELDS = frozenset(f.name for f in fields(SweepRecord)) - {"extra", "space", "options"}
 
 
 class SweepReadWarning(UserWarning):
@@ -38,6 +39,7 @@ class SweepReadWarning(UserWarning):
 class Problem:
     path: str
     what: str
+    unreadable: bool = False  # the file exists but could not be read (truncated, foreign)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.what}"
@@ -73,33 +75,37 @@ class Sweep:
                    (self.locations[0].uri.rstrip("/").rsplit("/", 1)[-1] if self.locations else "sweep"))
 
     def option(self, key: str, default=None):
-        """A sweep.json value: top level first, then the CLI options nested under ``options``."""
-        if self.options.get(key) is not None:
-            return self.options[key]
-        nested = self.options.get("options")
-        return nested.get(key, default) if isinstance(nested, dict) and nested.get(key) is not None else default
+        """A sweep.json value, read through its ``SweepRecord``: the record's own field (or a key it does not
+        know) first, then the CLI options nested under ``options``."""
+        record = self.record
+        value = getattr(record, key, None) if key in _RECORD_FIELDS else record.extra.get(key)
+        return record.option(key, default) if value is None else value
+
+    @cached_property
+    def record(self) -> SweepRecord:
+        """The first folder's ``sweep.json`` as a ``SweepRecord`` (any version; defaults when missing)."""
+        try:
+            return SweepRecord.from_dict(self.options)
+        except (TypeError, ValueError):  # a foreign sweep.json only costs what the record would tell
+            return SweepRecord()
 
     def declared_params(self) -> dict[str, dict]:
         """``config.<name>`` -> its spec in the space (``{"loguniform": [lo, hi], "when": ...}``), from
-        sweep.json's space text; empty when the sweep did not record a space."""
+        the record (``SweepRecord.specs``; a parameter with several branches is left out); for a record
+        written before versioning, from its space's YAML text. Empty when the sweep recorded no space."""
         return self._declared_params
 
     @cached_property
     def _declared_params(self) -> dict[str, dict]:
         # parsed once: plots and effects ask for every swept column
-        space = self.options.get("space")
-        text = space.get("text") if isinstance(space, dict) else None
-        if not text:
-            return {}
-        try:
-            import yaml
-            params = (yaml.safe_load(text) or {}).get("params") or {}
-        except Exception:  # a space text we cannot parse only costs the declared scales
-            return {}
-        return {CONFIG_PREFIX + name: spec for name, spec in params.items() if isinstance(spec, dict)}
+        specs = self.record.specs() if self.record.has_specs else _yaml_specs(self.record.space.text)
+        return {CONFIG_PREFIX + name: spec for name, spec in specs.items() if isinstance(spec, dict)}
 
     def declared_log_scale(self) -> dict[str, bool]:
-        """``config.<name>`` -> whether the space declared it ``loguniform``."""
+        """``config.<name>`` -> whether the space declared it ``loguniform`` (read from the record;
+        the YAML text for an old record)."""
+        if self.record.has_specs:
+            return {CONFIG_PREFIX + name: log for name, log in self.record.log_scale().items()}
         return {name: "loguniform" in spec for name, spec in self.declared_params().items()}
 
     @property
@@ -114,6 +120,18 @@ class Sweep:
 
     def stage_epochs(self, stage: str | None = "sweep") -> pd.DataFrame:
         return self.epochs if stage is None else self.epochs[self.epochs["stage"] == stage]
+
+
+def _yaml_specs(text: str | None) -> dict:
+    """A version-0 record's parameter specs, from its space's YAML text."""
+    if not text:
+        return {}
+    try:
+        import yaml
+
+        return dict((yaml.safe_load(text) or {}).get("params") or {})
+    except Exception:  # a space text we cannot parse only costs the declared scales
+        return {}
 
 
 def load(path_or_paths: str | Path | Iterable[str | Path]) -> Sweep:
@@ -167,20 +185,14 @@ def _read_options(folder: Location, problems: list[Problem]) -> dict:
 
 def _read_parquet(folder: Location, relative: str, problems: list[Problem]) -> pd.DataFrame | None:
     # a read racing the sink's replacement of the file on an object store can mix two versions (a size
-    # lookup, then a ranged GET): read again before calling the file unreadable
-    for attempt in range(_READ_ATTEMPTS):
-        try:
-            table = pq.read_table(io.BytesIO(folder.read_bytes(relative)))
-            break
-        except Exception as exc:  # pyarrow raises several types for torn or foreign files
-            if attempt == _READ_ATTEMPTS - 1:
-                problems.append(Problem(folder.display(relative), f"unreadable, left out ({type(exc).__name__}: {exc})"))
-                return None
-            time.sleep(0.1)
+    # lookup, then a ranged GET): read again before calling the file unreadable (analysis.contract)
+    try:
+        table = read_retried(lambda: pq.read_table(io.BytesIO(folder.read_bytes(relative))))
+    except Exception as exc:  # pyarrow raises several types for torn or foreign files
+        problems.append(Problem(folder.display(relative), f"unreadable, left out ({type(exc).__name__}: {exc})",
+                                unreadable=True))
+        return None
     return table.to_pandas(types_mapper=_TYPES.get)
-
-
-_READ_ATTEMPTS = 3
 
 
 _TYPES = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype(),
@@ -207,7 +219,7 @@ def _read_folder(folder: Location, metric: str, maximise: bool, problems: list[P
         epochs = epochs[~duplicated]
     epochs = epochs.sort_values(["trial_id", "epoch"], kind="stable", ignore_index=True)
 
-    relative = "results/trials.parquet"
+    relative = f"results/{TRIALS_FILE}"
     where = folder.display(relative)
     present = folder.exists(relative)
     trials = _read_parquet(folder, relative, problems) if present else None
@@ -255,15 +267,8 @@ def _trials_from_epochs(epochs: pd.DataFrame, metric: str, maximise: bool) -> pd
                    epochs_completed=int(group["epoch"].max()))
         if "config.seed" in group.columns:
             row["seed"] = last["config.seed"]
-        for name in dict.fromkeys([metric, "recall_at_1", "map_at_r"]):
-            if name not in group.columns or group[name].isna().all():
-                continue
-            values = group[name].astype(float)
-            best = values.idxmax() if (maximise or name != metric) else values.idxmin()
-            row[f"best_{name}"] = values[best]
-            row[f"final_{name}"] = values.iloc[-1]
-            if name == metric:
-                row["best_epoch"] = int(group.loc[best, "epoch"])
+        records = group.to_dict("records")
+        row.update(contract.summarise(records, metric, "max" if maximise else "min"))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -287,7 +292,8 @@ def _fill_epochs_completed(trials: pd.DataFrame, epochs: pd.DataFrame, where: st
     if ahead.any():
         fresh = _trials_from_epochs(epochs[epochs["trial_id"].isin(trials.loc[ahead, "trial_id"])], metric, maximise)
         fresh = fresh.set_index("trial_id")
-        columns = [c for c in fresh.columns if c.startswith(("best_", "final_")) or c == "epochs_completed"]
+        columns = [c for c in fresh.columns
+                   if c.startswith(("best_", "final_")) or c in ("epochs_completed", *EPOCH_TIME_COLUMNS)]
         for index in trials.index[ahead]:
             for column in columns:
                 trials.loc[index, column] = fresh.at[trials.at[index, "trial_id"], column]
@@ -312,7 +318,7 @@ def _settle(frame: pd.DataFrame) -> pd.DataFrame:
                 frame[column] = values.astype("string")
         if column in INT_COLUMNS:
             frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("Int64")
-    for column in ("trial_id", "experiment", "stage", "status", "stop_reason", "error", "sweep_dir"):
+    for column in STRING_COLUMNS:
         if column in frame.columns:
             frame[column] = frame[column].astype("string")
     return frame

@@ -15,6 +15,7 @@ import pandas as pd
 
 from analysis import compare, curves, effects, importance, markdown, plots, tables
 from analysis.columns import param_name, varying_columns
+from analysis.contract import TRIALS_FILE
 from analysis.errors import NotApplicable
 from analysis.loader import Sweep, load
 
@@ -28,10 +29,14 @@ class ReportSectionWarning(UserWarning):
 def write_report(path: str | Path, metric: str | None = None) -> Path | str:
     """Load the sweep at ``path``, write ``<path>/report.md`` and ``<path>/figures/*.png``; return
     the report's path (a ``Path``; the URI string for remote storage). ``metric`` defaults to the
-    sweep's own (``sweep.json``)."""
+    sweep's own (``sweep.json``). An unreadable ``trials.parquet`` raises ValueError naming it: the report
+    would otherwise rank trials rebuilt from their epoch rows as if nothing were wrong."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # read problems are listed in the report itself
         sweep = load(path)
+    for problem in sweep.problems:
+        if problem.unreadable and problem.path.endswith(TRIALS_FILE):
+            raise ValueError(f"{problem}: restore it, or delete it to have the trials derived from their epoch rows")
     report = _Report(sweep, metric or sweep.metric)
     text = report.render()
     folder = sweep.locations[0]
@@ -89,13 +94,13 @@ class _Report:
     # ---- sections ---------------------------------------------------------------------------------
     def overview(self) -> list[str]:
         s = self.sweep
-        space = s.options.get("space")
+        space = s.record.space
         lines = [f"# Sweep report: {s.name}", "",
                  f"- folder: `{self.folder.uri}`",
                  f"- metric: `{self.metric}` ({'higher' if s.higher_is_better(self.metric) else 'lower'} is better)"]
-        if isinstance(space, dict) and space.get("name"):
-            about = f" — {space['description']}" if space.get("description") else ""
-            lines.append(f"- space: `{space['name']}`{about}")
+        if space.name:
+            about = f" — {space.description}" if space.description else ""
+            lines.append(f"- space: `{space.name}`{about}")
         for key in ("search", "scheduler", "num_samples", "max_epochs", "grace_period", "reduction_factor", "seed"):
             if s.option(key) is not None:
                 lines.append(f"- {key}: `{s.option(key)}`")

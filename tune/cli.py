@@ -1,15 +1,22 @@
 """``xbm-tune``: sweeps, submit, resume, spaces, status, train, confirm, report, export-optuna, dashboard.
 
-Exit status: 0 done, 2 bad input (nothing started, nothing written), 1 failure.
+Exit status: 0 done, 2 bad input (nothing started, nothing written; a path that is not what the command
+expects, a results file that cannot be read), 1 failure. An unexpected error prints one line; with
+``XBM_TUNE_DEBUG=1`` in the environment, its full traceback (``DEBUG_VARIABLE``).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
 
 from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, cpus_option, parse_overrides
+
+#: set to 1 to see the full traceback of an unexpected error (for a bug report)
+DEBUG_VARIABLE = "XBM_TUNE_DEBUG"
 
 EXAMPLES = """examples:
   xbm-tune spaces                                  # the shipped search spaces
@@ -110,7 +117,8 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from tune.sweep import prepare, run_sweep
+    from tune.plan import prepare
+    from tune.sweep import run_sweep
 
     with bad_input():  # everything is checked here: nothing started, nothing written
         plan = prepare(args.space, options_from(args))
@@ -139,8 +147,8 @@ def print_watch_help(plan) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from tune.plan import prepare
     from tune.submit import follow_help, submit
-    from tune.sweep import prepare
 
     with bad_input():  # the sweep's own checks, here, before anything reaches the cluster
         plan = prepare(args.space, options_from(args))
@@ -229,7 +237,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis.report import write_report
 
-    print(f"report: {write_report(args.path)}")
+    with bad_input():  # not a sweep folder, or its trials.parquet unreadable: exit 2 naming the path
+        path = write_report(args.path)
+    print(f"report: {path}")
     return 0
 
 
@@ -340,7 +350,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("interrupted: continue with `xbm-tune resume PATH`", file=sys.stderr)
         return 1
     except Exception as exc:  # a failure after the input was accepted
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+            traceback.print_exc()
+            return 1
+        print(f"error: {type(exc).__name__}: {exc} (set {DEBUG_VARIABLE}=1 to see the traceback)", file=sys.stderr)
         return 1
 
 

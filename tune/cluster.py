@@ -9,8 +9,9 @@ listens on 127.0.0.1. ``RAY_AUTH_MODE=disabled`` opts out (not recommended).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Iterator, TextIO
 
 import ray
 
@@ -80,3 +81,15 @@ def disconnect(info: ClusterInfo) -> None:
 
 def print_info(info: ClusterInfo, out: TextIO | None = None) -> None:
     print(info.describe(), file=out, flush=True)
+
+
+@contextmanager
+def ray_session(address: str | None = None, dashboard: bool = True, **init_kwargs) -> Iterator[ClusterInfo]:
+    """The driver's Ray for one command: ``connect``, print where it runs, and ``disconnect`` at the end,
+    whatever happens inside (a Ray this process started is shut down; a joined one left running)."""
+    info = connect(address, dashboard, **init_kwargs)
+    print_info(info)
+    try:
+        yield info
+    finally:
+        disconnect(info)

@@ -31,6 +31,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from analysis.contract import SweepRecord
 from tune.parquet import RESULTS, config_of, finite
 from tune.warm_start import read_trials
 
@@ -107,7 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @dataclass
 class ConfirmPlan:
     uri: str
-    record: dict[str, Any]
+    record: SweepRecord
     candidates: list[Candidate]
     seeds: list[int]
     configs: list[dict[str, Any]]
@@ -119,7 +120,8 @@ def plan(args: argparse.Namespace) -> ConfirmPlan:
     from pathlib import Path
 
     from tune.options import SweepInputError, parse_overrides
-    from tune.sweep import check_data, read_record
+    from tune.plan import check_data
+    from tune.record import read_record
     from tune.trainable import train_config
     from xbm.inputs import absolute_paths
 
@@ -128,15 +130,15 @@ def plan(args: argparse.Namespace) -> ConfirmPlan:
     uri = str(args.path).rstrip("/")
     try:
         record = read_record(uri)
-        metric, mode = record["metric"], record["mode"]
+        metric, mode = record.metric, record.mode
         candidates = select_top(read_trials(uri), metric, mode, args.top)
         if not candidates:
             raise SweepInputError(f"nothing to confirm in {uri}: no completed or early-stopped sweep trial has "
                                   f"a finite best_{metric}")
-        start = args.seed_start if args.seed_start is not None else int(record.get("options", {}).get("seed", 0)) + 1
+        start = args.seed_start if args.seed_start is not None else int(record.option("seed", 0)) + 1
         seeds = list(range(start, start + args.seeds))
         overrides = absolute_paths(parse_overrides(args.overrides), Path.cwd())
-        configs = confirm_configs(candidates, seeds, {**record.get("paths", {}), **overrides})
+        configs = confirm_configs(candidates, seeds, {**record.paths, **overrides})
         for config in configs:
             train_config(config)  # a bad --set fails here
         check_data(configs)
@@ -150,12 +152,13 @@ def plan(args: argparse.Namespace) -> ConfirmPlan:
 def run(args: argparse.Namespace, **init_kwargs) -> int:
     """Select, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
     from tune.options import SweepOptions
-    from tune.sweep import record_paths, run_configs
+    from tune.record import record_paths
+    from tune.sweep import run_configs
     from xbm.inputs import RELOCATABLE_KEYS
 
     p = plan(args)
-    metric, mode = p.record["metric"], p.record["mode"]
-    swept = p.record.get("space", {}).get("params", ())
+    metric, mode = p.record.metric, p.record.mode
+    swept = p.record.swept
     print(describe_selection(p.candidates, metric, mode, p.seeds, args.top, swept))
     if any(float(c.config.get("val_fraction", 0.0)) == 0.0 for c in p.candidates):
         print("note: val_fraction is 0, so the sweep selected on the test classes and the confirmed test "
@@ -164,8 +167,8 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
         return 0
     # the sweep's data is there now: a later resume or confirm reads it there too
     moved = {k: v for k, v in p.overrides.items() if k in RELOCATABLE_KEYS and k not in swept}
-    record_paths(p.uri, p.record, {**p.record.get("paths", {}), **moved})
-    options = SweepOptions.from_record(p.record.get("options", {}))
+    record_paths(p.uri, p.record, {**p.record.paths, **moved})
+    options = SweepOptions.from_record(p.record.options)
     changes = {k: getattr(args, k) for k in ("cpus_per_trial", "gpus_per_trial", "address")
                if getattr(args, k) is not None}
     options = options.replace(metric=metric, mode=mode, max_concurrent=args.max_concurrent,

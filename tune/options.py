@@ -10,6 +10,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from xbm.checks import checker
+from xbm.checks import parse_overrides as _parse_overrides
+
 DEFAULT_STORAGE = "~/xbm_sweeps"
 MODES = ("max", "min")
 
@@ -18,9 +21,7 @@ class SweepInputError(ValueError):
     """Bad input to a sweep (options, names, paths): the CLI prints it and exits 2, nothing started."""
 
 
-def _check(ok: bool, name: str, rule: str, value: Any) -> None:
-    if not ok:
-        raise SweepInputError(f"{name} must satisfy {rule}, but got {value!r}")
+_check = checker(error=SweepInputError)
 
 
 @dataclass(frozen=True)
@@ -122,13 +123,8 @@ def cpus_option(text: str) -> float | str:
 
 
 def parse_overrides(pairs: list[str] | None) -> dict[str, str]:
-    """``--set key=value`` pairs -> dict (values stay strings; TrainConfig coerces them)."""
-    out: dict[str, str] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        _check(bool(sep) and bool(key.strip()), "--set", "the form key=value (e.g. --set lr=3e-4)", pair)
-        out[key.strip()] = value.strip()
-    return out
+    """``--set key=value`` pairs -> dict (``xbm.checks.parse_overrides``; bad input is a SweepInputError)."""
+    return _parse_overrides(pairs, SweepInputError)
 
 
 #: ``--smoke-test``: a tiny sweep to check an installation or a space in seconds

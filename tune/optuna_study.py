@@ -21,6 +21,7 @@ import os
 import tempfile
 from typing import Any, Mapping
 
+from analysis.contract import TRIALS_FILE, SweepRecord
 from tune.options import SweepInputError
 from tune.parquet import RESULTS, SWEEP_JSON, Storage, finite
 
@@ -58,14 +59,14 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
     if not results.exists(SWEEP_JSON) or not results.exists("trials.parquet"):
         raise SweepInputError(f"export-optuna needs a sweep folder with {RESULTS}/{SWEEP_JSON} and "
                               f"{RESULTS}/trials.parquet, but {path!r} lacks one")
-    record = results.read_json(SWEEP_JSON)
-    name = record.get("experiment") or uri.rsplit("/", 1)[-1]
+    record = SweepRecord.from_dict(results.read_json(SWEEP_JSON))
+    name = record.experiment or uri.rsplit("/", 1)[-1]
     out = out or live_journal(f"{uri}/{RESULTS}") or f"{name}.optuna.journal"
     storage = journal_storage(out)
     if name in [s.study_name for s in optuna.get_all_study_summaries(storage)]:
         raise SweepInputError(f"{out} already holds a study named {name!r} (an optuna sweep writes its own "
                               f"live): open it with `optuna-dashboard {out}`, or export elsewhere with --out")
-    metric, mode = record.get("metric", "recall_at_1"), record.get("mode", "max")
+    metric, mode = record.metric, record.mode
     space = space_of(record)
     # built in a side file, appended to ``out`` only when whole: a refused trial leaves ``out`` as it was
     partial = f"{out}.partial"
@@ -76,7 +77,7 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
                                 direction="maximize" if mode == "max" else "minimize")
     name_objective(study, metric)
     counts: dict[str, int] = {}
-    for row in results.read_table("trials.parquet").to_pylist():
+    for row in results.read_table(TRIALS_FILE).to_pylist():
         if (row.get("stage") or "sweep") != "sweep":
             continue
         epochs = results.read_table(f"epochs/{row['trial_id']}.parquet")
@@ -131,18 +132,18 @@ def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]]
     return state
 
 
-def space_of(record: Mapping[str, Any]):
+def space_of(record: SweepRecord):
     """The sweep's space as the sweep resolved it: its YAML text with the sweep's ``--set`` overrides."""
     from tune.spaces import load_space
 
-    text = record.get("space", {}).get("text")
+    text = record.space.text
     if not text:
         raise SweepInputError("sweep.json has no space text: this sweep cannot be exported")
-    overrides = dict(record.get("options", {}).get("overrides") or {})
-    if record.get("max_epochs") is not None:
-        overrides["epochs"] = record["max_epochs"]
+    overrides = dict(record.option("overrides") or {})
+    if record.max_epochs is not None:
+        overrides["epochs"] = record.max_epochs
     with tempfile.TemporaryDirectory() as folder:
-        file = os.path.join(folder, f"{record.get('space', {}).get('name') or 'space'}.yaml")
+        file = os.path.join(folder, f"{record.space.name or 'space'}.yaml")
         with open(file, "w") as stream:
             stream.write(text)
         return load_space(file, overrides=overrides or None)

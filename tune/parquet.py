@@ -5,9 +5,8 @@ Layout under ``<storage>/<name>/results/`` (the contract ``analysis`` reads, see
 ``sweep.json`` (the sweep's options and space).
 
 Every column is nullable and its type fixed by name, never by the first value seen, so files written at
-different times concatenate: ``epoch``, ``epochs_completed``, ``best_epoch``, ``seed``, ``retries``,
-``collapsed_epochs`` are int64; ``config.<name>`` columns take ``TrainConfig``'s field type (bool, int64, float64, string); any
-other reported number is float64 and any other string is string.
+different times concatenate: the names and types are ``analysis.contract``'s (``column_type``); ``config.<name>``
+columns take ``TrainConfig``'s field type (bool, int64, float64, string).
 
 A file is written to a temporary name next to it and moved over the old one (``rename`` on a local disk,
 atomic on POSIX; object stores publish an object only once complete), so a crash leaves the old file or
@@ -25,7 +24,6 @@ import functools
 import json
 import math
 import os
-import time
 import uuid
 from typing import Any, Iterable, Mapping
 
@@ -33,14 +31,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from analysis.contract import (CONFIG_PREFIX, INT_COLUMNS, RESULTS, SWEEP_JSON, UnreadableFileError,  # noqa: F401
+                               column_type, config_of, finite, read_retried)
 from tune.options import SweepInputError
 from xbm.config import TrainConfig
 
-CONFIG_PREFIX = "config."
-RESULTS = "results"          # <experiment>/results/: the Parquet and sweep.json
-SWEEP_JSON = "sweep.json"
-INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries", "collapsed_epochs"})
-READ_ATTEMPTS = 5  # reads of a file that was being replaced (see Storage.read_table)
 _ARROW = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
 
 
@@ -54,13 +49,6 @@ def config_fields() -> list[pa.Field]:
 def _config_fields() -> tuple[pa.Field, ...]:  # the sink asks at every result; TrainConfig() costs ~1 ms
     defaults = TrainConfig().to_dict()
     return tuple(pa.field(CONFIG_PREFIX + k, _ARROW.get(type(v), pa.string())) for k, v in defaults.items())
-
-
-def value_type(name: str, value: Any) -> pa.DataType:
-    """The column type for a reported value: int64 for counters, string for text, float64 otherwise."""
-    if name in INT_COLUMNS:
-        return pa.int64()
-    return pa.string() if isinstance(value, str) else pa.float64()
 
 
 def clean(value: Any, kind: pa.DataType) -> Any:
@@ -142,23 +130,33 @@ class Storage:
 
     def read_json(self, relative: str) -> dict:
         with self.fs.open_input_stream(self.path(relative)) as stream:
-            return json.loads(stream.readall().decode())
+            data = stream.readall()
+        try:
+            return json.loads(data.decode())
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise UnreadableFileError(self.display(relative), exc) from exc
 
     def read_table(self, relative: str) -> pa.Table | None:
         """The table, or None if the file is absent. An object store holds each version of a replaced
         file whole, but a read is a size lookup then a ranged GET, so a read racing a replacement can
-        mix two versions (seen on S3 while the sink rewrote trials.parquet): read again."""
+        mix two versions (seen on S3 while the sink rewrote trials.parquet): read again
+        (``analysis.contract.read_retried``). Still unreadable: ``UnreadableFileError`` naming the file."""
         if not self.exists(relative):
             return None
-        for attempt in range(READ_ATTEMPTS):
+
+        def read() -> pa.Table:
             with self.fs.open_input_stream(self.path(relative)) as stream:
-                data = stream.readall()
-            try:
-                return pq.read_table(pa.BufferReader(data))
-            except pa.ArrowInvalid:
-                if attempt == READ_ATTEMPTS - 1:
-                    raise
-                time.sleep(0.1)
+                return pq.read_table(pa.BufferReader(stream.readall()))
+
+        try:
+            return read_retried(read, (pa.ArrowInvalid,))
+        except pa.ArrowInvalid as exc:
+            raise UnreadableFileError(self.display(relative), exc) from exc
+
+    def display(self, relative: str) -> str:
+        """``relative`` as a user would name it: a local path, or the URI on a bucket."""
+        path = self.path(relative)
+        return path if isinstance(self.fs, pafs.LocalFileSystem) else f"{self.fs.type_name}://{path}"
 
     def list(self, relative: str, suffix: str = ".parquet") -> list[str]:
         """Names (not paths) of the files in folder ``relative`` ending with ``suffix``."""
@@ -218,12 +216,3 @@ def write_bytes(fs: pafs.FileSystem, path: str, payload) -> None:
 def _absolute(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
-
-def finite(value: Any) -> bool:
-    """A real, finite number (not a bool, None, NaN or inf): a usable metric value."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def config_of(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A trials.parquet row's ``config.*`` values under their dotted TrainConfig names."""
-    return {k[len(CONFIG_PREFIX):]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX)}

@@ -51,6 +51,19 @@ class PrunedOptunaSearch(OptunaSearch):
         super()._setup_study(mode)
         name_objective(self._ot_study, self._metric)
 
+    def keep_study(self, name: str, storage) -> None:
+        """Move the study (warm-start trials included) into ``storage`` under ``name`` and go on there.
+
+        The searcher is built, and its warm-start points told, while the sweep is planned, before its
+        folder may be written (``tune.plan.prepare``); its live journal is created once the folder exists
+        (``tune.sweep.start``), before the first trial is suggested."""
+        optuna.copy_study(from_study_name=self._study_name, from_storage=self._storage, to_storage=storage,
+                          to_study_name=name)
+        self._storage, self._study_name = storage, name
+        self._ot_study = optuna.load_study(study_name=name, storage=storage, sampler=self._ot_study.sampler,
+                                           pruner=self._ot_study.pruner)
+        name_objective(self._ot_study, self._metric)
+
     def suggest(self, trial_id: str) -> dict | str | None:
         config = super().suggest(trial_id)
         if trial_id in self._ot_trials and isinstance(config, dict):
@@ -111,10 +124,6 @@ class FixedConfigs(Searcher):
         self._configs = [dict(c) for c in configs]
         self._next = 0
 
-    def _setup_study(self, mode) -> None:
-        super()._setup_study(mode)
-        name_objective(self._ot_study, self._metric)
-
     def suggest(self, trial_id: str) -> dict | str:
         if self._next >= len(self._configs):
             return Searcher.FINISHED
@@ -138,7 +147,8 @@ def _optuna(space, options, budget: int, warm, study=None) -> tuple[PrunedOptuna
     # Offset TPE's seed by the number of warm points: with the old sweep's seed, its first random
     # draws would repeat the old sweep's own start-up points, already evaluated.
     seed = options.seed + len(points or ())
-    name, storage = study if study is not None else (None, None)
+    # an explicit in-memory storage, so that keep_study can copy the study out of it
+    name, storage = study if study is not None else (None, optuna.storages.InMemoryStorage())
     searcher = PrunedOptunaSearch(space.define_by_run, options.metric, options.mode, seed, budget,
                                   points=points, rewards=rewards, study_name=name, storage=storage)
     return searcher, {}

@@ -33,17 +33,15 @@ import pyarrow as pa
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 
-from tune.parquet import (CONFIG_PREFIX, Storage, clean_row, config_fields, finite, table_from_values,
-                          value_type)
-from tune.trainable import (BEST_WEIGHTS_KEY, ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY,
-                            train_config)
+from analysis import contract
+from analysis.contract import CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, train_fraction, trial_fields
+from tune.parquet import Storage, clean_row, config_fields, table_from_values
+from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY, train_config
 from xbm.signals import collapse_warning, collapsed
 
 #: Tune's own bookkeeping keys, not metrics of the run
 _TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | frozenset(DEBUG_METRICS) | {
     "done", "should_checkpoint", "experiment_tag", "trial_id", "training_iteration", "checkpoint_dir_name"}
-#: metrics that always get best_/final_ columns, whatever the sweep's metric (higher is better)
-ALWAYS_SUMMARISED = ("recall_at_1", "map_at_r")
 TERMINAL = ("completed", "stopped_early", "failed")
 #: an epoch file is a few dozen rows rewritten at every result: plain encoding costs ~25% less CPU than
 #: pyarrow's default (dictionary, statistics, snappy) and readers cannot tell
@@ -142,7 +140,7 @@ class ParquetSink(Callback):
             return
         epoch = int(result["epoch"])
         metrics = {k: v for k, v in result.items()
-                   if k not in _TUNE_KEYS and k != BEST_WEIGHTS_KEY and not isinstance(v, (dict, list))}
+                   if k not in _TUNE_KEYS and not isinstance(v, (dict, list))}
         epoch_row = {"experiment": self.experiment, "stage": self.stage, "trial_id": trial.trial_id,
                      **metrics, "epoch": epoch}
         self._remember_types(epoch_row)  # before the ~50 config.* columns, which it skips
@@ -234,7 +232,7 @@ class ParquetSink(Callback):
         return out
 
     def _update_location(self, row: dict, result: Mapping[str, Any]) -> None:
-        for key in (NODE_KEY, GPU_KEY, BEST_WEIGHTS_KEY):
+        for key in (NODE_KEY, GPU_KEY):
             if result.get(key) is not None:
                 row[key] = result[key]
 
@@ -246,32 +244,26 @@ class ParquetSink(Callback):
             row.update(columns)
 
     def _summarise(self, trial, row: dict, result: Mapping[str, Any]) -> None:
-        """best_/final_ of the sweep metric and of recall_at_1 / map_at_r, over the rows kept."""
+        """The trial's summary over the rows kept (``analysis.contract.summarise``: best_/final_ of the sweep
+        metric and of recall_at_1 / map_at_r, the time sums), its wall time and ``train_fraction``."""
         rows = [self.epochs.get(trial.trial_id, {})[e] for e in sorted(self.epochs.get(trial.trial_id, {}))]
         row["epochs_completed"] = len(rows)
-        # issue 8: epochs whose loss saw no positive pair, and the raw-pixel reference the best is read against
+        # issue 8: epochs whose loss saw no positive pair
         row["collapsed_epochs"] = sum(1 for r in rows if collapsed(r))
-        row["reference_raw_recall_at_1"] = rows[-1].get("reference_raw_recall_at_1") if rows else None
-        for name in dict.fromkeys((self.metric, *ALWAYS_SUMMARISED)):
-            mode = self.mode if name == self.metric else "max"
-            scored = [(r[name], r["epoch"]) for r in rows if finite(r.get(name))]
-            best = (max if mode == "max" else min)(scored, key=lambda p: p[0]) if scored else (None, None)
-            row[f"best_{name}"] = best[0]
-            row[f"final_{name}"] = rows[-1].get(name) if rows else None
-            if name == self.metric:
-                row["best_epoch"] = best[1]
+        row.update(contract.summarise(rows, self.metric, self.mode))
         if "time_total_s" in result:
             row["wall_time_s"] = float(result["time_total_s"])
         gpus = float(trial.placement_group_factory.required_resources.get("GPU", 0.0))
         if row.get("wall_time_s") is not None:
             row["gpu_hours"] = row["wall_time_s"] * gpus / 3600.0
+        row["train_fraction"] = train_fraction(row.get("train_s"), row.get("wall_time_s"))
 
     # ---- files ----------------------------------------------------------------------------------
     def _remember_types(self, row: Mapping[str, Any]) -> None:
         for key, value in row.items():
             if key.startswith(CONFIG_PREFIX) or key in self.metric_types or value is None:
                 continue
-            self.metric_types[key] = value_type(key, value)
+            self.metric_types[key] = column_type(key, value)
 
     def epoch_fields(self) -> list[pa.Field]:
         """The epoch files' fields; metric_types only grows, so its size says when they change."""
@@ -281,27 +273,14 @@ class ParquetSink(Callback):
         return self._epoch_fields[1]
 
     def _build_epoch_fields(self) -> list[pa.Field]:
-        fixed = [pa.field("experiment", pa.string()), pa.field("stage", pa.string()),
-                 pa.field("trial_id", pa.string()), pa.field("epoch", pa.int64()),
-                 pa.field(NODE_KEY, pa.string()), pa.field(GPU_KEY, pa.string())]
-        names = {f.name for f in fixed}
+        fixed = epoch_key_fields()
+        declared = [pa.field(n, column_type(n)) for n in EPOCH_DECLARED]  # null until the trainer reports them
+        names = {f.name for f in fixed + declared}
         metrics = [pa.field(k, t) for k, t in self.metric_types.items() if k not in names]
-        return fixed + metrics + config_fields()
+        return fixed + metrics + declared + config_fields()
 
     def trial_fields(self) -> list[pa.Field]:
-        s, f, i = pa.string(), pa.float64(), pa.int64()
-        summary = []
-        for name in dict.fromkeys((self.metric, *ALWAYS_SUMMARISED)):
-            kind = self.metric_types.get(name, f)
-            summary += [pa.field(f"best_{name}", kind), pa.field(f"final_{name}", kind)]
-            if name == self.metric:
-                summary.append(pa.field("best_epoch", i))
-        head = [("experiment", s), ("stage", s), ("trial_id", s), ("trial_name", s), ("status", s),
-                ("stop_reason", s), ("error", s), ("epochs_completed", i), ("collapsed_epochs", i)]
-        tail = [("reference_raw_recall_at_1", f), ("wall_time_s", f), ("gpu_hours", f), ("retries", i), ("seed", i), (NODE_KEY, s),
-                (GPU_KEY, s), (BEST_WEIGHTS_KEY, s), ("git_sha", s), ("package_version", s)]
-        return ([pa.field(n, t) for n, t in head] + summary + [pa.field(n, t) for n, t in tail]
-                + config_fields())
+        return trial_fields(self.metric, self.metric_types) + config_fields()
 
     def _write_epochs(self, trial_id: str) -> None:
         """Rewrite the trial's epoch file from its rows. Each row is cleaned once and kept (a trial's file

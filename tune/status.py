@@ -2,36 +2,37 @@
 after it crashed: the files are replaced atomically, so they are always whole)."""
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
-from tune.parquet import CONFIG_PREFIX, RESULTS, SWEEP_JSON, Storage, check_storage
+from analysis.contract import CONFIG_PREFIX, TRIALS_FILE, SweepRecord
+from tune.parquet import RESULTS, SWEEP_JSON, Storage, check_storage
 from xbm.signals import trial_flags
 
 
-def load_status(path: str) -> tuple[dict[str, Any], pd.DataFrame]:
-    """(sweep.json as a dict, or {} if missing; trials.parquet as a DataFrame). ValueError if neither."""
+def load_status(path: str) -> tuple[SweepRecord, pd.DataFrame]:
+    """(sweep.json's record, defaults if missing; trials.parquet as a DataFrame). ValueError if neither, or
+    if one is unreadable (naming the file)."""
     uri = path.rstrip("/")
     check_storage(uri)
     storage = Storage(f"{uri}/{RESULTS}")
-    record = storage.read_json(SWEEP_JSON) if storage.exists(SWEEP_JSON) else {}
-    table = storage.read_table("trials.parquet")
-    if table is None and not record:
-        raise ValueError(f"status needs a sweep folder (holding {RESULTS}/trials.parquet), but {path!r} has "
-                         f"neither trials.parquet nor sweep.json")
+    found = storage.exists(SWEEP_JSON)
+    record = SweepRecord.from_dict(storage.read_json(SWEEP_JSON)) if found else SweepRecord()
+    table = storage.read_table(TRIALS_FILE)
+    if table is None and not found:
+        raise ValueError(f"status needs a sweep folder (holding {RESULTS}/{TRIALS_FILE}), but {path!r} has "
+                         f"neither {TRIALS_FILE} nor {SWEEP_JSON}")
     frame = table.to_pandas(types_mapper=pd.ArrowDtype) if table is not None else pd.DataFrame()
     return record, frame
 
 
-def status_table(record: dict[str, Any], trials: pd.DataFrame, top: int | None = 20) -> str:
+def status_table(record: SweepRecord, trials: pd.DataFrame, top: int | None = 20) -> str:
     """Counts per status and stage, then the trials sorted best first on the sweep's metric."""
-    metric, mode = record.get("metric", "recall_at_1"), record.get("mode", "max")
-    name = record.get("experiment", "?")
+    metric, mode = record.metric, record.mode
+    name = record.experiment or "?"
     if trials.empty:
         return f"sweep {name}: no trial has reported yet"
     counts = trials.groupby(["stage", "status"]).size().to_string()
-    swept = [CONFIG_PREFIX + p for p in record.get("space", {}).get("params", [])]
+    swept = [CONFIG_PREFIX + p for p in record.swept]
     best = f"best_{metric}"
     columns = ["trial_id", "stage", "status", "epochs_completed", best, "best_epoch", f"final_{metric}",
                *[c for c in swept if c in trials], "stop_reason"]

@@ -1,6 +1,6 @@
 """Seed a new Optuna search with an old sweep's finished trials (``xbm-tune sweep ... --warm-start OLD``).
 
-Contract with ``tune/sweep.py``::
+Contract with ``tune/plan.py``::
 
     from tune.warm_start import warm_start_points, WarmStartError      # WarmStartError(ValueError)
     warm = warm_start_points(old_sweep_path, space, metric, mode)

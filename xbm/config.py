@@ -13,6 +13,7 @@ import functools
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, get_type_hints
 
+from xbm.checks import checker
 from xbm.normalisers.config import NormaliserConfig
 
 MINER_KINDS = ("pair_margin", "none")
@@ -29,9 +30,7 @@ LABELLED_NORMALISERS = ("pcxbn", "scxbn")
 ON_BAD_IMAGE = ("stop", "skip")
 
 
-def _check(ok: bool, name: str, rule: str, value) -> None:
-    if not ok:
-        raise ValueError(f"{name} must satisfy {rule}, but got {value!r}")
+_check = checker()
 
 
 @dataclass(frozen=True)

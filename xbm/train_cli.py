@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from xbm import checks
+
 TRAIN_EXAMPLES = """examples:
   xbm-tune train --set dataset=toy --set model=mlp --set epochs=5 --set embedding_size=64
   xbm-tune train --set dataset=omniglot --set data_root=../shared/datasets/omniglot_small \\
@@ -51,13 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise BadInput(f"--set must look like key=value, but got {item!r}")
-        values[key.strip()] = value
-    return values
+    """``--set`` pairs, stripped as ``xbm-tune sweep`` strips them (``xbm.checks.parse_overrides``)."""
+    return checks.parse_overrides(items, BadInput)
 
 
 def load_yaml(path: Optional[str]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.contract import column_type
+
 MAX_EPOCHS = 4
 SEEDS = (0, 1, 2)
 KINDS = ("none", "xbn", "pcxbn", "axbn")
@@ -100,13 +102,8 @@ def table(rows: list[dict]) -> pa.Table:
     for column in frame.columns:
         if column.startswith("config."):
             kind = ARROW[CONFIG_TYPES[column[len("config."):]]]
-        elif column in ("epoch", "epochs_completed", "best_epoch", "seed"):
-            kind = pa.int64()
-        elif column in ("experiment", "stage", "trial_id", "status", "stop_reason", "error", "node_id",
-                        "git_sha", "package_version", "eval_split"):
-            kind = pa.string()
         else:
-            kind = pa.float64()
+            kind = column_type(column)  # by name, as the sink types them (analysis.contract)
         fields.append(pa.field(column, kind))
     schema = pa.schema(fields)
     arrays = [pa.array([None if v is None or (not isinstance(v, str) and pd.isna(v)) else v

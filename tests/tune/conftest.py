@@ -30,7 +30,8 @@ def run_toy_sweep(root: Path, name: str, space: str, **options: Any):
     """Write ``space`` under ``root``, run its sweep to the end (storage ``root/sweeps``, no dashboard) and
     return ``(plan, built)`` (``built.searcher`` for the Optuna checks)."""
     from tune.options import SweepOptions
-    from tune.sweep import prepare, start
+    from tune.plan import prepare
+    from tune.sweep import start
 
     (root / "toy.yaml").write_text(space)
     plan = prepare(str(root / "toy.yaml"), SweepOptions(storage=str(root / "sweeps"), name=name, dashboard=False,

@@ -97,7 +97,7 @@ def test_sweep_exits_1_only_when_every_trial_failed(tmp_path, capsys, monkeypatc
     import pandas as pd
 
     from tune import sweep
-    from tune.sweep import SweepOutcome
+    from tune.record import SweepOutcome
 
     trials = pd.DataFrame({"trial_id": [f"t{i}" for i in range(len(statuses))], "status": statuses,
                            "trial_name": "x", "best_recall_at_1": [float("nan")] + [0.5] * (len(statuses) - 1),
@@ -111,3 +111,57 @@ def test_sweep_exits_1_only_when_every_trial_failed(tmp_path, capsys, monkeypatc
     captured = capsys.readouterr()
     assert ("every trial failed: see the error column of trials.parquet" in captured.err) == (code == 1)
     assert f"trials: {', '.join(f'{statuses.count(s)} {s}' for s in sorted(set(statuses)))}" in captured.out
+
+
+# ---- bad data named (issue 17) ---------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["status"], ["report"], ["resume", "--no-dashboard"],
+                                     ["confirm", "--dry-run", "--no-dashboard"]])
+def test_a_folder_that_is_no_sweep_exits_2_naming_it(tmp_path, capsys, command):
+    """Bug caught: ``report`` on a folder that is no sweep exiting 1 (a failure) while the other commands
+    exit 2 (bad input), or any of them writing into the folder."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a sweep")
+    assert main([command[0], str(folder), *command[1:]]) == 2
+    assert str(folder) in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+
+
+def test_a_truncated_trials_parquet_is_named_by_status_report_and_load(tmp_path, capsys):
+    """Bug caught: ``status`` failing with "Could not open Parquet input source '<Buffer>'" (no file named),
+    ``report`` writing a report over trials rebuilt as if nothing were wrong (or exiting 1), and
+    ``analysis.load`` leaving the file unnamed."""
+    import analysis
+    from analysis.loader import SweepReadWarning
+
+    from .test_contract_roundtrip import written_sweep
+
+    folder = written_sweep(tmp_path)
+    path = folder / "results" / "trials.parquet"
+    path.write_bytes(path.read_bytes()[:200])
+    for command in ("status", "report"):
+        assert main([command, str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert str(path) in err and "unreadable" in err, command
+    assert not (folder / "report.md").exists()
+    with pytest.warns(SweepReadWarning, match=str(path)):
+        sweep = analysis.load(folder)
+    assert [p.path for p in sweep.problems if p.unreadable] == [str(path)]
+
+
+@pytest.mark.parametrize("debug", ["1", ""])
+def test_an_unexpected_error_shows_its_traceback_with_xbm_tune_debug(tmp_path, capsys, monkeypatch, debug):
+    """Bug caught: every unexpected error reduced to one line, so a user cannot send a traceback with a bug
+    report, or the one line not saying how to get it."""
+    from tune import status
+
+    def broken(path):
+        raise RuntimeError("boom inside status")
+
+    monkeypatch.setattr(status, "load_status", broken)
+    monkeypatch.setenv("XBM_TUNE_DEBUG", debug)
+    assert main(["status", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert ("Traceback (most recent call last)" in err and "in broken" in err) == (debug == "1")
+    assert "RuntimeError: boom inside status" in err
+    assert ("set XBM_TUNE_DEBUG=1 to see the traceback" in err) == (debug == "")

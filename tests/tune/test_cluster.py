@@ -13,7 +13,9 @@ from ray.tune import Callback
 
 from tune.cluster import ClusterInfo, connect, disconnect
 from tune.options import SweepOptions
-from tune.sweep import outcome, prepare, start
+from tune.plan import prepare
+from tune.record import outcome
+from tune.sweep import start
 
 SPACE = """description: cluster
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 2, warmup_epochs: 0, batch_size: 128}
@@ -29,6 +31,25 @@ def test_dashboard_line_tells_how_to_log_in():
     assert "Dashboard: http://127.0.0.1:8265" in text and "ray get-auth-token" in text
     assert "ssh -L 8265:127.0.0.1:8265" in text and "~/.ray/auth_token" in text
     assert "ray get-auth-token" not in ClusterInfo("a", "127.0.0.1:8265", False, True, 1, 2, 0).describe()
+
+
+def test_ray_session_prints_where_it_runs_and_disconnects_even_on_an_error(monkeypatch, capsys):
+    """Bug caught: a command that fails mid-fit leaving the Ray it started running (the next command then
+    joins a stale session), or a session that does not say where it runs; one context manager, not three
+    copies of connect / print / disconnect."""
+    from tune import cluster
+
+    info = ClusterInfo("127.0.0.1:6379", None, False, True, 1, 2, 0)
+    events = []
+    monkeypatch.setattr(cluster, "connect", lambda address, dashboard, **kw: events.append(("connect", address, kw))
+                        or info)
+    monkeypatch.setattr(cluster, "disconnect", lambda got: events.append(("disconnect", got)))
+    with pytest.raises(RuntimeError, match="fit failed"):
+        with cluster.ray_session("auto", False, num_cpus=2) as got:
+            assert got is info
+            raise RuntimeError("fit failed")
+    assert events == [("connect", "auto", {"num_cpus": 2}), ("disconnect", info)]
+    assert "Ray: local Ray, 1 node(s), 2 CPU(s), 0 GPU(s)" in capsys.readouterr().out
 
 
 class MostAtOnce(Callback):

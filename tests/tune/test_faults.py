@@ -13,7 +13,9 @@ import ray
 from ray.tune import Callback
 
 from tune.options import SweepOptions
-from tune.sweep import outcome, prepare, resume_sweep, start
+from tune.plan import prepare
+from tune.record import outcome
+from tune.sweep import resume_sweep, start
 
 BASE = """base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 4, warmup_epochs: 0, batch_size: 32,
        samples_per_class: 4, lr: 1.0e-3}

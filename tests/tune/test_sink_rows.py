@@ -8,6 +8,7 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.contract import EPOCH_DECLARED
 from tune import parquet
 from tune.sink import ParquetSink
 
@@ -30,7 +31,8 @@ def test_epoch_and_trial_rows_carry_the_contract_columns_in_order(tmp_path):
 
     epochs = pq.read_table(tmp_path / "epochs" / "t1.parquet")
     names = [n for n in epochs.schema.names if not n.startswith(parquet.CONFIG_PREFIX)]
-    assert names == ["experiment", "stage", "trial_id", "epoch", "node_id", "gpu_ids", *METRIC_COLUMNS]
+    assert names == ["experiment", "stage", "trial_id", "epoch", "node_id", "gpu_ids", *METRIC_COLUMNS,
+                     *EPOCH_DECLARED]
     assert epochs.schema.names[len(names):] == [f.name for f in parquet.config_fields()]
     assert epochs.select(["experiment", "stage", "trial_id", "epoch", "node_id", "gpu_ids"]).to_pylist() == [
         {"experiment": "exp", "stage": "confirm", "trial_id": "t1", "epoch": e, "node_id": "n1", "gpu_ids": None}

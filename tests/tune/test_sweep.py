@@ -15,7 +15,9 @@ from tune.options import SweepInputError, SweepOptions
 from tune.schedulers import SCHEDULERS, build_scheduler
 from tune.searchers import SEARCHERS, FixedConfigs, PrunedOptunaSearch, build_searcher
 from tune.spaces import SpaceError, load_space
-from tune.sweep import outcome, prepare, run_configs, run_sweep
+from tune.plan import prepare
+from tune.record import outcome
+from tune.sweep import run_configs, run_sweep
 
 from .conftest import run_toy_sweep
 

@@ -16,7 +16,10 @@ from PIL import Image
 from tune import cli
 from tune.options import SweepInputError, SweepOptions
 from tune.spaces import load_space
-from tune.sweep import outcome, prepare, relocated, resume_sweep, start, sweep_record
+from analysis.contract import SweepRecord
+from tune.plan import prepare, relocated
+from tune.record import outcome, sweep_record
+from tune.sweep import resume_sweep, start
 from xbm.inputs import RELOCATABLE_KEYS
 
 SPACE = """description: paths test (a tiny Omniglot tree, flattened 8 px images, mlp)
@@ -76,7 +79,7 @@ def test_set_paths_are_made_absolute_against_the_launch_directory(layout):
     expected = str(layout / "data" / "omniglot")
     assert plan.space.base["data_root"] == expected
     assert plan.options.overrides["data_root"] == expected
-    assert sweep_record(plan)["paths"] == {"data_root": expected}
+    assert sweep_record(plan).paths == {"data_root": expected}
 
 
 def test_space_file_paths_are_relative_to_the_file(layout):
@@ -115,13 +118,14 @@ def test_resume_moves_only_the_data_and_only_an_unswept_key(tmp_path, monkeypatc
     """Bug: resume --set could change what a checkpointed trial learns (lr, pretrained_path), or clobber a
     swept path; a relative new data_root must be absolute like any --set path."""
     monkeypatch.chdir(tmp_path)
-    record = {"paths": {"data_root": "/old", "pretrained_path": "/w.pth"}, "space": {"params": ["lr"]}}
+    record = SweepRecord.from_dict({"paths": {"data_root": "/old", "pretrained_path": "/w.pth"},
+                                    "space": {"params": ["lr"]}})
     assert relocated(record, {"data_root": "new"}, RELOCATABLE_KEYS, "resume") == {
         "data_root": str(tmp_path / "new"), "pretrained_path": "/w.pth"}
     for key in ("lr", "pretrained_path"):
         with pytest.raises(SweepInputError, match=f"resume --set must name one of.*but got '{key}'"):
             relocated(record, {key: "x"}, RELOCATABLE_KEYS, "resume")
-    swept = {"paths": {}, "space": {"params": ["data_root"]}}
+    swept = SweepRecord.from_dict({"paths": {}, "space": {"params": ["data_root"]}})
     with pytest.raises(SweepInputError, match="but got 'data_root'"):
         relocated(swept, {"data_root": "x"}, RELOCATABLE_KEYS, "resume")
 

@@ -63,23 +63,39 @@ def test_checkpoints_follow_the_period_and_a_finished_trial_keeps_one_and_its_be
         assert (history["setup_s"] > 0).all() and (history["checkpoint_s"] >= 0).all()
 
 
-def oom_trial(config):
-    """run_trial whose training step runs out of memory (patched inside the trial's own process)."""
+def failing_trial(config, fail_with):
+    """run_trial whose training step raises the error named by ``fail_with`` (patched inside the trial's own
+    process)."""
     import xbm.trainer
+    from xbm.errors import BadImageError
 
-    def out_of_memory(*args, **kwargs):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    errors = {"oom": torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+              "bad_image": BadImageError("data set 'cub': cannot decode image /data/cub/1.jpg (data_root /data/cub)")}
 
-    xbm.trainer.run_epoch = out_of_memory
+    def fail(*args, **kwargs):
+        raise errors[fail_with]
+
+    xbm.trainer.run_epoch = fail
     run_trial(config, "recall_at_1", "max")
 
 
 @pytest.mark.slow
-def test_out_of_memory_fails_the_trial_at_once_with_what_to_change(ray_session, tmp_path):
-    """Bug caught: an out-of-memory error retried max_failures times into the same failure (each retry
-    re-runs the set-up), or recorded without the batch size and what to change."""
-    _, trials = _fit(tmp_path, "oom", oom_trial, max_failures=2, seeds=(0,))
-    row = trials.iloc[0]
+@pytest.mark.parametrize("fail_with, reason, error", [
+    ("oom", "batch_size=128", "OutOfMemoryError: CUDA out of memory"),
+    ("bad_image", "bad image (on_bad_image=stop)", "BadImageError: data set 'cub': cannot decode image /data/cub/1.jpg"),
+])
+def test_a_deterministic_error_fails_the_trial_at_once_with_what_to_change(ray_session, tmp_path, fail_with,
+                                                                          reason, error):
+    """Bug caught: an out-of-memory error or a bad image retried max_failures times into the same failure
+    (each retry re-runs the set-up), or recorded without the batch size and what to change."""
+    trainable = tune.with_parameters(failing_trial, fail_with=fail_with)
+    sink = ParquetSink(str(tmp_path / "f" / "results"), "f", "recall_at_1", "max")
+    tune.Tuner(trainable, param_space=TOY,
+               tune_config=tune.TuneConfig(metric="recall_at_1", mode="max"),
+               run_config=tune.RunConfig(storage_path=str(tmp_path), name="f", verbose=0, callbacks=[sink],
+                                         failure_config=tune.FailureConfig(max_failures=2))).fit()
+    row = pq.read_table(tmp_path / "f" / "results" / "trials.parquet").to_pandas().iloc[0]
     assert row["status"] == "failed" and row["retries"] == 0
-    assert "batch_size=128" in row["stop_reason"] and "--gpus-per-trial" in row["stop_reason"]
-    assert row["error"].startswith("OutOfMemoryError: CUDA out of memory")
+    assert reason in row["stop_reason"] and row["error"].startswith(error)
+    if fail_with == "oom":
+        assert "--gpus-per-trial" in row["stop_reason"]

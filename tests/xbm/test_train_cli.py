@@ -33,7 +33,7 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--set", "memory.ration=0.3"], "unknown config key 'memory.ration'"),
-    (["--set", "epochs"], "--set must look like key=value"),
+    (["--set", "epochs"], "--set must satisfy the form key=value"),
     (["--set", "lr=fast"], "lr must be of type float"),
     (["--config", "/nonexistent/run.yaml"], "--config must name a readable YAML file"),
     (["--set", "dataset=sop", "--set", "data_root=/nonexistent"], "data set 'sop': missing"),

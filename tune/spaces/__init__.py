@@ -1,6 +1,6 @@
 """Search spaces: YAML study files (``search_spaces/``) validated and converted for Optuna and Ray.
 
-Contract with the sweep layer (``tune/cli.py``, ``tune/sweep.py``, ``tune/trainable.py``)::
+Contract with the sweep layer (``tune/cli.py``, ``tune/plan.py``, ``tune/trainable.py``)::
 
     from tune.spaces import load_space, list_spaces, SearchSpace, SpaceError   # SpaceError(ValueError)
     space = load_space("quickstart")          # a name from search_spaces/ or a path; fully validated

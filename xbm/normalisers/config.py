@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from xbm.checks import checker
+
 KINDS = ("none", "xbn", "axbn", "ema", "pcxbn", "scxbn")
 ABSENT = ("global", "skip")
 
 
-def _check(ok: bool, name: str, rule: str, value) -> None:
-    if not ok:
-        raise ValueError(f"normaliser.{name} must satisfy {rule}, but got {value!r}")
+_check = checker("normaliser.")
 
 
 @dataclass(frozen=True)

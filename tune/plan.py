@@ -1,0 +1,158 @@
+"""Plan a sweep: validate everything before Ray starts or a folder is created.
+
+Order matters for "bad input writes nothing": the space, the options, the base TrainConfig, the data
+set and ``pretrained_path`` (opened once, here on the driver: ``check_data``), the searcher, the
+scheduler, the fairness check and the experiment name are all checked in ``prepare``. The searcher and
+the scheduler it builds are the sweep's own (kept on the plan, built once): building them is what checks
+the registry names, the search/warm-start pairing and the warm-start points.
+
+Paths (``xbm.inputs.PATH_KEYS``) are absolute from ``prepare`` on: ``--set`` values against the launch
+directory, space-file values against the file's folder (``tune.spaces.loader``). Trials run in their
+own trial directories, so a relative path would point elsewhere there. ``sweep.json`` records them under
+``paths`` (the non-swept ones): where the sweep's files are now. ``resume --set data_root=NEW`` and
+``confirm --set data_root=NEW`` move a sweep to files elsewhere (``relocated``): ``paths`` is updated,
+the trials read there, and their rows' ``config.data_root`` says so from then on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from analysis.contract import SweepRecord, TRIALS_FILE
+from tune.optuna_study import live_journal
+from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions
+from tune.parquet import RESULTS, Storage, check_storage
+from tune.schedulers import build_scheduler
+from tune.searchers import build_searcher, check_search_options
+from tune.trainable import train_config
+from xbm.inputs import PATH_KEYS, absolute_paths
+
+
+@dataclass
+class SweepPlan:
+    """Everything a sweep needs, validated, before anything runs. ``searcher`` (with ``swept_space``, the
+    Tune param_space of the swept parameters) and ``scheduler`` (filling ``stop_reasons``) are used by one
+    Tuner: a plan runs once."""
+
+    space: Any
+    options: SweepOptions
+    experiment: str
+    max_epochs: int
+    warnings: list[str] = field(default_factory=list)
+    warm: Any = None
+    searcher: Any = None
+    swept_space: dict[str, Any] = field(default_factory=dict)
+    scheduler: Any = None
+    stop_reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def experiment_uri(self) -> str:
+        return f"{self.options.storage_path()}/{self.experiment}"
+
+    @property
+    def results_uri(self) -> str:
+        return f"{self.experiment_uri}/{RESULTS}"
+
+    @property
+    def optuna_journal(self) -> str | None:
+        """The live Optuna study's file (optuna search on a local folder), else None."""
+        return live_journal(self.results_uri) if self.options.search == "optuna" else None
+
+
+def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
+    """Load and check everything; raise ``SpaceError`` / ``SweepInputError`` / ``ValueError`` on bad input."""
+    from tune.spaces import load_space
+
+    if options.smoke_test:
+        options = options.replace(**SMOKE, overrides={**SMOKE_OVERRIDES, **options.overrides},
+                                  max_concurrent=options.max_concurrent)
+    options = options.replace(overrides=absolute_paths(options.overrides, Path.cwd()))
+    overrides = dict(options.overrides)
+    if options.max_epochs is not None:
+        overrides["epochs"] = options.max_epochs
+    space = load_space(space_name, overrides=overrides or None)
+    if "seed" not in space.base and "seed" not in space.params:
+        space = load_space(space_name, overrides={**overrides, "seed": options.seed})
+    options = options.for_space(space.is_grid)
+    space.check_search(options.search)
+    base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
+    max_epochs = base.epochs
+    check_data(_data_variants(space))
+    if options.grace_period > max_epochs and options.scheduler != "fifo":
+        raise SweepInputError(f"--grace-period must be <= the epoch budget ({max_epochs}), but got "
+                              f"{options.grace_period}; lower it or raise --max-epochs")
+    warnings = space.fairness_warnings(options.grace_period, options.scheduler)
+    if warnings and options.strict:
+        raise SweepInputError("unfair early stopping (--strict):\n  " + "\n  ".join(warnings))
+    warm = None
+    if options.warm_start:
+        check_search_options(options)  # before reading the old sweep: --warm-start needs optuna
+        warm = _warm_start(options, space)
+    # the study stays in memory until the sweep's folder exists (tune.sweep.start keeps it in the journal)
+    searcher, swept_space = build_searcher(space, options, max_epochs, warm)
+    stop_reasons: dict[str, str] = {}
+    scheduler = build_scheduler(options, max_epochs, stop_reasons)
+    experiment = options.experiment_name(space.name)
+    options = options.replace(name=experiment)
+    check_storage(options.storage_path())  # a missing bucket or rejected credentials: one error, now
+    if Storage(options.storage_path()).exists(experiment):
+        raise SweepInputError(f"experiment {experiment!r} already exists in {options.storage_path()}: "
+                              f"choose another --name, or continue it with `xbm-tune resume "
+                              f"{options.storage_path()}/{experiment}`")
+    return SweepPlan(space, options, experiment, max_epochs, warnings, warm, searcher, swept_space, scheduler,
+                     stop_reasons)
+
+
+def check_data(configs: Iterable[Mapping[str, Any]]) -> None:
+    """Open each distinct data set (and ``pretrained_path``) the configs read, once, on this machine:
+    ``xbm.inputs.check_inputs`` (the data set's own layout check; no image decoded). A missing or wrong
+    path raises SweepInputError carrying the data set's layout message (exit 2, before Ray starts)."""
+    from xbm.inputs import check_inputs
+
+    seen = set()
+    for config in configs:
+        cfg = train_config(config)
+        key = (cfg.dataset, cfg.val_fraction, *(getattr(cfg, k) for k in PATH_KEYS))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            check_inputs(cfg)
+        except (ValueError, FileNotFoundError) as exc:
+            raise SweepInputError(str(exc)) from exc
+
+
+def _data_variants(space) -> list[dict[str, Any]]:
+    """The base config, and one config per value of a swept path key (e.g. a choice of pretrained_path
+    files), for ``check_data``. A swept ``dataset`` is checked only in its trials."""
+    variants = [dict(space.base)]
+    for key in PATH_KEYS:
+        values = space.params[key].possible_values() if key in space.params else None
+        variants += [{**space.base, key: value} for value in values or ()]
+    return variants
+
+
+def relocated(record: SweepRecord, changes: Mapping[str, Any], allowed: tuple[str, ...],
+              command: str) -> dict[str, Any]:
+    """The sweep's recorded paths (``sweep.json`` ``paths``) updated with ``changes`` (``--set`` on
+    ``resume`` / ``confirm``), made absolute against the working directory. A key outside ``allowed``,
+    or a swept one (each trial has its own value), raises SweepInputError."""
+    swept = set(record.swept)
+    for key in changes:
+        if key not in allowed or key in swept:
+            raise SweepInputError(
+                f"{command} --set must name one of {list(k for k in allowed if k not in swept)} (files at another "
+                f"location), but got {key!r}: other keys change what the trials learn; start a new sweep, or "
+                f"re-run chosen configs with `xbm-tune confirm PATH --set KEY=VALUE`")
+    return {**record.paths, **absolute_paths(changes, Path.cwd())}
+
+
+def _warm_start(options: SweepOptions, space):
+    from tune.warm_start import warm_start_points
+
+    check_storage(options.warm_start)
+    if not Storage(options.warm_start).exists(f"{RESULTS}/{TRIALS_FILE}"):
+        raise SweepInputError(f"--warm-start must name a sweep folder holding {RESULTS}/{TRIALS_FILE}, "
+                              f"but got {options.warm_start!r}")
+    return warm_start_points(options.warm_start, space, options.metric, options.mode)
