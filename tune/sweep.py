@@ -5,8 +5,11 @@
 Tune settings every sweep shares: ``reuse_actors=True`` (issue 4 measured 16 trivial trials at ~25 s
 without it and ~3.5 s with it in Ray 2.60: a new actor per trial re-imports torch and the trainer),
 ``FailureConfig(max_failures)`` (a crashed trial restarts from its last checkpoint),
-``CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS)`` (the trainer state is checkpointed each epoch; the
-last two are kept, see below), readable trial names (``TrialNamer``), the Parquet sink as a callback, and
+``CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS)`` (the trainer state is checkpointed every
+``--checkpoint-period`` seconds and at the last epoch, ``tune.checkpoints``; the last two are kept while a
+trial runs, see below, and one when it ends: ``KeepLatestCheckpoint``), each trial's ``TrialPolicy`` (the
+checkpoint period, and the scheduler's decision epochs, which ``eval_every`` never skips), the CPUs per
+trial resolved once Ray is connected (``--cpus-per-trial auto``, ``tune.resources``), readable trial names (``TrialNamer``), the Parquet sink as a callback, and
 what a running sweep shows (docs/sweeps.md "Watching a sweep"): the sweep's best published to the trials
 (``tune.live.SweepBest``), TensorBoard runs per trial (``SweepTensorBoard``), and for optuna sweeps on a
 local folder the searcher's study in ``results/optuna.journal`` (``tune.optuna_study``).
@@ -21,6 +24,7 @@ from typing import Any, Mapping
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 
+from tune.checkpoints import KeepLatestCheckpoint
 from tune.cluster import ray_session
 from tune.live import SweepBest
 from tune.optuna_study import journal_storage
@@ -28,11 +32,13 @@ from tune.options import SweepInputError, SweepOptions
 from tune.plan import SweepPlan, check_data, relocated
 from tune.record import (SweepOutcome, absolute_uri, outcome, provenance, read_record, record_paths, sweep_record,
                          write_record)
+from tune.resources import resolve_cpus_per_trial
+from tune.schedulers import build_scheduler, decision_epochs
 from tune.searchers import FixedConfigs
 from tune.sink import ParquetSink
 from tune.tensorboard_logger import SweepTensorBoard
-from tune.trainable import TrialNamer, make_trainable, train_config, trial_dirname
-from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS
+from tune.trainable import TrialNamer, TrialPolicy, make_trainable, train_config, trial_dirname
+from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS, live_decode_warning
 
 # The experiment state (what `resume` restores) is saved at most this often; Tune's "auto" can wait
 # minutes on long sweeps, and a killed driver loses what happened since.
@@ -70,14 +76,20 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
         trial_name_creator=TrialNamer(list(plan.space.params)), trial_dirname_creator=trial_dirname)
     watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard()]
     run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *watch, *callbacks])
-    tuner = tune.Tuner(trainable(options, plan.experiment), param_space={**plan.space.base, **plan.swept_space},
+    policy = TrialPolicy(options.checkpoint_period, decision_epochs(plan.scheduler, plan.max_epochs))
+    tuner = tune.Tuner(trainable(options, plan.experiment, policy=policy),
+                       param_space={**plan.space.base, **plan.swept_space},
                        tune_config=tune_config, run_config=run_config)
     return Built(tuner, sink, plan.searcher, plan.scheduler)
 
 
 def start(plan: SweepPlan, callbacks: tuple = ()) -> Built:
-    """Write results/sweep.json, keep an optuna searcher's study in the live journal, and build the Tuner
-    (the caller fits it; Ray must be connected)."""
+    """Resolve ``--cpus-per-trial auto`` on the connected cluster, write results/sweep.json (with the
+    resolved number), keep an optuna searcher's study in the live journal, and build the Tuner (the caller
+    fits it; Ray must be connected)."""
+    plan.options = resolved_resources(plan.options)
+    for warning in gpu_data_warnings(plan):
+        print(f"warning: {warning}", flush=True)
     write_record(plan.results_uri, sweep_record(plan))
     journal = plan.optuna_journal
     if journal and hasattr(plan.searcher, "keep_study"):
@@ -85,16 +97,38 @@ def start(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     return build_tuner(plan, callbacks)
 
 
-def trainable(options: SweepOptions, sweep: str | None = None, paths: Mapping[str, Any] | None = None):
+def resolved_resources(options: SweepOptions) -> SweepOptions:
+    """``options`` with ``cpus_per_trial`` a number (``auto`` resolved on the connected cluster's nodes)."""
+    import ray
+
+    needs_nodes = options.cpus_per_trial == "auto" and options.gpus_per_trial > 0
+    return options.replace(cpus_per_trial=resolve_cpus_per_trial(options.cpus_per_trial, options.gpus_per_trial,
+                                                                  ray.nodes() if needs_nodes else ()))
+
+
+def gpu_data_warnings(plan: SweepPlan) -> list[str]:
+    """For a GPU sweep: one warning per data set whose images are decoded live every epoch (over the
+    in-memory budget, no ``image_cache``). A swept data set is not looked at (its trials build it)."""
+    if plan.options.gpus_per_trial <= 0 or "dataset" in plan.space.params or "image_cache" in plan.space.params:
+        return []
+    text = live_decode_warning(train_config(plan.space.base), plan.options.cpus_per_trial)
+    return [text] if text else []
+
+
+def trainable(options: SweepOptions, sweep: str | None = None, paths: Mapping[str, Any] | None = None,
+              policy: TrialPolicy | None = None):
     """The trainable class; ``sweep`` (the experiment name) lets trials print the sweep's best so far;
-    ``paths`` (a resumed sweep's recorded paths) replace the trials' own values."""
+    ``paths`` (a resumed sweep's recorded paths) replace the trials' own values; ``policy`` defaults to the
+    options' checkpoint period and no decision epochs (FIFO). Ray must be connected (``auto`` CPUs)."""
+    options = resolved_resources(options)
+    policy = policy or TrialPolicy(options.checkpoint_period)
     return make_trainable(options.metric, options.mode,
-                          {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}, paths, sweep)
+                          {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}, paths, sweep, policy)
 
 
 def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: list) -> tune.RunConfig:
     return tune.RunConfig(
-        name=name, storage_path=storage_path, callbacks=callbacks, verbose=1,
+        name=name, storage_path=storage_path, callbacks=[*callbacks, KeepLatestCheckpoint()], verbose=1,
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS))
 
@@ -123,8 +157,11 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     if not set(PATH_KEYS) & set(record.swept):  # a swept path: checked in its trials
         check_data([{**record.space.base, **located}])
     record_paths(uri, record, located)
+    max_epochs = record.max_epochs or train_config(record.space.base).epochs
+    policy = TrialPolicy(options.checkpoint_period,
+                         decision_epochs(build_scheduler(options, max_epochs, {}), max_epochs))
     with ray_session(address, dashboard, **init_kwargs):
-        tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located),
+        tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located, policy),
                                    resume_unfinished=True, resume_errored=True, restart_errored=False)
         tuner.fit()
         return outcome(uri, record.metric, record.mode)
