@@ -64,6 +64,8 @@ REFERENCES_IGNORES = WARMUP_IGNORES + ("loss.", "moco.", "neighbours.", "warmup_
 # The parts of Trainer.state_dict() the warm-up changes (tests/xbm/training/test_reuse.py diffs them).
 WARMUP_FIELDS = ("model", "warmup_optimizer", "scaler", "sampler_labels", "objective", "passes", "rng",
                  "warmup_done")
+# Those of them that are module state dicts (name -> tensor): stored as the entries the warm-up changed.
+MODULE_FIELDS = ("model", "objective")
 
 
 def ignored(key: str, ignores: tuple[str, ...]) -> bool:
@@ -106,19 +108,26 @@ class Reuse:
             run()
             return False
         before = trainer.state_dict()
-        key = entry_key(trainer, WARMUP_IGNORES, {name: before[name] for name in WARMUP_FIELDS},
-                        {"workers": trainer.workers})
+        # Module states by entry: the entry then holds only the tensors the warm-up changed (the head, not
+        # the frozen backbone: megabytes, not a ResNet50's 100 MB).
+        tensors = {name: {k: state_digest(v) for k, v in before[name].items()} for name in MODULE_FIELDS}
+        start = {name: tensors.get(name, before[name]) for name in WARMUP_FIELDS}
+        key = entry_key(trainer, WARMUP_IGNORES, start, {"workers": trainer.workers})
 
         def fresh() -> tuple[dict[str, Any], bool]:
             run()
             after = trainer.state_dict()
-            return {name: after[name] for name in WARMUP_FIELDS}, True
+            saved = {name: after[name] for name in WARMUP_FIELDS}
+            for name in MODULE_FIELDS:
+                saved[name] = {k: v for k, v in after[name].items() if state_digest(v) != tensors[name].get(k)}
+            return saved, True
 
         saved, reused = self._through(self.folder / f"warmup-{key}.pt", key, fresh)
         if reused:
             _start_persistent_workers(trainer.loader)
             state = trainer.state_dict()
-            state.update(saved)
+            state.update({name: {**state[name], **saved[name]} if name in MODULE_FIELDS else saved[name]
+                          for name in WARMUP_FIELDS})
             trainer.load_state_dict(state)
         return reused
 

@@ -140,6 +140,16 @@ def test_the_warmup_changes_no_trainer_state_but_the_stored_fields(values):
     assert {"model", "warmup_optimizer", "passes", "rng", "warmup_done"} <= changed
 
 
+def test_a_warmup_entry_holds_the_head_not_the_frozen_backbone(tmp_path):
+    """Bug caught: entries holding the whole model: at ResNet50 scale 100 MB per distinct warm-up, in the
+    node's temp folder, for weights the warm-up never changes (the backbone is frozen)."""
+    trainer = toy_trainer(tmp_path)
+    run(trainer)
+    entry = torch.load(next(tmp_path.glob("warmup-*.pt")), weights_only=True)
+    head = {k for k in trainer.model.state_dict() if k.startswith("head.")}
+    assert head and set(entry["value"]["model"]) == head
+
+
 def test_a_corrupt_entry_is_computed_again_with_a_warning_naming_it(tmp_path):
     """Bug caught: an unreadable entry (a killed writer, a full disk) failing every later trial, or being
     replaced silently: it is recomputed, the warning names it, and the rewritten entry serves the next run."""
