@@ -31,10 +31,9 @@ import logging
 import os
 import tempfile
 import warnings
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -133,9 +132,14 @@ class Reuse:
 
     def _through(self, path: Path, key: str, fresh: Callable[[], tuple[Any, bool]]) -> tuple[Any, bool]:
         """``(value, reused)``: the entry at ``path`` if readable, else ``fresh()``'s value (stored when it
-        says so)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path):
+        says so). A folder that cannot be used (not writable, a file) costs the reuse, never the run."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = _acquire(path)
+        except OSError as exc:
+            warnings.warn(f"reuse: cannot use {path.parent} ({exc}); computing without it", stacklevel=4)
+            return fresh()[0], False
+        try:
             if path.exists():
                 value = _read(path, key)
                 if value is not None:
@@ -144,20 +148,19 @@ class Reuse:
             if storable:
                 _write(path, {"format": FORMAT, "key": key, "value": value})
             return value, False
+        finally:
+            lock.release()
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def _acquire(path: Path) -> FileLock:
+    """The entry's lock, held; a run that finds it taken says so and waits for it."""
     lock = FileLock(f"{path}.lock")
     try:
         lock.acquire(timeout=0)
     except Timeout:
         log.info("reuse: waiting for %s: another run on this node is computing it", path)
         lock.acquire()
-    try:
-        yield
-    finally:
-        lock.release()
+    return lock
 
 
 def _read(path: Path, key: str) -> Optional[Any]:
@@ -173,11 +176,14 @@ def _read(path: Path, key: str) -> Optional[Any]:
 
 
 def _write(path: Path, entry: dict[str, Any]) -> None:
-    """Temp file in the same folder, then ``os.replace``: a reader sees no entry or a whole one."""
+    """Temp file in the same folder, then ``os.replace``: a reader sees no entry or a whole one. A failed write
+    (a full disk) only warns: the run has its result."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         torch.save(entry, tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        warnings.warn(f"reuse: cannot store {path} ({exc}); later runs will compute it again", stacklevel=4)
     finally:
         tmp.unlink(missing_ok=True)
 

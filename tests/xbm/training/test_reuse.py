@@ -165,6 +165,19 @@ def test_a_corrupt_entry_is_computed_again_with_a_warning_naming_it(tmp_path):
     assert third.reused_warmup
 
 
+def test_an_unusable_folder_costs_the_reuse_not_the_run(tmp_path):
+    """Bug caught: a reuse folder that cannot be created (a file in its place, a read-only disk) failing every
+    trial of the sweep instead of computing as without one."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.warns(UserWarning, match=f"cannot use {blocked}"):
+        history, state = run(trainer := toy_trainer(blocked, **CONSUMER))
+    assert not trainer.reused_references and not trainer.reused_warmup
+    fresh_history, fresh_state = run(toy_trainer(**CONSUMER))
+    assert_same_history(history, fresh_history)
+    assert_same(state, fresh_state)
+
+
 def test_a_resumed_run_reads_and_writes_no_entry(tmp_path):
     """Bug caught: a resumed trainer redoing (or re-reading) the warm-up over the weights it was resumed with."""
     first = toy_trainer(epochs=2)
