@@ -191,10 +191,15 @@ def _write(path: Path, entry: dict[str, Any]) -> None:
 def _start_persistent_workers(loader) -> None:
     """A loader with persistent workers draws its base seed from torch's RNG once, when its first iterator
     is made: in a fresh run at the warm-up's first pass, from the state the warm-up starts from. Make it now,
-    at that same state, so that the restored RNG is followed by no extra draw (its prefetched batches are
-    dropped by the next pass's reset, as after a warm-up)."""
+    at that same state, so that the restored RNG is followed by no extra draw. Its SeededSampler iterates
+    nothing meanwhile: no sampler draws, shuffles or needs a candidate pool, and no batch is prefetched."""
     if loader.persistent_workers and getattr(loader, "_iterator", None) is None:
-        iter(loader)
+        seeded = loader.sampler  # xbm.training.loaders.SeededSampler
+        drawn, seeded.sampler = seeded.sampler, ()
+        try:
+            iter(loader)
+        finally:
+            seeded.sampler = drawn
 
 
 def entry_key(trainer, ignores: tuple[str, ...], start: Any, extra: Optional[dict] = None) -> str:

@@ -107,8 +107,9 @@ def test_references_that_draw_from_a_global_rng_are_not_stored(tmp_path):
     assert not reused and not list(tmp_path.glob("references-*.pt"))
 
 
-@pytest.mark.parametrize("values", [{}, {"objective": "moco", "num_workers": "1"}],
-                         ids=["supervised", "moco-persistent-workers"])
+@pytest.mark.parametrize("values", [{}, {"objective": "moco", "num_workers": "1"},
+                                    {"objective": "neighbours", "neighbours.k": 3, "num_workers": "1"}],
+                         ids=["supervised", "moco-persistent-workers", "neighbours-persistent-workers"])
 def test_a_run_that_reuses_the_warmup_trains_bit_identically_to_one_that_ran_its_own(tmp_path, values):
     """Bugs caught: a restored warm-up missing part of what the warm-up changes (head weights, SGD momentum,
     the sampler's class order, the pass count, the objective's key encoder, an RNG stream), or one that leaves
