@@ -15,14 +15,14 @@ from xbm.config import TrainConfig
 from xbm.data import build_dataset
 from xbm.data.splits import assemble
 from xbm.data.toy import make_toy
-from xbm.trainer import Trainer
+from xbm.trainer import TIMING_KEYS, Trainer
 from xbm.training import evaluation
 from xbm.training.reuse import REFERENCES_IGNORES, WARMUP_FIELDS, WARMUP_IGNORES, Reuse, ignored, state_digest
 
 # The tiny toy of tests/xbm/conftest.py (24 training classes x 8 samples, batches of 32: 6 steps an epoch).
 TOY = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 16, "epochs": 2, "warmup_epochs": 2,
        "lr": 1e-3, "batch_size": 32, "samples_per_class": 4, "seed": 0}
-TIMINGS = ("epoch_time_s", "images_per_s")
+TIMINGS = TIMING_KEYS  # the machine, not the run
 # Runs sharing the warm-up: the swept normaliser and memory keys differ, nothing the warm-up reads does.
 PRODUCER = {"normaliser.kind": "none", "memory.ratio": 0.5}
 CONSUMER = {"normaliser.kind": "xbn", "memory.ratio": 0.3, "lr": 3e-3}
