@@ -40,6 +40,7 @@ from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import Embedder, resolve_workers, train_loader
 from xbm.training.optim import main_optimizer, main_scheduler, warmup_optimizer
+from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
 from xbm.training.runtime import Runtime
 
@@ -60,14 +61,19 @@ class Trainer:
     preset). ``progress``: wraps each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches,
     desc=desc)`` (the CLI's bar). ``cpus``: the CPUs this run may use, for ``num_workers=auto`` (default:
     the process's affinity mask). ``evaluate_at``: main epochs (1-based) evaluated whatever ``eval_every``
-    says, e.g. a sweep scheduler's rung epochs, so that it decides on measured values.
+    says, e.g. a sweep scheduler's rung epochs, so that it decides on measured values. ``reuse_dir``: a folder
+    where the references and the warm-up are stored and read back by later runs with the same inputs
+    (:mod:`xbm.training.reuse`; None: always computed); ``reused_references`` and ``reused_warmup`` say
+    whether this run read them.
     """
 
     def __init__(self, cfg: TrainConfig, splits: Optional[DatasetSplits] = None,
                  progress: Optional[Callable[[Iterable, str], Iterable]] = None, cpus: Optional[int] = None,
-                 evaluate_at: Iterable[int] = ()) -> None:
+                 evaluate_at: Iterable[int] = (), reuse_dir: Optional[str] = None) -> None:
         self.cfg = cfg
         self.evaluate_at = frozenset(int(e) for e in evaluate_at)
+        self.reuse = Reuse(reuse_dir)
+        self.reused_references = self.reused_warmup = False
         self.progress = progress
         seed_everything(cfg.seed)
         if splits is None:
@@ -127,11 +133,13 @@ class Trainer:
     # ---- training ------------------------------------------------------------------------------
     def prepare(self) -> None:
         """Measure the references and run the warm-up, each once (a resumed run has both): everything
-        before the first main epoch, which ``fit`` does first anyway. Callers that time set-up call it."""
+        before the first main epoch, which ``fit`` does first anyway. Callers that time set-up call it.
+        With a ``reuse_dir``, either may be read from it instead."""
         if self.references is None:
-            self.references = evaluation.references(self.model, self._selection_split(), self.embed)
+            self.references, self.reused_references = self.reuse.references(
+                self, lambda: evaluation.references(self.model, self._selection_split(), self.embed))
         if not self.warmup_done:
-            self._warmup()
+            self.reused_warmup = self.reuse.warmup(self, self._warmup)
 
     def fit(self) -> Iterator[dict[str, Any]]:
         """Measure the references (once), run the warm-up (once) and the remaining main epochs, yielding
