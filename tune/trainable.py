@@ -18,6 +18,10 @@ epochs and at the last epoch, the best epoch's weights whenever the metric impro
 ``eval_every`` does not evaluate reports the sweep metric as NaN (Tune wants the key in every result;
 schedulers decide only at rung epochs, which ``TrialPolicy.evaluate_at`` always evaluates).
 
+Set-up shared between trials: the references and the warm-up are computed once per node for identical
+inputs and read back by the sweep's later trials (``xbm.training.reuse``, a folder per sweep under the
+node's temp dir), bit-identical to computing them again.
+
 Where a trial's time goes: every row carries ``setup_s`` (building the trainer, restoring a checkpoint,
 references and warm-up: everything before the first epoch of this run of the trial), ``checkpoint_s``
 (best weights and full checkpoints written since the previous row) and the trainer's ``train_s``,
@@ -27,7 +31,7 @@ Files: a resumed sweep whose files moved (``resume --set data_root=NEW``) hands 
 recorded ``paths``; they replace the trial's own values, and every report carries them under
 ``relocated`` so the sink records where the trial read its data. A data set or ``pretrained_path``
 missing on the trial's node raises :class:`MissingOnNodeError` naming the node: on a cluster the
-driver's check (``tune.sweep.check_data``) only proves the files exist on the driver's machine.
+driver's check (``tune.plan.check_data``) only proves the files exist on the driver's machine.
 """
 from __future__ import annotations
 
@@ -146,7 +150,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     clock = CheckpointClock(policy.checkpoint_period_s)
     epoch, written_s = 0, 0.0  # written_s: writing the last checkpoint, billed to the next row
     try:
-        trainer = _trainer(cfg, cpus, policy, node_id)
+        trainer = _trainer(cfg, cpus, policy, node_id, sweep)
         checkpoint = tune.get_checkpoint()
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:
@@ -191,15 +195,18 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
         best.wait()
 
 
-def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str):
-    """The trial's Trainer; files missing on this node raise :class:`MissingOnNodeError` naming it."""
+def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str, sweep: str | None):
+    """The trial's Trainer, reusing the references and warm-up that an earlier trial of the sweep computed
+    on this node for the same inputs (``xbm.training.reuse``); files missing on this node raise
+    :class:`MissingOnNodeError` naming it."""
     from ray.util import get_node_ip_address
 
     from xbm.trainer import Trainer
+    from xbm.training.reuse import default_folder
 
     try:
         # num_workers=auto: the CPUs Ray gave this trial (--cpus-per-trial) minus one
-        return Trainer(cfg, cpus=cpus, evaluate_at=policy.evaluate_at)
+        return Trainer(cfg, cpus=cpus, evaluate_at=policy.evaluate_at, reuse_dir=default_folder(sweep or "default"))
     except FileNotFoundError as exc:  # DatasetNotFoundError, or a missing pretrained_path file
         missing = getattr(exc, "filename", None) or cfg.pretrained_path
         raise MissingOnNodeError(

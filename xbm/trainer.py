@@ -38,7 +38,7 @@ from xbm.objectives import build_objective
 from xbm.training import evaluation
 from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
-from xbm.training.loaders import Embedder, resolve_workers, train_loader
+from xbm.training.loaders import Embedder, resolve_workers, start_persistent_workers, train_loader
 from xbm.training.optim import main_optimizer, main_scheduler, warmup_optimizer
 from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
@@ -281,6 +281,7 @@ class Trainer:
         self.objective.load_state_dict(state.get("objective", {}))
         self.passes = int(state["passes"])
         self.references = state["references"]
+        start_persistent_workers(self.loader)  # its one RNG draw before the restore, as in the run saved
         set_rng_state(state["rng"])
         probe = state["previous_probe"]
         self.previous_probe = None if probe is None else probe.cpu()

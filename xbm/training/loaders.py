@@ -80,6 +80,21 @@ def train_loader(dataset: Dataset, sampler: Sampler, cfg: TrainConfig, pin_memor
                       persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None)
 
 
+def start_persistent_workers(loader: DataLoader) -> None:
+    """A loader with persistent workers draws its base seed from torch's RNG once, when its first iterator
+    is made: in a fresh run at the warm-up's (or first epoch's) first pass. A run that restores an RNG state
+    (a resumed checkpoint, a reused warm-up) makes it before restoring, so that the restored RNG is followed
+    by no extra draw (the workers' own seeds do not matter: augmentations are seeded per sample). Its SeededSampler iterates
+    nothing meanwhile: no sampler draws, shuffles or needs a candidate pool, and no batch is prefetched."""
+    if loader.persistent_workers and getattr(loader, "_iterator", None) is None:
+        seeded = loader.sampler  # xbm.training.loaders.SeededSampler
+        drawn, seeded.sampler = seeded.sampler, ()
+        try:
+            iter(loader)
+        finally:
+            seeded.sampler = drawn
+
+
 class Embedder:
     """Embeds datasets in eval mode, batch by batch, under the run's autocast; returns fp32 on the device.
 

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from filelock import FileLock, Timeout
 
+from xbm.training.loaders import start_persistent_workers
 from xbm.training.rng import rng_state
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ class Reuse:
 
         saved, reused = self._through(self.folder / f"warmup-{key}.pt", key, fresh)
         if reused:
-            _start_persistent_workers(trainer.loader)
+            start_persistent_workers(trainer.loader)
             state = trainer.state_dict()
             state.update({name: {**state[name], **saved[name]} if name in MODULE_FIELDS else saved[name]
                           for name in WARMUP_FIELDS})
@@ -186,20 +187,6 @@ def _write(path: Path, entry: dict[str, Any]) -> None:
         warnings.warn(f"reuse: cannot store {path} ({exc}); later runs will compute it again", stacklevel=4)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _start_persistent_workers(loader) -> None:
-    """A loader with persistent workers draws its base seed from torch's RNG once, when its first iterator
-    is made: in a fresh run at the warm-up's first pass, from the state the warm-up starts from. Make it now,
-    at that same state, so that the restored RNG is followed by no extra draw. Its SeededSampler iterates
-    nothing meanwhile: no sampler draws, shuffles or needs a candidate pool, and no batch is prefetched."""
-    if loader.persistent_workers and getattr(loader, "_iterator", None) is None:
-        seeded = loader.sampler  # xbm.training.loaders.SeededSampler
-        drawn, seeded.sampler = seeded.sampler, ()
-        try:
-            iter(loader)
-        finally:
-            seeded.sampler = drawn
 
 
 def entry_key(trainer, ignores: tuple[str, ...], start: Any, extra: Optional[dict] = None) -> str:

@@ -1,4 +1,5 @@
 """The evaluation embedder's persistent loaders (xbm.training.loaders.Embedder)."""
+import pytest
 import torch
 
 import xbm.training.loaders as loaders
@@ -39,3 +40,27 @@ def test_changing_subsets_recycle_the_oldest_loader():
     for start in range(EVAL_LOADERS_KEPT + 5):
         embed(torch.nn.Identity(), data, torch.tensor([start]))
     assert len(embed._loaders) == EVAL_LOADERS_KEPT
+
+
+@pytest.mark.slow
+def test_a_resumed_run_with_persistent_workers_draws_what_the_uninterrupted_one_draws():
+    """Bug caught: a resumed run creating its persistent loader's first iterator after restoring the RNG, so
+    that one extra draw from torch's RNG moved everything after it (MoCo's key shuffle on an image model
+    trained with loader workers: the resumed epoch's loss differed from the uninterrupted run's)."""
+    import io
+
+    from tests.xbm.conftest import tiny_config
+    from xbm.trainer import Trainer
+
+    values = dict(dataset="digits", model="test_resnet", image_size=16, batch_size=20, epochs=2, warmup_epochs=0,
+                  embedding_size=16, objective="moco", num_workers="1")
+    full = list(Trainer(tiny_config(**values)).fit())
+    first = Trainer(tiny_config(**values))
+    next(first.fit())
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    resumed = Trainer(tiny_config(**values))
+    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    again = list(resumed.fit())
+    assert [r["epoch"] for r in again] == [2] and again[0]["loss"] == full[1]["loss"]
