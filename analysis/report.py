@@ -16,6 +16,7 @@ import pandas as pd
 from analysis import compare, curves, effects, importance, markdown, plots, tables
 from analysis.columns import param_name, varying_columns
 from analysis.contract import TRIALS_FILE
+from analysis.costs import time_line
 from analysis.errors import NotApplicable
 from analysis.loader import Sweep, load
 
@@ -107,6 +108,9 @@ class _Report:
         if len(s.trials) and "wall_time_s" in s.trials:
             hours = pd.to_numeric(s.trials["wall_time_s"], errors="coerce").sum() / 3600
             lines.append(f"- trials: {len(s.trials)}, summed trial wall time {hours:.3g} h")
+        cost = time_line(s.trials)
+        if cost:
+            lines.append(f"- {cost}")
         lines += ["", markdown.table(tables.status_counts(s))]
         lines += self.health()
         if s.problems:

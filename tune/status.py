@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.contract import CONFIG_PREFIX, TRIALS_FILE, SweepRecord
+from analysis.costs import time_line
 from tune.parquet import RESULTS, SWEEP_JSON, Storage, check_storage
 from xbm.signals import trial_flags
 
@@ -51,7 +52,9 @@ def status_table(record: SweepRecord, trials: pd.DataFrame, top: int | None = 20
         shown = shown.head(top)
     with pd.option_context("display.width", 200, "display.max_columns", 50, "display.float_format", "{:.4g}".format):
         table = shown.to_string(index=False)
-    return (f"sweep {name}: {len(trials)} trial(s); metric {metric} ({mode})\n{counts}\n\n{table}{more}")
+    cost = time_line(trials)
+    return (f"sweep {name}: {len(trials)} trial(s); metric {metric} ({mode})\n{counts}\n"
+            f"{cost + chr(10) if cost else ''}\n{table}{more}")
 
 
 def health(trials: pd.DataFrame) -> pd.Series:
