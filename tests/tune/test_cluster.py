@@ -107,3 +107,21 @@ def test_fractional_gpus_run_four_trials_at_once_each_on_its_gpu(cluster, tmp_pa
     assert (trials.status == "completed").all() and set(trials.node_id) == {worker.node_id}
     assert Counter(trials.gpu_ids) == {"0": 2, "1": 2}
     assert trials.gpu_hours.gt(0).all()
+
+
+@pytest.mark.slow
+def test_auto_cpus_follow_the_gpu_nodes_and_are_recorded(cluster, tmp_path):
+    """Bug caught: --cpus-per-trial auto reaching Ray unresolved (a crash at the first trial), resolved from
+    the whole cluster (the GPU-less head's CPUs counted), or sweep.json recording 'auto' instead of the number
+    the trials ran with."""
+    from analysis.contract import SweepRecord
+    from tune.sweep import resolved_resources
+
+    # the GPU node: 2 CPUs, 2 GPUs; a whole GPU brings 1 CPU, half a GPU still 1 (never 0)
+    assert resolved_resources(SweepOptions(gpus_per_trial=1.0)).cpus_per_trial == 1.0
+    assert resolved_resources(SweepOptions(gpus_per_trial=0.5)).cpus_per_trial == 1.0
+    assert resolved_resources(SweepOptions()).cpus_per_trial == 1.0  # no GPUs asked
+    plan, trials, _ = run(tmp_path, "auto", gpus_per_trial=1.0)
+    assert (trials.status == "completed").all()
+    record = SweepRecord.from_dict(__import__("json").loads(open(f"{plan.results_uri}/sweep.json").read()))
+    assert record.options["cpus_per_trial"] == 1.0
