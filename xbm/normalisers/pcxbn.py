@@ -5,7 +5,8 @@ import torch
 from torch import Tensor
 
 from xbm.normalisers.base import Normaliser, affine_params, grouped_affine
-from xbm.normalisers.stats import Moments, group_sums, moments
+from xbm.normalisers.config import NormaliserConfig
+from xbm.normalisers.stats import Moments, group_counts, group_sums, moments
 
 
 class PerClassXBN(Normaliser):
@@ -20,66 +21,68 @@ class PerClassXBN(Normaliser):
     whole-memory and whole-batch moments when ``absent == "global"``, and is untouched when
     ``absent == "skip"`` (and then not L2-normalised by ``unit_norm`` either).
 
-    Per-group moments use ``index_add_`` (no loop over classes). When the adapted groups hold few
-    rows (classes) their rows are gathered; when they hold most rows (super-classes) the sums run
-    over the whole memory with the other rows in a spare group, and the whole-memory moments are
-    pooled from the groups' (no extra pass). A last group holds the fallback map (global XBN or
-    the identity), so every row is written in one grouped pass. Subclasses override ``groups``.
+    No host synchronisation: every tensor has a shape known before the call. Groups are G fixed slots,
+    G = ``num_labels`` when the labels are known to lie in [0, num_labels) (the trainer passes the data
+    set's bound, checked once), else the rows' labels ranked densely (G = N + B, a sort). Per-group sums
+    run with ``index_add_`` over the whole memory, rows without their own map in a spare group G, so the
+    whole-memory moments are pooled from the groups' (no extra pass); the spare group then holds the
+    fallback map (global XBN or the identity) and every row is written in one grouped pass. Subclasses
+    override ``group_ids``.
     """
 
     kind = "pcxbn"
+    needs_num_labels = True
 
-    def groups(self, labels: Tensor) -> Tensor:
-        """Group id of each label: the class itself."""
-        return labels
+    def __init__(self, cfg: NormaliserConfig, num_labels: int | None = None) -> None:
+        super().__init__(cfg)
+        if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)
+                                       or num_labels < 1):
+            raise ValueError(f"num_labels must be an integer >= 1 (labels lie in [0, num_labels)), but got "
+                             f"{num_labels!r}")
+        self.num_labels = num_labels
+
+    def group_ids(self, labels: Tensor, batch_labels: Tensor) -> tuple[Tensor, Tensor, int]:
+        """Group id in [0, G) of each memory and batch row, and G."""
+        if self.num_labels is not None:
+            return labels, batch_labels, self.num_labels
+        return _dense_ranks(labels, batch_labels)
 
     def adapt(self, z: Tensor, labels: Tensor, zb: Tensor, batch_labels: Tensor, out: Tensor) -> Tensor | None:
         cfg = self.cfg
         with_std = not cfg.centre_only
         batch = moments(zb, cfg.eps)
-        group, batch_group = self.groups(labels), self.groups(batch_labels)
-        # Candidate groups have >= 2 batch rows; sorted, so searchsorted maps a group id to its slot.
-        candidates, batch_counts = torch.unique(batch_group, return_counts=True)
-        candidates = candidates[batch_counts >= 2]
-        n = len(candidates)
-        slot = _slots(group, candidates)
-        if n:   # keep groups with >= 2 memory rows; the others fall back
-            enough = torch.bincount(slot + 1, minlength=n + 1)[1:] >= 2
-            slot = torch.where((slot >= 0) & enough[slot.clamp_min(0)], slot, -1)
-        member = slot >= 0
-        whole = None
-        if 4 * int(member.sum()) >= z.shape[0]:
-            sums = group_sums(z, torch.where(member, slot, n), n + 1, with_std)
-            src = sums.moments(cfg.eps)
-            whole = sums.pooled(cfg.eps)
-        else:
-            rows = member.nonzero().squeeze(1)
-            src = group_sums(z.index_select(0, rows), slot.index_select(0, rows), n, with_std).moments(cfg.eps)
-        batch_slot = _slots(batch_group, candidates)
-        rows = (batch_slot >= 0).nonzero().squeeze(1)
-        per_group = group_sums(zb.index_select(0, rows), batch_slot.index_select(0, rows), n).moments(cfg.eps)
+        group, batch_group, n = self.group_ids(labels, batch_labels)
+        # A group gets its own map with >= 2 rows in the batch and >= 2 in the memory; slot n: the fallback.
+        own = (group_counts(batch_group, n) >= 2) & (group_counts(group, n) >= 2)
+        slot = torch.where(own.index_select(0, group), group, n)
+        batch_slot = torch.where(own.index_select(0, batch_group), batch_group, n)
+        sums = group_sums(z, slot, n + 1, with_std)
+        src = sums.moments(cfg.eps)
+        per_group = group_sums(zb, batch_slot, n + 1).moments(cfg.eps)
         target = Moments(
-            torch.lerp(per_group.mean, batch.mean.expand_as(per_group.mean), cfg.lambda_mu),
-            torch.lerp(per_group.std, batch.std.expand_as(per_group.std), cfg.lambda_sigma),
+            torch.lerp(per_group.mean[:n], batch.mean.expand(n, -1), cfg.lambda_mu),
+            torch.lerp(per_group.std[:n], batch.std.expand(n, -1), cfg.lambda_sigma),
         )
         scale, shift = affine_params(Moments(src.mean[:n], None if src.std is None else src.std[:n]), target)
-        # Group n: the fallback for rows without per-group moments (global XBN, or the identity).
         if cfg.absent == "global":
-            whole = whole if whole is not None else moments(z, cfg.eps, with_std)
-            fallback_scale, fallback_shift = affine_params(whole, batch)
+            fallback_scale, fallback_shift = affine_params(sums.pooled(cfg.eps), batch)
         else:
             fallback_scale = torch.ones_like(batch.std) if with_std else None
             fallback_shift = torch.zeros_like(batch.mean)
         shift = torch.cat([shift, fallback_shift.unsqueeze(0)])
         if scale is not None:
             scale = torch.cat([scale, fallback_scale.unsqueeze(0)])
-        grouped_affine(z, scale, shift, torch.where(member, slot, n), out)
-        return None if cfg.absent == "global" else member
+        grouped_affine(z, scale, shift, slot, out)
+        return None if cfg.absent == "global" else slot < n
 
 
-def _slots(group: Tensor, candidates: Tensor) -> Tensor:
-    """Index of each row's group in the sorted ``candidates``, or -1 when it is not one of them."""
-    if len(candidates) == 0:
-        return torch.full_like(group, -1)
-    pos = torch.searchsorted(candidates, group).clamp_max_(len(candidates) - 1)
-    return torch.where(candidates[pos] == group, pos, -1)
+def _dense_ranks(labels: Tensor, batch_labels: Tensor) -> tuple[Tensor, Tensor, int]:
+    """Equal labels -> equal ids in [0, N + B), by one sort of both label vectors (no ``unique``, whose
+    output size the host would have to read)."""
+    both = torch.cat([labels, batch_labels])
+    ordered, order = both.sort()
+    starts = torch.ones_like(ordered)
+    starts[1:] = (ordered[1:] != ordered[:-1]).to(starts.dtype)
+    ranks = torch.empty_like(ordered).scatter_(0, order, starts.cumsum(0) - 1)
+    n = labels.shape[0]
+    return ranks[:n], ranks[n:], both.shape[0]
