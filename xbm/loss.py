@@ -31,11 +31,14 @@ class XBMLoss(nn.Module):
     and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
     kept), and fp16/bf16 embeddings are compared with the memory in fp32.
 
-    After each call ``last_stats`` holds floats: ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs
-    mined against the memory, self pairs removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs
-    the same miner finds within the batch), ``loss_pos_pairs`` (positive pairs that entered the loss: the
-    memory's, plus the batch's when w > 0), ``memory_fill`` (filled fraction),
-    ``batch_loss`` (NaN when w = 0) and ``adapted`` (1.0 when the normaliser changed the memory).
+    After each call ``last_stats`` holds floats or 0-dim device tensors (read once per epoch, not per
+    step): ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs mined against the memory, self pairs
+    removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs the same miner finds within the batch:
+    the in-batch loss's own mining when w > 0, else the memory mining's pairs with this batch's rows,
+    no second mining), ``loss_pos_pairs``
+    (positive pairs that entered the loss: the memory's, plus the batch's when w > 0), ``memory_fill``
+    (filled fraction), ``batch_loss`` (a tensor; NaN when w = 0) and ``adapted`` (1.0 when the normaliser
+    changed the memory).
     """
 
     def __init__(self, loss: nn.Module, embedding_size: int, memory_size: int, miner: nn.Module | None = None,
@@ -73,23 +76,45 @@ class XBMLoss(nn.Module):
         if enqueue_mask is None:  # queries are in the memory too: not their own positives
             pairs = _drop_self_pairs(pairs, slots)
         memory_loss = self.loss(queries, query_labels, pairs, refs, ref_labels)
-        batch_pairs = self._pairs(rows, labels)
         total, batch_loss = memory_loss, float("nan")
         if self.batch_loss_weight > 0:
+            batch_pairs = self._pairs(rows, labels)
             in_batch = self.loss(rows, labels, batch_pairs)
             total = memory_loss + self.batch_loss_weight * in_batch
-            batch_loss = float(in_batch.detach())
+            batch_loss = in_batch.detach()   # a tensor: float() here would wait for the device
+            batch_pos, batch_neg = float(len(batch_pairs[0])), float(len(batch_pairs[2]))
+        else:
+            batch_pos, batch_neg = self._batch_counts(rows, labels, pairs, slots, enqueue_mask, len(refs))
         self.last_stats = {
             "memory_pos_pairs": float(len(pairs[0])),
             "memory_neg_pairs": float(len(pairs[2])),
-            "batch_pos_pairs": float(len(batch_pairs[0])),
-            "batch_neg_pairs": float(len(batch_pairs[2])),
-            "loss_pos_pairs": float(len(pairs[0])) + (float(len(batch_pairs[0])) if self.batch_loss_weight > 0 else 0.0),
+            "batch_pos_pairs": batch_pos,
+            "batch_neg_pairs": batch_neg,
+            "loss_pos_pairs": float(len(pairs[0])) + (batch_pos if self.batch_loss_weight > 0 else 0.0),
             "memory_fill": len(self.memory) / self.memory.size,
             "batch_loss": batch_loss,
             "adapted": float(adapted),
         }
         return total
+
+    def _batch_counts(self, rows: Tensor, labels: Tensor, pairs: tuple[Tensor, ...], slots: Tensor,
+                      enqueue_mask: Tensor | None, n_refs: int) -> tuple[Tensor | float, Tensor | float]:
+        """The in-batch pair counts without a second mining (w = 0: no in-batch loss mines them). The batch's
+        rows were just enqueued, so its in-batch pairs are the memory pairs whose reference is one of this
+        batch's slots (its own copy already dropped): the same distances, so the same pairs the miner finds
+        within the batch. Counted on the device (0-dim tensors). MoCo's queries are not in the memory: there
+        the pairs of every row are counted from the labels without a miner (all pairs); a batch larger than
+        the memory (not all of it stored) or MoCo with a miner is mined a second time."""
+        if enqueue_mask is None and len(rows) <= self.memory.size:
+            new = torch.zeros(n_refs, dtype=torch.bool, device=rows.device)
+            new.index_fill_(0, slots, True)
+            return new[pairs[1]].sum(), new[pairs[3]].sum()
+        if self.miner is None:
+            same = labels.unsqueeze(0) == labels.unsqueeze(1)
+            positives = same.sum() - len(labels)          # the diagonal is not a pair
+            return positives, len(labels) ** 2 - len(labels) - positives
+        batch_pairs = self._pairs(rows, labels)
+        return float(len(batch_pairs[0])), float(len(batch_pairs[2]))
 
     def _adapt(self, embeddings: Tensor, labels: Tensor, epoch: int) -> bool:
         """Step 1: adapt the rows stored before this batch and write them back."""
