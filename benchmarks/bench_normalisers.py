@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     for kind in KINDS:
         for centre_only in (False, True):
             cfg = NormaliserConfig(kind=kind, centre_only=centre_only)
-            # num_labels as the trainer passes it: pcxbn's groups sized by the data set's classes
+            # num_labels as the trainer passes it (scxbn checks the label range once, here)
             norm = build_normaliser(cfg, superclass_of=superclass_of, num_labels=args.classes).to(device)
             fns[(kind, centre_only, "out")] = partial(norm, memory, memory_labels, batch, batch_labels, out=buffer)
             fns[(kind, centre_only, "new")] = partial(norm, memory, memory_labels, batch, batch_labels)

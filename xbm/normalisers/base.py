@@ -77,7 +77,6 @@ class Normaliser(nn.Module):
 
     kind: ClassVar[str] = ""
     needs_superclasses: ClassVar[bool] = False
-    needs_num_labels: ClassVar[bool] = False   # takes the data set's label bound (group sizes)
 
     def __init__(self, cfg: NormaliserConfig) -> None:
         super().__init__()

@@ -5,7 +5,6 @@ import torch
 from torch import Tensor
 
 from xbm.normalisers.base import Normaliser, affine_params, grouped_affine
-from xbm.normalisers.config import NormaliserConfig
 from xbm.normalisers.stats import Moments, group_counts, group_sums, moments
 
 
@@ -21,41 +20,32 @@ class PerClassXBN(Normaliser):
     whole-memory and whole-batch moments when ``absent == "global"``, and is untouched when
     ``absent == "skip"`` (and then not L2-normalised by ``unit_norm`` either).
 
-    No host synchronisation: every tensor has a shape known before the call. Groups are G fixed slots,
-    G = ``num_labels`` when the labels are known to lie in [0, num_labels) (the trainer passes the data
-    set's bound, checked once), else the rows' labels ranked densely (G = N + B, a sort). Per-group sums
-    run with ``index_add_`` over the whole memory, rows without their own map in a spare group G, so the
-    whole-memory moments are pooled from the groups' (no extra pass); the spare group then holds the
-    fallback map (global XBN or the identity) and every row is written in one grouped pass. Subclasses
-    override ``group_ids``.
+    No host synchronisation: every shape is known before the call. A batch of B rows has at most B
+    groups, so groups are B fixed slots: each batch row's slot is its group's first position in the
+    sorted batch groups (``searchsorted``, no ``unique``), a memory row's the slot of its group, or the
+    spare slot B when its group is not in the batch. Per-slot sums run with ``index_add_`` over the whole
+    memory, rows without their own map in the spare slot, so the whole-memory moments are pooled from the
+    slots' (no extra pass); the spare slot then holds the fallback map (global XBN or the identity) and
+    every row is written in one grouped pass. Subclasses override ``groups``.
     """
 
     kind = "pcxbn"
-    needs_num_labels = True
 
-    def __init__(self, cfg: NormaliserConfig, num_labels: int | None = None) -> None:
-        super().__init__(cfg)
-        if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)
-                                       or num_labels < 1):
-            raise ValueError(f"num_labels must be an integer >= 1 (labels lie in [0, num_labels)), but got "
-                             f"{num_labels!r}")
-        self.num_labels = num_labels
-
-    def group_ids(self, labels: Tensor, batch_labels: Tensor) -> tuple[Tensor, Tensor, int]:
-        """Group id in [0, G) of each memory and batch row, and G."""
-        if self.num_labels is not None:
-            return labels, batch_labels, self.num_labels
-        return _dense_ranks(labels, batch_labels)
+    def groups(self, labels: Tensor) -> Tensor:
+        """Group id of each label: the class itself."""
+        return labels
 
     def adapt(self, z: Tensor, labels: Tensor, zb: Tensor, batch_labels: Tensor, out: Tensor) -> Tensor | None:
         cfg = self.cfg
         with_std = not cfg.centre_only
         batch = moments(zb, cfg.eps)
-        group, batch_group, n = self.group_ids(labels, batch_labels)
+        slot, batch_slot = _slots(self.groups(labels), self.groups(batch_labels))
+        n = len(batch_labels)
         # A group gets its own map with >= 2 rows in the batch and >= 2 in the memory; slot n: the fallback.
-        own = (group_counts(batch_group, n) >= 2) & (group_counts(group, n) >= 2)
-        slot = torch.where(own.index_select(0, group), group, n)
-        batch_slot = torch.where(own.index_select(0, batch_group), batch_group, n)
+        own = (group_counts(batch_slot, n + 1) >= 2) & (group_counts(slot, n + 1) >= 2)
+        own[n] = False
+        slot = torch.where(own.index_select(0, slot), slot, n)
+        batch_slot = torch.where(own.index_select(0, batch_slot), batch_slot, n)
         sums = group_sums(z, slot, n + 1, with_std)
         src = sums.moments(cfg.eps)
         per_group = group_sums(zb, batch_slot, n + 1).moments(cfg.eps)
@@ -76,13 +66,10 @@ class PerClassXBN(Normaliser):
         return None if cfg.absent == "global" else slot < n
 
 
-def _dense_ranks(labels: Tensor, batch_labels: Tensor) -> tuple[Tensor, Tensor, int]:
-    """Equal labels -> equal ids in [0, N + B), by one sort of both label vectors (no ``unique``, whose
-    output size the host would have to read)."""
-    both = torch.cat([labels, batch_labels])
-    ordered, order = both.sort()
-    starts = torch.ones_like(ordered)
-    starts[1:] = (ordered[1:] != ordered[:-1]).to(starts.dtype)
-    ranks = torch.empty_like(ordered).scatter_(0, order, starts.cumsum(0) - 1)
-    n = labels.shape[0]
-    return ranks[:n], ranks[n:], both.shape[0]
+def _slots(group: Tensor, batch_group: Tensor) -> tuple[Tensor, Tensor]:
+    """Slot in [0, B) of each batch row (its group's first position among the sorted batch groups), and of
+    each memory row whose group is in the batch; B for the others."""
+    ordered = batch_group.sort().values
+    n = ordered.shape[0]
+    pos = torch.searchsorted(ordered, group).clamp_max_(n - 1)
+    return torch.where(ordered.index_select(0, pos) == group, pos, n), torch.searchsorted(ordered, batch_group)

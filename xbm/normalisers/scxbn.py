@@ -11,7 +11,7 @@ from xbm.normalisers.pcxbn import PerClassXBN
 class SuperClassXBN(PerClassXBN):
     """SC-XBN (thesis, seed 000, Eq. 4.4): PC-XBN (Eq. 4.3) whose groups are the super-classes,
     group(z) = ``superclass_of[label(z)]``; ``superclass_of`` is a LongTensor [n_classes] mapping a
-    class id to its super-class id (e.g. SOP's 12 super-classes), G = max(superclass_of) + 1 groups.
+    class id to its super-class id (e.g. SOP's 12 super-classes).
 
     Ranges are checked once, here, not per call: the map's ids are >= 0, and ``num_labels`` (the data set's
     label bound, when given) fits the map. Labels outside the map are an indexing error."""
@@ -21,7 +21,7 @@ class SuperClassXBN(PerClassXBN):
 
     def __init__(self, cfg: NormaliserConfig, superclass_of: Tensor | None = None,
                  num_labels: int | None = None) -> None:
-        super().__init__(cfg, num_labels)
+        super().__init__(cfg)
         if superclass_of is None:
             raise ValueError("normaliser kind 'scxbn' needs superclass_of (a LongTensor mapping class id "
                              "to super-class id), but got None; pass it or pick kind 'pcxbn'")
@@ -30,19 +30,18 @@ class SuperClassXBN(PerClassXBN):
             raise ValueError("superclass_of must be a non-empty 1-D integer tensor, but got dtype "
                              f"{superclass_of.dtype} and shape {tuple(superclass_of.shape)}")
         superclass_of = superclass_of.long()
-        low, high = int(superclass_of.min()), int(superclass_of.max())   # once per data set
+        low = int(superclass_of.min())   # once per data set
         if low < 0:
             raise ValueError(f"superclass_of must map every class to a super-class id >= 0, but got {low}")
         n = superclass_of.numel()
         if num_labels is not None and num_labels > n:
             raise ValueError(f"labels must lie in [0, {n}) to index superclass_of, but got labels in "
                              f"[0, {num_labels - 1}]; pass the data set's superclass_of")
-        self.num_superclasses = high + 1
+        self.num_labels = num_labels
         # Not persistent: it is data set metadata, not training state.
         self.register_buffer("superclass_of", superclass_of, persistent=False)
 
-    def group_ids(self, labels: Tensor, batch_labels: Tensor) -> tuple[Tensor, Tensor, int]:
+    def groups(self, labels: Tensor) -> Tensor:
         if self.superclass_of.device != labels.device:   # once: a CPU map copied every step would sync
             self.superclass_of = self.superclass_of.to(labels.device)
-        return (self.superclass_of.index_select(0, labels), self.superclass_of.index_select(0, batch_labels),
-                self.num_superclasses)
+        return self.superclass_of.index_select(0, labels)

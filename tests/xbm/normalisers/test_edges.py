@@ -59,14 +59,7 @@ def test_scxbn_requires_superclasses_and_labels_in_range_checked_once_per_data_s
     with pytest.raises(ValueError, match=">= 0, but got -1"):
         build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, -1, 1]))
     ok = build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]), num_labels=3)
-    assert ok.num_superclasses == 2 and ok.num_labels == 3
-
-
-@pytest.mark.parametrize("num_labels", [0, -1, 2.0, True])
-def test_pcxbn_refuses_a_label_bound_that_is_not_a_positive_integer(num_labels):
-    """Bug caught: a bound of 0 or a float accepted, which would size the group tensors wrongly."""
-    with pytest.raises(ValueError, match="num_labels must be an integer >= 1"):
-        build_normaliser(NormaliserConfig(kind="pcxbn"), num_labels=num_labels)
+    assert ok.num_labels == 3
 
 
 def test_unknown_kind_lists_the_valid_ones():
@@ -183,8 +176,7 @@ def test_scxbn_accepts_one_superclass_and_keeps_the_map_out_of_checkpoints():
     an scxbn normaliser built for another data set split, and carry stale metadata)."""
     norm = build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0]))
     assert "superclass_of" not in norm.state_dict()
-    group, batch_group, n = norm.group_ids(torch.tensor([0, 0]), torch.tensor([0]))
-    assert group.tolist() == [0, 0] and batch_group.tolist() == [0] and n == 1
+    assert norm.groups(torch.tensor([0, 0])).tolist() == [0, 0]
 
 
 def test_scxbn_refuses_a_label_bound_one_past_the_map():
