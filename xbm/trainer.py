@@ -33,7 +33,7 @@ from xbm.config import TrainConfig
 from xbm.data import DatasetSplits, SampleDataset, build_dataset
 from xbm.data.images import configure_images
 from xbm.loss import XBMLoss
-from xbm.models import create_embedding_model
+from xbm.models import compile_model, create_embedding_model
 from xbm.normalisers import build_normaliser
 from xbm.objectives import build_objective
 from xbm.training import evaluation
@@ -87,6 +87,7 @@ class Trainer:
         train = self.splits.train
         # The labels reach only the supervised objective and the neighbours' diagnostics.
         self.objective = build_objective(cfg, self.model, train.labels).to(self.runtime.device)
+        compile_model(self.model, cfg.compile)  # after the objective: MoCo's key encoder copies the plain model
         pair_loss = self.objective.pair_loss()
         self.warmup_loss = BatchLoss(pair_loss)
         miner = self.objective.miner()  # one miner (stateless) serves the batch loss and the memory loss

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 import torch
 from pytorch_metric_learning import distances, losses, miners
+from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
@@ -39,8 +40,37 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
                                   distance=DISTANCES[cfg.distance]())
 
 
+class SupConLoss(losses.SupConLoss):
+    """PML's ``SupConLoss`` without its host reads: PML checks ``pos_mask.any() and neg_mask.any()`` in
+    Python and asserts that no pair is both positive and negative, three reads of the device per call.
+    Here the check is a device flag (without both kinds of pair every row's loss is 0, which the
+    AvgNonZeroReducer turns into PML's zero loss) and the assertion is dropped (pairs come from labels:
+    same label -> positive, other label -> negative, never both). Otherwise the same operations, so the
+    same values and gradients bit for bit."""
+
+    def mat_based_loss(self, mat, indices_tuple):
+        a1, p, a2, n = indices_tuple
+        pos_mask, neg_mask = torch.zeros_like(mat), torch.zeros_like(mat)
+        pos_mask[a1, p] = 1
+        neg_mask[a2, n] = 1
+        return self._compute_loss(mat, pos_mask, neg_mask)
+
+    def _compute_loss(self, mat, pos_mask, neg_mask):
+        both = pos_mask.bool().any() & neg_mask.bool().any()
+        if not self.distance.is_inverted:
+            mat = -mat
+        mat = mat / self.temperature
+        mat_max, _ = mat.max(dim=1, keepdim=True)
+        mat = mat - mat_max.detach()  # for numerical stability
+        denominator = lmu.logsumexp(mat, keep_mask=(pos_mask + neg_mask).bool(), add_one=False, dim=1)
+        log_prob = mat - denominator
+        mean_log_prob_pos = (pos_mask * log_prob).sum(dim=1) / (pos_mask.sum(dim=1) + c_f.small_val(mat.dtype))
+        return {"loss": {"losses": torch.where(both, -mean_log_prob_pos, 0.0),
+                         "indices": c_f.torch_arange_from_size(mat), "reduction_type": "element"}}
+
+
 def build_supcon(cfg: LossConfig) -> losses.SupConLoss:
-    return losses.SupConLoss(temperature=cfg.temperature)
+    return SupConLoss(temperature=cfg.temperature)
 
 
 def memory_size(ratio: float, n_train: int) -> int:
