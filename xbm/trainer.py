@@ -48,7 +48,8 @@ STATE_VERSION = 2
 # Keys that may differ between a checkpoint and the config resuming it: the state fits either way (more
 # epochs, another device, other loader workers, where the data and the image cache live). Augmentations
 # are seeded per drawn sample (xbm.training.loaders.SeededSampler), so the worker count changes nothing.
-RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "image_cache", "evaluate_test"})
+RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "image_cache", "evaluate_test",
+                               "compile"})
 
 
 class Trainer:
