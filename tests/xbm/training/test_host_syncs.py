@@ -95,3 +95,22 @@ def test_twenty_adaptations_of_every_kind_never_synchronise_on_cuda(kind):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(memory).all()
+
+
+@needs_cuda
+def test_twenty_enqueues_with_a_device_iteration_never_synchronise_on_cuda():
+    """Bug caught: the memory writing XBMLoss's iteration counter (a 0-dim CUDA tensor) with ``index_fill_``,
+    which reads the value back (``.item()``) on every step."""
+    from xbm.memory import EmbeddingMemory
+    memory = EmbeddingMemory(50, 8).cuda()
+    iteration = torch.zeros((), dtype=torch.long, device="cuda")
+    batch, labels = torch.randn(16, 8, device="cuda"), torch.arange(16, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(20):
+            memory.enqueue(batch, labels, labels, iteration=iteration)
+            iteration += 1
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert memory.iterations.max().item() == 19
