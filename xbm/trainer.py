@@ -114,7 +114,9 @@ class Trainer:
             raise ValueError(f"normaliser.kind=scxbn needs a data set with super-classes, but dataset "
                              f"{cfg.dataset!r} has none; use another normaliser.kind (e.g. pcxbn) or a data "
                              "set with super-classes (toy, sop, inshop, deepfashion2, cifar100, omniglot)")
-        normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of)
+        # The labels' range is checked once here (scxbn: against the map), not in every step.
+        num_labels = int(self.splits.train.labels.max()) + 1 if len(self.splits.train) else None
+        normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of, num_labels=num_labels)
         size = memory_size(cfg.memory.ratio, len(self.splits.train))
         return XBMLoss(pair_loss, cfg.embedding_size, size, miner=miner, normaliser=normaliser,
                        batch_loss_weight=cfg.memory.batch_loss_weight).to(self.runtime.device)

@@ -358,3 +358,20 @@ def test_a_cuda_run_resumes_exactly_from_a_checkpoint_loaded_onto_the_cpu(tiny):
         else:
             assert second.xbm.memory.embeddings.device.type == "cpu"
             assert rest[-1]["loss"] == pytest.approx(full[-1]["loss"], rel=1e-2)
+
+
+def test_scxbn_checks_the_training_labels_against_the_superclass_map_once_at_construction():
+    """Bug caught (issue 18): the super-class range check dropped from the step without a replacement, so a
+    data set whose super-class map misses its last training class fails deep in a step (an index error, or
+    a device-side assert on CUDA) instead of naming the rule before training."""
+    from xbm.data.splits import assemble
+    from xbm.data.toy import make_toy
+    cfg = TrainConfig.from_dict({"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 16,
+                                 "epochs": 1, "warmup_epochs": 0, "batch_size": 32, "samples_per_class": 4,
+                                 "normaliser.kind": "scxbn"})
+    splits = assemble(make_toy(num_classes=48, samples_per_class=8), cfg.val_fraction, cfg.image_size)
+    classes = int(splits.train.labels.max()) + 1
+    Trainer(cfg, splits=splits)   # the full map: accepted
+    splits.superclass_of = splits.superclass_of[: classes - 1]
+    with pytest.raises(ValueError, match=rf"labels must lie in \[0, {classes - 1}\).*\[0, {classes - 1}\]"):
+        Trainer(cfg, splits=splits)
