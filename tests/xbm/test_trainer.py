@@ -168,6 +168,22 @@ def test_non_finite_loss_names_epoch_and_iteration_before_any_step_uses_it():
     assert trainer.epoch == 0  # nothing to checkpoint from the failed epoch
 
 
+def test_a_fused_adamw_skips_the_nan_step_on_the_device_and_the_error_names_it():
+    """Bugs caught (issue 18): with the fused AdamW of CUDA runs (it exists on the CPU too) the NaN step's
+    update applied (``found_inf`` not handed over), its step count or moments advanced, or the error,
+    noticed one step late, naming the step after the bad one."""
+    trainer = Trainer(config(warmup_epochs=0))
+    trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=1e-3, weight_decay=1e-4, fused=True)
+    trainer.xbm = PoisonAt(trainer.xbm, 3)
+    with pytest.raises(NonFiniteLossError) as info:
+        next(trainer.fit())
+    assert (info.value.epoch, info.value.iteration) == (1, 3) and math.isnan(info.value.value)
+    assert {int(s["step"]) for s in trainer.optimizer.state.values()} == {2}
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert all(torch.isfinite(s["exp_avg"]).all() for s in trainer.optimizer.state.values())
+    assert trainer.xbm.calls == 4  # the next step's forward ran, its update did not
+
+
 @pytest.mark.slow
 def test_image_data_set_trains_an_epoch_with_a_tiny_timm_backbone():
     history = train(dataset="digits", model="test_resnet", image_size=32, epochs=1, warmup_epochs=1,
