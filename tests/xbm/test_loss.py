@@ -283,3 +283,35 @@ def test_moco_in_batch_counts_cover_every_row_pair_without_a_miner():
     a1, _, a2, _ = lmu.get_all_pairs_indices(ids)
     assert (int(crit.last_stats["batch_pos_pairs"]), int(crit.last_stats["batch_neg_pairs"])) == (6, 24)
     assert (len(a1), len(a2)) == (6, 24)
+
+
+@pytest.mark.parametrize("memory_size", [B - 3, B, B + 1, 3 * B + 1])
+@pytest.mark.parametrize("distance", [None, "lp", "cosine"])
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+@pytest.mark.parametrize("normaliser", [None, "pcxbn"])
+def test_the_mask_path_equals_pmls_index_pairs(memory_size, distance, weight, normaliser):
+    """Bugs caught (issue 18's sync-free step): the mask path (our SupCon, ``xbm.pair_masks``) pairing a query
+    with its own stored copy (or an overwritten slot -1 with slot 0), counting other pairs than PML's index
+    path, or computing another loss or gradient; with a batch larger than the memory, a batch term, and an
+    adapted memory. The same sequence through PML's own SupCon (index tuples) is the reference."""
+    from xbm.training.criteria import DISTANCES
+    from xbm.pair_masks import SupConLoss
+    margins = {"lp": (0.6, 1.2), "cosine": (0.7, 0.1)}
+
+    def make(loss):
+        miner = None if distance is None else miners.PairMarginMiner(*margins[distance], distance=DISTANCES[distance]())
+        norm = None if normaliser is None else build_normaliser(NormaliserConfig(kind=normaliser))
+        return XBMLoss(loss, D, memory_size, miner=miner, normaliser=norm, batch_loss_weight=weight)
+
+    masked, indexed = make(SupConLoss(0.1)), make(losses.SupConLoss(0.1))
+    assert masked.masks and not indexed.masks
+    for step, (emb, labels) in enumerate(_batches(5, seed=memory_size, classes=3)):
+        a, b = emb.clone().requires_grad_(), emb.clone().requires_grad_()
+        got, want = masked(a, labels, epoch=step), indexed(b, labels, epoch=step)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+        for name in ("memory_pos_pairs", "memory_neg_pairs", "batch_pos_pairs", "batch_neg_pairs", "loss_pos_pairs"):
+            assert float(masked.last_stats[name]) == float(indexed.last_stats[name]), name
+        torch.testing.assert_close(masked.memory.valid().embeddings, indexed.memory.valid().embeddings)

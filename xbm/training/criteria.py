@@ -19,11 +19,11 @@ from typing import Callable, Optional
 
 import torch
 from pytorch_metric_learning import distances, losses, miners
-from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
 from xbm.config import LossConfig, MinerConfig
+from xbm.pair_masks import SupConLoss, pair_masks, supcon_from_masks, supports_masks
 
 DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
     "lp": distances.LpDistance,
@@ -40,35 +40,6 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
                                   distance=DISTANCES[cfg.distance]())
 
 
-class SupConLoss(losses.SupConLoss):
-    """PML's ``SupConLoss`` without its host reads: PML checks ``pos_mask.any() and neg_mask.any()`` in
-    Python and asserts that no pair is both positive and negative, three reads of the device per call.
-    Here the check is a device flag (without both kinds of pair every row's loss is 0, which the
-    AvgNonZeroReducer turns into PML's zero loss) and the assertion is dropped (pairs come from labels:
-    same label -> positive, other label -> negative, never both). Otherwise the same operations, so the
-    same values and gradients bit for bit."""
-
-    def mat_based_loss(self, mat, indices_tuple):
-        a1, p, a2, n = indices_tuple
-        pos_mask, neg_mask = torch.zeros_like(mat), torch.zeros_like(mat)
-        pos_mask[a1, p] = 1
-        neg_mask[a2, n] = 1
-        return self._compute_loss(mat, pos_mask, neg_mask)
-
-    def _compute_loss(self, mat, pos_mask, neg_mask):
-        both = pos_mask.bool().any() & neg_mask.bool().any()
-        if not self.distance.is_inverted:
-            mat = -mat
-        mat = mat / self.temperature
-        mat_max, _ = mat.max(dim=1, keepdim=True)
-        mat = mat - mat_max.detach()  # for numerical stability
-        denominator = lmu.logsumexp(mat, keep_mask=(pos_mask + neg_mask).bool(), add_one=False, dim=1)
-        log_prob = mat - denominator
-        mean_log_prob_pos = (pos_mask * log_prob).sum(dim=1) / (pos_mask.sum(dim=1) + c_f.small_val(mat.dtype))
-        return {"loss": {"losses": torch.where(both, -mean_log_prob_pos, 0.0),
-                         "indices": c_f.torch_arange_from_size(mat), "reduction_type": "element"}}
-
-
 def build_supcon(cfg: LossConfig) -> losses.SupConLoss:
     return SupConLoss(temperature=cfg.temperature)
 
@@ -83,20 +54,29 @@ class BatchLoss(nn.Module):
 
     ``last_stats`` mirrors ``XBMLoss.last_stats``: ``batch_pos_pairs`` / ``batch_neg_pairs`` = pairs the loss
     sees (mined ones with a miner, else all), ``loss_pos_pairs`` = ``batch_pos_pairs``, and 0 for the memory.
+    With our SupCon (and a PairMarginMiner or none) the pairs are masks (:mod:`xbm.pair_masks`) and the
+    counts 0-dim device tensors: no host read.
     """
 
     def __init__(self, loss: nn.Module, miner: Optional[nn.Module] = None) -> None:
         super().__init__()
         self.loss = loss
         self.miner = miner
+        self.masks = supports_masks(loss, miner)
         self.last_stats: dict[str, torch.Tensor | float] = {}
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, epoch: int = 0,
                 indices: Optional[torch.Tensor] = None, enqueue_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         # enqueue_mask (MoCo's keys) means nothing without a memory: every row is in the batch
-        # All pairs when there is no miner (what SupCon uses then), so the count means the same as XBMLoss's.
-        tuples = self.miner(embeddings, labels) if self.miner is not None else lmu.get_all_pairs_indices(labels)
-        positives = float(len(tuples[0]))
+        if self.masks:
+            masks = pair_masks(self.miner, embeddings, labels)
+            positives, negatives = masks.pos.sum(), masks.neg.sum()
+            loss = supcon_from_masks(self.loss, embeddings, None, masks)
+        else:
+            # All pairs when there is no miner (what SupCon uses then), so the count means the same as XBMLoss's.
+            tuples = self.miner(embeddings, labels) if self.miner is not None else lmu.get_all_pairs_indices(labels)
+            positives, negatives = float(len(tuples[0])), float(len(tuples[2]))
+            loss = self.loss(embeddings, labels, tuples)
         self.last_stats = {"memory_pos_pairs": 0.0, "memory_neg_pairs": 0.0, "batch_pos_pairs": positives,
-                           "batch_neg_pairs": float(len(tuples[2])), "loss_pos_pairs": positives, "memory_fill": 0.0}
-        return self.loss(embeddings, labels, tuples)
+                           "batch_neg_pairs": negatives, "loss_pos_pairs": positives, "memory_fill": 0.0}
+        return loss

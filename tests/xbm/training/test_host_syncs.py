@@ -6,8 +6,11 @@ while ``run_epoch`` runs a step (the loader's ``next`` excluded: collation is no
 of those would make the CPU wait for the device; ``set_sync_debug_mode`` checks the CUDA side."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from xbm.normalisers.config import KINDS
 from xbm.training import epoch as epoch_module
@@ -114,3 +117,88 @@ def test_twenty_enqueues_with_a_device_iteration_never_synchronise_on_cuda():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert memory.iterations.max().item() == 19
+
+
+# aten ops whose output size depends on the data (the host must read it back) or that read a value.
+DATA_DEPENDENT = {"_local_scalar_dense", "nonzero", "nonzero_numpy", "masked_select", "_unique", "_unique2",
+                  "unique_dim", "unique_consecutive", "bincount", "repeat_interleave"}
+
+
+class DeviceReads(TorchDispatchMode):
+    """Every aten op that would make the CPU wait for a GPU: reads of a value (``item``, ``bool``, ...) and ops
+    with data-dependent output sizes, including indexing with a boolean mask (``nonzero`` inside)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in DATA_DEPENDENT:
+            self.ops.append(name)
+        elif name in ("index", "index_put", "index_put_", "_index_put_impl_") and any(
+                t is not None and t.dtype == torch.bool for t in args[1]):
+            self.ops.append(f"{name} with a boolean mask")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_step_runs_no_data_dependent_op_but_the_one_check(kind, weight):
+    """Bugs caught: pairs built as index tuples (PML's miner: ``torch.where``, boolean indexing; the self-pair
+    removal; PML's AvgNonZeroReducer), ``torch.unique``/``bincount`` in the group kinds, or any other op whose
+    output size the host must read: on a GPU each waits for the device. Seen at the level of aten ops
+    (a dispatch mode), so the C++ calls count too; with and without the in-batch term. Six steps: five
+    reads of the previous step's flag, then the epoch's end reads the last one."""
+    trainer = tiny_trainer(**{"normaliser.kind": kind, "memory.ratio": 0.5, "memory.batch_loss_weight": weight})
+    run_epoch(_main_step(trainer), trainer.loader, trainer.runtime, epoch=1, epoch_index=0)
+    batches = list(trainer.loader)
+    with DeviceReads() as reads:
+        result = run_epoch(_main_step(trainer), batches, trainer.runtime, epoch=2, epoch_index=1)
+    assert result.iterations == 6 and reads.ops == ["_local_scalar_dense"] * 6
+    assert result.pairs["memory_pos_pairs"] > 0 and result.pairs["batch_neg_pairs"] > 0
+
+
+def test_the_detector_sees_pmls_index_pairs():
+    """The detector can fail: PML's own miner and SupCon (index tuples) run data-dependent ops."""
+    from pytorch_metric_learning import losses, miners
+    emb, labels = torch.randn(8, 4), torch.arange(8) % 3
+    with DeviceReads() as reads:
+        losses.SupConLoss(0.1)(emb, labels, miners.PairMarginMiner()(emb, labels))
+    assert "nonzero" in reads.ops and "_local_scalar_dense" in reads.ops
+
+
+@needs_cuda
+@pytest.mark.parametrize("kind", KINDS)
+def test_twenty_cuda_training_steps_synchronise_only_for_the_finiteness_check(kind, monkeypatch):
+    """Bug caught (issue 18): anything in a CUDA training step (loss, miner, memory, normaliser, fused
+    optimiser, clipping, pair counts) that makes the CPU wait for the GPU. CUDA's sync debug mode raises
+    on each; only the one check per step (``_raise_if_bad``, the previous step's flag) and the epoch's own
+    edges (``Runtime.synchronize`` around the pass, the sums read once at its end) are let through."""
+    from xbm.training.runtime import Runtime
+    trainer = tiny_trainer(device="cuda", **{"normaliser.kind": kind, "memory.ratio": 0.5})
+
+    def allowed(fn):
+        def wrapped(*args):
+            torch.cuda.set_sync_debug_mode("default")
+            try:
+                return fn(*args)
+            finally:
+                torch.cuda.set_sync_debug_mode("error")
+        return wrapped
+
+    monkeypatch.setattr(epoch_module, "_raise_if_bad", allowed(epoch_module._raise_if_bad))
+    monkeypatch.setattr(epoch_module._Sums, "read", allowed(epoch_module._Sums.read))
+    monkeypatch.setattr(Runtime, "synchronize", allowed(Runtime.synchronize))
+    step = Step(trainer.model, trainer.objective, trainer.criterion(0), trainer.optimizer, trainer.scaler,
+                list(trainer.model.parameters()), trainer.cfg.clip_grad, trainer.prepare_train)
+    assert epoch_module.skips_on_device(step)   # fused AdamW, no loss scaling (bf16 or fp32)
+    run_epoch(step, trainer.loader, trainer.runtime, epoch=1, epoch_index=0)   # fills the memory
+    batches = [tuple(t.cuda() for t in batch) for batch in list(trainer.loader) * 4][:20]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        result = run_epoch(step, batches, trainer.runtime, epoch=2, epoch_index=1)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert result.iterations == 20 and math.isfinite(result.loss)
