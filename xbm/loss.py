@@ -32,14 +32,17 @@ class XBMLoss(nn.Module):
     and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
     kept), and fp16/bf16 embeddings are compared with the memory in fp32.
 
+    With our SupCon (:class:`xbm.pair_masks.SupConLoss`) and a PairMarginMiner or none, steps 3-4 run on
+    [B, N] pair masks instead of PML's index tuples (same pairs, same loss; no host read, see
+    :mod:`xbm.pair_masks`); other losses take PML's index path.
+
     After each call ``last_stats`` holds floats or 0-dim device tensors (read once per epoch, not per
     step): ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs mined against the memory, self pairs
-    removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs the same miner finds within the batch:
-    the in-batch loss's own mining when w > 0, else the memory mining's pairs with this batch's rows,
-    no second mining), ``loss_pos_pairs``
-    (positive pairs that entered the loss: the memory's, plus the batch's when w > 0), ``memory_fill``
-    (filled fraction), ``batch_loss`` (a tensor; NaN when w = 0) and ``adapted`` (1.0 when the normaliser
-    changed the memory).
+    removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs the same miner finds within the batch: the
+    in-batch loss's own mining when w > 0, else the memory mining's pairs with this batch's rows, no
+    second mining), ``loss_pos_pairs`` (positive pairs that entered the loss: the memory's, plus the
+    batch's when w > 0), ``memory_fill`` (filled fraction), ``batch_loss`` (a tensor; NaN when w = 0) and
+    ``adapted`` (1.0 when the normaliser changed the memory).
     """
 
     def __init__(self, loss: nn.Module, embedding_size: int, memory_size: int, miner: nn.Module | None = None,
@@ -54,7 +57,7 @@ class XBMLoss(nn.Module):
         self.masks = supports_masks(loss, miner)   # pairs as masks: no host read (xbm.pair_masks)
         self.memory = EmbeddingMemory(memory_size, embedding_size)
         self.register_buffer("iteration", torch.zeros((), dtype=torch.long))
-        self.last_stats: dict[str, float] = {}
+        self.last_stats: dict[str, float | Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor, epoch: int = 0, indices: Tensor | None = None,
                 enqueue_mask: Tensor | None = None) -> Tensor:

@@ -41,6 +41,8 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
 
 
 def build_supcon(cfg: LossConfig) -> losses.SupConLoss:
+    """PML's SupCon without its host reads (:class:`xbm.pair_masks.SupConLoss`): the losses then run on pair
+    masks (XBMLoss, BatchLoss), the same numbers as PML's."""
     return SupConLoss(temperature=cfg.temperature)
 
 
