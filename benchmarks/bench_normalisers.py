@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind in KINDS:
         for centre_only in (False, True):
             cfg = NormaliserConfig(kind=kind, centre_only=centre_only)
-            norm = build_normaliser(cfg, superclass_of=superclass_of).to(device)
+            # num_labels as the trainer passes it (scxbn checks the label range once, here)
+            norm = build_normaliser(cfg, superclass_of=superclass_of, num_labels=args.classes).to(device)
             fns[(kind, centre_only, "out")] = partial(norm, memory, memory_labels, batch, batch_labels, out=buffer)
             fns[(kind, centre_only, "new")] = partial(norm, memory, memory_labels, batch, batch_labels)
     print(f"device={device} threads={torch.get_num_threads()} memory={args.memory}x{args.dim} "

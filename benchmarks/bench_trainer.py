@@ -2,7 +2,7 @@
 
 Both train the same model (``create_embedding_model``) on the same data set object (same transforms),
 with the same PML ``MPerClassSampler`` batches, SupCon + PairMarginMiner and AdamW. The trainer runs its
-full training step (``Trainer.train_epoch``: autocast context, finiteness check with ``loss.item()``, grad
+full training step (``Trainer.train_epoch``: autocast context, finiteness check (one read per step), grad
 clipping, GradScaler, pair statistics) with ``memory.enabled=false`` so the loss is the same in-batch loss;
 a third column shows the trainer with the cross-batch memory (XBM, ratio 0.5) for information. Each round
 runs one epoch of every loop, in a rotating order; the medians are compared (target: trainer >= 0.9x bare).

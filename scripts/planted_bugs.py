@@ -15,12 +15,12 @@ import tempfile
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PLANTS = [
     ("normaliser from kind and delay only", "xbm/trainer.py",
-     "normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of)",
-     "from xbm.normalisers import NormaliserConfig as _N; normaliser = build_normaliser(_N(kind=cfg.normaliser.kind, delay_epochs=cfg.normaliser.delay_epochs), superclass_of=superclass_of)",
+     "normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of, num_labels=num_labels)",
+     "from xbm.normalisers import NormaliserConfig as _N; normaliser = build_normaliser(_N(kind=cfg.normaliser.kind, delay_epochs=cfg.normaliser.delay_epochs), superclass_of=superclass_of, num_labels=num_labels)",
      ["tests/xbm/test_config_wiring.py", "tests/xbm/test_trainer.py::test_every_normaliser_kind_trains_end_to_end_and_changes_the_run"]),
     ("always kind none", "xbm/trainer.py",
-     "normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of)",
-     "import dataclasses as _d; normaliser = build_normaliser(_d.replace(cfg.normaliser, kind='none'), superclass_of=superclass_of)",
+     "normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of, num_labels=num_labels)",
+     "import dataclasses as _d; normaliser = build_normaliser(_d.replace(cfg.normaliser, kind='none'), superclass_of=superclass_of, num_labels=num_labels)",
      ["tests/xbm/test_config_wiring.py", "tests/xbm/test_trainer.py::test_every_normaliser_kind_trains_end_to_end_and_changes_the_run"]),
     ("batch_loss_weight forced to 0", "xbm/trainer.py",
      "batch_loss_weight=cfg.memory.batch_loss_weight)", "batch_loss_weight=0.0)",

@@ -19,6 +19,7 @@ from xbm.normalisers.config import NormaliserConfig
 MINER_KINDS = ("pair_margin", "none")
 MINER_DISTANCES = ("lp", "lp_raw", "cosine")
 AMP_MODES = ("off", "fp16", "bf16", "auto")
+COMPILE_MODES = ("off", "default", "max-autotune")  # torch.compile of the model (mode), or none
 # the values of augment / normalize (xbm.data.augment owns them; repeated here so config stays torch-free)
 AUGMENT = ("auto", "none", "shift", "metric", "randaugment")
 NORMALIZE = ("auto", "imagenet", "dataset", "none")
@@ -141,6 +142,7 @@ class TrainConfig:
     lr_step: int = 15
     lr_gamma: float = 0.33
     amp: str = "auto"
+    compile: str = "off"
     clip_grad: float = 10.0
     seed: int = 0
     objective: str = "supervised"
@@ -168,6 +170,7 @@ class TrainConfig:
         _check(self.lr > 0.0, "lr", "> 0", self.lr)
         _check(0.0 < self.lr_gamma <= 1.0, "lr_gamma", "0 < lr_gamma <= 1", self.lr_gamma)
         _check(self.amp in AMP_MODES, "amp", f"one of {list(AMP_MODES)}", self.amp)
+        _check(self.compile in COMPILE_MODES, "compile", f"one of {list(COMPILE_MODES)}", self.compile)
         # the M-per-class sampler's rule; label-free objectives draw images, not classes
         _check(self.objective != "supervised" or self.batch_size % self.samples_per_class == 0, "batch_size",
                f"a multiple of samples_per_class={self.samples_per_class}", self.batch_size)

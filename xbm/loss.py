@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from xbm.memory import EmbeddingMemory
 from xbm.normalisers.base import Normaliser
+from xbm.pair_masks import PairMasks, pair_masks, supcon_from_masks, supports_masks
 
 
 class XBMLoss(nn.Module):
@@ -31,11 +32,17 @@ class XBMLoss(nn.Module):
     and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
     kept), and fp16/bf16 embeddings are compared with the memory in fp32.
 
-    After each call ``last_stats`` holds floats: ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs
-    mined against the memory, self pairs removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs
-    the same miner finds within the batch), ``loss_pos_pairs`` (positive pairs that entered the loss: the
-    memory's, plus the batch's when w > 0), ``memory_fill`` (filled fraction),
-    ``batch_loss`` (NaN when w = 0) and ``adapted`` (1.0 when the normaliser changed the memory).
+    With our SupCon (:class:`xbm.pair_masks.SupConLoss`) and a PairMarginMiner or none, steps 3-4 run on
+    [B, N] pair masks instead of PML's index tuples (same pairs, same loss; no host read, see
+    :mod:`xbm.pair_masks`); other losses take PML's index path.
+
+    After each call ``last_stats`` holds floats or 0-dim device tensors (read once per epoch, not per
+    step): ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs mined against the memory, self pairs
+    removed), ``batch_pos_pairs``, ``batch_neg_pairs`` (pairs the same miner finds within the batch: the
+    in-batch loss's own mining when w > 0, else the memory mining's pairs with this batch's rows, no
+    second mining), ``loss_pos_pairs`` (positive pairs that entered the loss: the memory's, plus the
+    batch's when w > 0), ``memory_fill`` (filled fraction), ``batch_loss`` (a tensor; NaN when w = 0) and
+    ``adapted`` (1.0 when the normaliser changed the memory).
     """
 
     def __init__(self, loss: nn.Module, embedding_size: int, memory_size: int, miner: nn.Module | None = None,
@@ -47,9 +54,10 @@ class XBMLoss(nn.Module):
         self.miner = miner
         self.normaliser = normaliser
         self.batch_loss_weight = float(batch_loss_weight)
+        self.masks = supports_masks(loss, miner)   # pairs as masks: no host read (xbm.pair_masks)
         self.memory = EmbeddingMemory(memory_size, embedding_size)
         self.register_buffer("iteration", torch.zeros((), dtype=torch.long))
-        self.last_stats: dict[str, float] = {}
+        self.last_stats: dict[str, float | Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor, epoch: int = 0, indices: Tensor | None = None,
                 enqueue_mask: Tensor | None = None) -> Tensor:
@@ -69,27 +77,78 @@ class XBMLoss(nn.Module):
         slots = self.memory.enqueue(keys, key_labels, key_indices, iteration=self.iteration)
         self.iteration += 1
         refs, ref_labels, _, _ = self.memory.valid()
-        pairs = self._pairs(queries, query_labels, refs, ref_labels)
-        if enqueue_mask is None:  # queries are in the memory too: not their own positives
-            pairs = _drop_self_pairs(pairs, slots)
-        memory_loss = self.loss(queries, query_labels, pairs, refs, ref_labels)
-        batch_pairs = self._pairs(rows, labels)
+        if self.masks:
+            memory_loss, memory_pos, memory_neg, in_batch_pairs = self._masked_loss(
+                queries, query_labels, refs, ref_labels, slots, enqueue_mask)
+        else:
+            pairs = self._pairs(queries, query_labels, refs, ref_labels)
+            if enqueue_mask is None:  # queries are in the memory too: not their own positives
+                pairs = _drop_self_pairs(pairs, slots)
+            memory_loss = self.loss(queries, query_labels, pairs, refs, ref_labels)
+            memory_pos, memory_neg = float(len(pairs[0])), float(len(pairs[2]))
+            in_batch_pairs = (pairs[1], pairs[3])
         total, batch_loss = memory_loss, float("nan")
         if self.batch_loss_weight > 0:
-            in_batch = self.loss(rows, labels, batch_pairs)
+            in_batch, batch_pos, batch_neg = self._in_batch_loss(rows, labels)
             total = memory_loss + self.batch_loss_weight * in_batch
-            batch_loss = float(in_batch.detach())
+            batch_loss = in_batch.detach()   # a tensor: float() here would wait for the device
+        else:
+            batch_pos, batch_neg = self._batch_counts(rows, labels, in_batch_pairs, slots, enqueue_mask, len(refs))
         self.last_stats = {
-            "memory_pos_pairs": float(len(pairs[0])),
-            "memory_neg_pairs": float(len(pairs[2])),
-            "batch_pos_pairs": float(len(batch_pairs[0])),
-            "batch_neg_pairs": float(len(batch_pairs[2])),
-            "loss_pos_pairs": float(len(pairs[0])) + (float(len(batch_pairs[0])) if self.batch_loss_weight > 0 else 0.0),
+            "memory_pos_pairs": memory_pos,
+            "memory_neg_pairs": memory_neg,
+            "batch_pos_pairs": batch_pos,
+            "batch_neg_pairs": batch_neg,
+            "loss_pos_pairs": memory_pos + (batch_pos if self.batch_loss_weight > 0 else 0.0),
             "memory_fill": len(self.memory) / self.memory.size,
             "batch_loss": batch_loss,
             "adapted": float(adapted),
         }
         return total
+
+    def _masked_loss(self, queries: Tensor, labels: Tensor, refs: Tensor, ref_labels: Tensor, slots: Tensor,
+                     enqueue_mask: Tensor | None):
+        """Steps 3-4 on [B, N] pair masks (:mod:`xbm.pair_masks`): no host read. Returns the loss, the
+        positive and negative counts, and the masks' (positive, negative) pairs for ``_batch_counts``."""
+        exclude = None
+        if enqueue_mask is None:  # queries are in the memory too: not their own positives
+            exclude = torch.zeros(len(queries), len(refs), dtype=torch.bool, device=refs.device)
+            exclude[torch.arange(len(queries), device=refs.device), slots.clamp_min(0)] = slots >= 0
+        masks = pair_masks(self.miner, queries, labels, refs, ref_labels, exclude)
+        loss = supcon_from_masks(self.loss, queries, refs, masks)
+        return loss, masks.pos.sum(), masks.neg.sum(), masks
+
+    def _in_batch_loss(self, rows: Tensor, labels: Tensor):
+        """The plain in-batch loss (w > 0) with its positive and negative pair counts."""
+        if self.masks:
+            masks = pair_masks(self.miner, rows, labels)
+            return supcon_from_masks(self.loss, rows, None, masks), masks.pos.sum(), masks.neg.sum()
+        batch_pairs = self._pairs(rows, labels)
+        return self.loss(rows, labels, batch_pairs), float(len(batch_pairs[0])), float(len(batch_pairs[2]))
+
+    def _batch_counts(self, rows: Tensor, labels: Tensor, pairs, slots: Tensor,
+                      enqueue_mask: Tensor | None, n_refs: int) -> tuple[Tensor | float, Tensor | float]:
+        """The in-batch pair counts without a second mining (w = 0: no in-batch loss mines them). The batch's
+        rows were just enqueued, so its in-batch pairs are the memory pairs whose reference is one of this
+        batch's slots (its own copy already dropped): the same distances, so the same pairs the miner finds
+        within the batch. Counted on the device (0-dim tensors). MoCo's queries are not in the memory: there
+        the pairs of every row are counted from the labels without a miner (all pairs); a batch larger than
+        the memory (not all of it stored) or MoCo with a miner is mined a second time."""
+        if enqueue_mask is None and len(rows) <= self.memory.size:
+            new = torch.zeros(n_refs, dtype=torch.bool, device=rows.device)
+            new.index_fill_(0, slots, True)
+            if isinstance(pairs, PairMasks):
+                return (pairs.pos & new).sum(), (pairs.neg & new).sum()
+            return new[pairs[0]].sum(), new[pairs[1]].sum()
+        if self.miner is None:
+            same = labels.unsqueeze(0) == labels.unsqueeze(1)
+            positives = same.sum() - len(labels)          # the diagonal is not a pair
+            return positives, len(labels) ** 2 - len(labels) - positives
+        if self.masks:
+            masks = pair_masks(self.miner, rows, labels)
+            return masks.pos.sum(), masks.neg.sum()
+        batch_pairs = self._pairs(rows, labels)
+        return float(len(batch_pairs[0])), float(len(batch_pairs[2]))
 
     def _adapt(self, embeddings: Tensor, labels: Tensor, epoch: int) -> bool:
         """Step 1: adapt the rows stored before this batch and write them back."""

@@ -82,8 +82,11 @@ class EmbeddingMemory(nn.Module):
                 self.indices.index_fill_(0, slots[kept], -1)
             else:
                 self.indices.index_copy_(0, slots[kept], indices[kept].detach().to(device, torch.long))
-            # a 0-dim tensor is filled as it is: int() on it would wait for the GPU
-            self.iterations.index_fill_(0, slots[kept], -1 if iteration is None else iteration)
+            if isinstance(iteration, Tensor):   # copied as a tensor: index_fill_ would read it (.item()) and wait
+                rows = slots[kept]
+                self.iterations.index_copy_(0, rows, iteration.to(device, torch.long).expand(rows.shape[0]))
+            else:
+                self.iterations.index_fill_(0, slots[kept], -1 if iteration is None else iteration)
             self._pointer, self._filled = (start + batch) % size, min(self._filled + batch, size)
             self.pointer.fill_(self._pointer)
             self.filled.fill_(self._filled)

@@ -99,6 +99,16 @@ def create_embedding_model(cfg: TrainConfig, input_shape: tuple[int, ...]) -> Em
     return EmbeddingModel(backbone, int(backbone.num_features), cfg.embedding_size)
 
 
+def compile_model(model: nn.Module, mode: str) -> nn.Module:
+    """Config key ``compile``: ``off`` leaves ``model`` as it is; ``default`` / ``max-autotune`` compile its
+    forward with ``torch.compile(mode=...)`` in place (``nn.Module.compile``), so its ``state_dict`` keys stay
+    the plain model's (no ``_orig_mod.`` prefix) and checkpoints load compiled or not. Compiled lazily, at
+    the first call; a train/eval or frozen-backbone switch recompiles once."""
+    if mode != "off":
+        model.compile(mode=mode)
+    return model
+
+
 def load_backbone_weights(backbone: nn.Module, path: str) -> None:
     """Load a local state-dict file (timm/torchvision checkpoint, .pth or .safetensors) into ``backbone``.
 

@@ -32,7 +32,7 @@ from xbm.config import TrainConfig
 from xbm.data import DatasetSplits, SampleDataset, build_dataset
 from xbm.data.images import configure_images
 from xbm.loss import XBMLoss
-from xbm.models import create_embedding_model
+from xbm.models import compile_model, create_embedding_model
 from xbm.normalisers import build_normaliser
 from xbm.objectives import build_objective
 from xbm.training import evaluation
@@ -49,7 +49,7 @@ STATE_VERSION = 2
 # epochs, another device, other loader workers, where the data and the image cache live). Augmentations
 # are seeded per drawn sample (xbm.training.loaders.SeededSampler), so the worker count changes nothing.
 RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "image_cache", "evaluate_test",
-                               "eval_every"})
+                               "eval_every", "compile"})
 #: the metrics that measure the machine, not the run: they differ between two identical runs
 TIMING_KEYS = ("epoch_time_s", "images_per_s", "train_s", "data_wait_s", "eval_s", "gpu_memory_peak_gib")
 
@@ -100,6 +100,7 @@ class Trainer:
         train = self.splits.train
         # The labels reach only the supervised objective and the neighbours' diagnostics.
         self.objective = build_objective(cfg, self.model, train.labels).to(self.runtime.device)
+        compile_model(self.model, cfg.compile)  # after the objective: MoCo's key encoder copies the plain model
         pair_loss = self.objective.pair_loss()
         self.warmup_loss = BatchLoss(pair_loss)
         miner = self.objective.miner()  # one miner (stateless) serves the batch loss and the memory loss
@@ -125,7 +126,9 @@ class Trainer:
             raise ValueError(f"normaliser.kind=scxbn needs a data set with super-classes, but dataset "
                              f"{cfg.dataset!r} has none; use another normaliser.kind (e.g. pcxbn) or a data "
                              "set with super-classes (toy, sop, inshop, deepfashion2, cifar100, omniglot)")
-        normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of)
+        # The labels' range is checked once here (scxbn: against the map), not in every step.
+        num_labels = int(self.splits.train.labels.max()) + 1 if len(self.splits.train) else None
+        normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of, num_labels=num_labels)
         size = memory_size(cfg.memory.ratio, len(self.splits.train))
         return XBMLoss(pair_loss, cfg.embedding_size, size, miner=miner, normaliser=normaliser,
                        batch_loss_weight=cfg.memory.batch_loss_weight).to(self.runtime.device)

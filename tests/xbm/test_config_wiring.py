@@ -191,6 +191,11 @@ def _on_bad_image(key, fx):
     assert len(trainer.splits.train) == 15 and list(trainer.fit())[0]["skipped_images"] == 1
 
 
+def _compile(key, fx):
+    assert tiny_trainer(compile="default").model._compiled_call_impl is not None
+    assert tiny_trainer().model._compiled_call_impl is None
+
+
 def _device(key, fx):
     if torch.cuda.is_available():
         assert tiny_trainer(device="cuda").runtime.device.type == "cuda"
@@ -263,6 +268,8 @@ EFFECTS: dict[str, Any] = {
     "num_workers": RuntimeOnly("worker processes only load batches; vector data has no augmentation to draw",
                                _num_workers),
     "device": RuntimeOnly("where the run computes, not what (CPU and CUDA agree up to rounding)", _device),
+    "compile": RuntimeOnly("torch.compile of the same model: the loss agrees within 1e-4 (tests/xbm/test_models.py)",
+                           _compile),
     "memory.enabled": Attribute(False, lambda t: (t.xbm, t.criterion(5) is t.batch_loss), (None, True)),
     # ceil, not floor: 0.3 x 192 = 57.6 rows -> 58.
     "memory.ratio": Attribute(0.3, lambda t: t.xbm.memory.size, math.ceil(0.3 * TINY_TRAIN_SAMPLES)),

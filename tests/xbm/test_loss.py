@@ -69,7 +69,7 @@ def test_batch_loss_weight_adds_the_mined_in_batch_loss_and_stats_count_pairs():
         base, total = plain(emb, labels), star(emb, labels)
         in_batch = losses.SupConLoss(0.1)(emb, labels, _miner()(emb, labels))
         torch.testing.assert_close(total, base + 0.5 * in_batch)
-        assert star.last_stats["batch_loss"] == pytest.approx(float(in_batch))
+        assert float(star.last_stats["batch_loss"]) == pytest.approx(float(in_batch))
         a1, _, a2, _ = _miner()(emb, labels)
         assert star.last_stats["batch_neg_pairs"] == len(a2) and star.last_stats["batch_pos_pairs"] == len(a1)
     assert plain.last_stats["memory_fill"] == 1.0 and plain.last_stats["batch_loss"] != plain.last_stats["batch_loss"]
@@ -245,3 +245,73 @@ def test_an_enqueue_mask_keeps_each_rows_own_label_and_needs_no_indices():
     want = losses.NTXentLoss(0.1)(q, torch.tensor([0, 1]), lmu.get_all_pairs_indices(torch.tensor([0, 1]), refs), k, refs)
     torch.testing.assert_close(got, want)
     assert crit.last_stats["memory_pos_pairs"] == 1.0  # only query 1 has a key of its label
+
+
+@pytest.mark.parametrize("distance", ["lp", "lp_raw", "cosine"])
+@pytest.mark.parametrize("memory_size", [B - 3, B, 3 * B + 1])
+@pytest.mark.parametrize("normaliser", [None, "pcxbn"])
+def test_in_batch_counts_come_from_the_memory_mining_and_equal_a_second_mining(distance, memory_size, normaliser):
+    """Bugs caught: the in-batch pair counts (w = 0) taken from pairs with older memory rows, with the
+    batch's own copies (self pairs), or from the memory's adapted rows instead of this batch's; the counts
+    differing from what mining the batch a second time gave (the numbers the epoch rows report), also for
+    a memory smaller than the batch (B - 3), which does not keep every row and mines them again."""
+    from xbm.training.criteria import DISTANCES
+    margins = {"lp": (0.6, 1.2), "lp_raw": (3.0, 3.8), "cosine": (0.7, 0.1)}[distance]   # selective margins
+    miner = miners.PairMarginMiner(*margins, distance=DISTANCES[distance]())
+    mined, counted = [0, 0], [0, 0]
+    norm = None if normaliser is None else build_normaliser(NormaliserConfig(kind=normaliser))
+    crit = XBMLoss(losses.SupConLoss(0.1), D, memory_size, miner=miner, normaliser=norm)
+    for emb, labels in _batches(4, seed=11, classes=3):
+        crit(emb, labels)
+        a1, _, a2, _ = miner(emb, labels)
+        pos, neg = crit.last_stats["batch_pos_pairs"], crit.last_stats["batch_neg_pairs"]
+        if memory_size >= B:   # counted on the device, read once per epoch
+            assert isinstance(pos, torch.Tensor) and pos.dim() == 0
+        assert (int(pos), int(neg)) == (len(a1), len(a2))
+        mined, counted = [mined[0] + len(a1), mined[1] + len(a2)], [counted[0] + int(pos), counted[1] + int(neg)]
+    # the margins select some pairs and leave others: the counts are not trivial
+    assert counted == mined and 0 < mined[0] and 0 < mined[1] < 4 * 40
+
+
+def test_moco_in_batch_counts_cover_every_row_pair_without_a_miner():
+    """Bug caught: with MoCo's keys (``enqueue_mask``) the in-batch counts taken from the memory pairs,
+    which pair queries with keys only, instead of every pair of the batch's rows (all pairs: no miner)."""
+    ids = torch.tensor([0, 1, 2, 0, 1, 2])
+    is_key = torch.tensor([False, False, False, True, True, True])
+    crit = XBMLoss(losses.NTXentLoss(0.1), D, 12)
+    crit(torch.randn(6, D), ids, enqueue_mask=is_key, indices=ids)
+    a1, _, a2, _ = lmu.get_all_pairs_indices(ids)
+    assert (int(crit.last_stats["batch_pos_pairs"]), int(crit.last_stats["batch_neg_pairs"])) == (6, 24)
+    assert (len(a1), len(a2)) == (6, 24)
+
+
+@pytest.mark.parametrize("memory_size", [B - 3, B, B + 1, 3 * B + 1])
+@pytest.mark.parametrize("distance", [None, "lp", "cosine"])
+@pytest.mark.parametrize("weight", [0.0, 0.5])
+@pytest.mark.parametrize("normaliser", [None, "pcxbn"])
+def test_the_mask_path_equals_pmls_index_pairs(memory_size, distance, weight, normaliser):
+    """Bugs caught (issue 18's sync-free step): the mask path (our SupCon, ``xbm.pair_masks``) pairing a query
+    with its own stored copy (or an overwritten slot -1 with slot 0), counting other pairs than PML's index
+    path, or computing another loss or gradient; with a batch larger than the memory, a batch term, and an
+    adapted memory. The same sequence through PML's own SupCon (index tuples) is the reference."""
+    from xbm.training.criteria import DISTANCES
+    from xbm.pair_masks import SupConLoss
+    margins = {"lp": (0.6, 1.2), "cosine": (0.7, 0.1)}
+
+    def make(loss):
+        miner = None if distance is None else miners.PairMarginMiner(*margins[distance], distance=DISTANCES[distance]())
+        norm = None if normaliser is None else build_normaliser(NormaliserConfig(kind=normaliser))
+        return XBMLoss(loss, D, memory_size, miner=miner, normaliser=norm, batch_loss_weight=weight)
+
+    masked, indexed = make(SupConLoss(0.1)), make(losses.SupConLoss(0.1))
+    assert masked.masks and not indexed.masks
+    for step, (emb, labels) in enumerate(_batches(5, seed=memory_size, classes=3)):
+        a, b = emb.clone().requires_grad_(), emb.clone().requires_grad_()
+        got, want = masked(a, labels, epoch=step), indexed(b, labels, epoch=step)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7)
+        for name in ("memory_pos_pairs", "memory_neg_pairs", "batch_pos_pairs", "batch_neg_pairs", "loss_pos_pairs"):
+            assert float(masked.last_stats[name]) == float(indexed.last_stats[name]), name
+        torch.testing.assert_close(masked.memory.valid().embeddings, indexed.memory.valid().embeddings)

@@ -198,3 +198,12 @@ def test_checkpointed_counters_and_labels_are_int64():
     state = EmbeddingMemory(4, 2).state_dict()
     assert {name: state[name].dtype for name in BUFFERS} == {"embeddings": torch.float32, **dict.fromkeys(
         BUFFERS[1:], torch.long)}
+
+
+def test_a_tensor_iteration_is_written_into_every_kept_row():
+    """Bug caught: a 0-dim tensor iteration (XBMLoss's counter, kept on the device so that it is never read
+    back) written to one row only, or not at all, or as another value (the copy that replaced index_fill_)."""
+    memory = EmbeddingMemory(5, 3)
+    memory.enqueue(torch.randn(3, 3), torch.arange(3), iteration=torch.tensor(7))
+    memory.enqueue(torch.randn(4, 3), torch.arange(4), iteration=torch.tensor(8))
+    assert memory.iterations.tolist() == [8, 8, 7, 8, 8] and memory.valid().iterations.dtype == torch.long

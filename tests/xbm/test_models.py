@@ -7,6 +7,8 @@ from xbm.config import TrainConfig
 from xbm.errors import PretrainedWeightsError
 from xbm.models import MODELS, create_embedding_model
 
+from .conftest import tiny_trainer
+
 TINY_TIMM = "resnet10t"
 
 
@@ -79,3 +81,31 @@ def test_pretrained_path_of_another_architecture_or_missing_file_fails(tmp_path)
     assert mlp.head.out_features == 16
     with pytest.raises(FileNotFoundError, match="pretrained_path"):
         create_embedding_model(cfg(model="mlp", pretrained_path=str(tmp_path / "absent.pth")), (40,))
+
+
+def test_compile_off_leaves_the_model_and_a_mode_keeps_its_state_dict_keys():
+    """Bugs caught: ``compile=off`` compiling anyway; a compiled model whose state_dict keys gain torch's
+    ``_orig_mod.`` prefix (``torch.compile(model)`` wraps it), so a checkpoint saved compiled would not load
+    into an uncompiled trainer or the other way round."""
+    from xbm.models import compile_model
+    plain = create_embedding_model(TrainConfig.from_dict({"model": "mlp", "embedding_size": 8}), (6,))
+    assert compile_model(plain, "off") is plain and plain._compiled_call_impl is None
+    compiled = create_embedding_model(TrainConfig.from_dict({"model": "mlp", "embedding_size": 8}), (6,))
+    assert compile_model(compiled, "max-autotune") is compiled and compiled._compiled_call_impl is not None
+    assert list(compiled.state_dict()) == list(plain.state_dict())
+    compiled.load_state_dict(plain.state_dict())   # loads either way
+
+
+@pytest.mark.slow
+def test_compile_default_trains_the_mlp_on_the_cpu_to_the_same_loss():
+    """Bug caught (issue 18): ``compile=default`` changing what is computed, or unusable on the CPU (inductor
+    needs a C++ compiler; ~30-40 s here, hence slow): one toy epoch's loss within 1e-4 of the uncompiled
+    run's, and the checkpoint of one loads into the other."""
+    off = tiny_trainer(compile="off")   # each built then trained: the sampler draws from the global RNG
+    loss_off = next(off.fit())["loss"]
+    compiled = tiny_trainer(compile="default")
+    loss_compiled = next(compiled.fit())["loss"]
+    assert compiled.model._compiled_call_impl is not None and off.model._compiled_call_impl is None
+    assert abs(loss_compiled - loss_off) <= 1e-4 and loss_off > 0
+    off.load_state_dict(compiled.state_dict())   # compile may differ on resume (RESUMABLE_CHANGES)
+    assert off.epoch == 1

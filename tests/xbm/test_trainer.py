@@ -168,6 +168,22 @@ def test_non_finite_loss_names_epoch_and_iteration_before_any_step_uses_it():
     assert trainer.epoch == 0  # nothing to checkpoint from the failed epoch
 
 
+def test_a_fused_adamw_skips_the_nan_step_on_the_device_and_the_error_names_it():
+    """Bugs caught (issue 18): with the fused AdamW of CUDA runs (it exists on the CPU too) the NaN step's
+    update applied (``found_inf`` not handed over), its step count or moments advanced, or the error,
+    noticed one step late, naming the step after the bad one."""
+    trainer = Trainer(config(warmup_epochs=0))
+    trainer.optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=1e-3, weight_decay=1e-4, fused=True)
+    trainer.xbm = PoisonAt(trainer.xbm, 3)
+    with pytest.raises(NonFiniteLossError) as info:
+        next(trainer.fit())
+    assert (info.value.epoch, info.value.iteration) == (1, 3) and math.isnan(info.value.value)
+    assert {int(s["step"]) for s in trainer.optimizer.state.values()} == {2}
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert all(torch.isfinite(s["exp_avg"]).all() for s in trainer.optimizer.state.values())
+    assert trainer.xbm.calls == 4  # the next step's forward ran, its update did not
+
+
 @pytest.mark.slow
 def test_image_data_set_trains_an_epoch_with_a_tiny_timm_backbone():
     history = train(dataset="digits", model="test_resnet", image_size=32, epochs=1, warmup_epochs=1,
@@ -358,3 +374,20 @@ def test_a_cuda_run_resumes_exactly_from_a_checkpoint_loaded_onto_the_cpu(tiny):
         else:
             assert second.xbm.memory.embeddings.device.type == "cpu"
             assert rest[-1]["loss"] == pytest.approx(full[-1]["loss"], rel=1e-2)
+
+
+def test_scxbn_checks_the_training_labels_against_the_superclass_map_once_at_construction():
+    """Bug caught (issue 18): the super-class range check dropped from the step without a replacement, so a
+    data set whose super-class map misses its last training class fails deep in a step (an index error, or
+    a device-side assert on CUDA) instead of naming the rule before training."""
+    from xbm.data.splits import assemble
+    from xbm.data.toy import make_toy
+    cfg = TrainConfig.from_dict({"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 16,
+                                 "epochs": 1, "warmup_epochs": 0, "batch_size": 32, "samples_per_class": 4,
+                                 "normaliser.kind": "scxbn"})
+    splits = assemble(make_toy(num_classes=48, samples_per_class=8), cfg.val_fraction, cfg.image_size)
+    classes = int(splits.train.labels.max()) + 1
+    Trainer(cfg, splits=splits)   # the full map: accepted
+    splits.superclass_of = splits.superclass_of[: classes - 1]
+    with pytest.raises(ValueError, match=rf"labels must lie in \[0, {classes - 1}\).*\[0, {classes - 1}\]"):
+        Trainer(cfg, splits=splits)

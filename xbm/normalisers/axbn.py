@@ -25,7 +25,8 @@ class AXBN(StatefulNormaliser):
         z' = (z - E[R]) / sigma[R] * sigma_hat + mu_hat       (centre_only: z - E[R] + mu_hat)
 
     r = 0 gives K = 1, i.e. exactly XBN. State (in ``state_dict``): ``p``, ``gain`` (K, kept between
-    gain updates), ``calls``, ``mu_hat``, ``sigma_hat``. The filter does not run during the delay.
+    gain updates), ``calls``, ``mu_hat``, ``sigma_hat``; ``p`` and ``gain`` are kept on the host
+    and mirrored into the buffers. The filter does not run during the delay.
     """
 
     kind = "axbn"
@@ -34,15 +35,22 @@ class AXBN(StatefulNormaliser):
         super().__init__(cfg)
         self.register_buffer("p", torch.tensor(float(cfg.kalman_p0), dtype=torch.float64))
         self.register_buffer("gain", torch.tensor(0.0, dtype=torch.float64))
+        self._p, self._gain = float(cfg.kalman_p0), 0.0   # host copies (see StatefulNormaliser)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if prefix + "p" in state_dict and prefix + "gain" in state_dict:
+            self._p, self._gain = float(state_dict[prefix + "p"]), float(state_dict[prefix + "gain"])
 
     def target_moments(self, batch: Moments, batch_size: int) -> Moments:
         call = self._start(batch)
         if call % self.cfg.kalman_interval == 0:
-            p_pred = float(self.p) + self.cfg.kalman_q
-            gain = p_pred / (p_pred + self.cfg.kalman_r / batch_size)
-            self.p.fill_((1.0 - gain) * p_pred)
-            self.gain.fill_(gain)
-        gain = float(self.gain)
+            p_pred = self._p + self.cfg.kalman_q
+            self._gain = p_pred / (p_pred + self.cfg.kalman_r / batch_size)
+            self._p = (1.0 - self._gain) * p_pred
+            self.p.fill_(self._p)
+            self.gain.fill_(self._gain)
+        gain = self._gain
         self.mu_hat.add_(batch.mean - self.mu_hat, alpha=gain)
         self.sigma_hat.add_(batch.std - self.sigma_hat, alpha=gain)
         return Moments(self.mu_hat.clone(), self.sigma_hat.clone())

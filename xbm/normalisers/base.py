@@ -125,13 +125,18 @@ class Normaliser(nn.Module):
 
 class StatefulNormaliser(Normaliser):
     """A normaliser whose running moments ``mu_hat``/``sigma_hat`` [d] start empty (d is known at the
-    first call) and are resized when a state_dict is loaded."""
+    first call) and are resized when a state_dict is loaded.
+
+    Scalar state (the call count here, AXBN's filter) lives on the host and is mirrored into buffers for
+    the checkpoint: reading a GPU buffer with ``int()`` would make the CPU wait for the GPU every step. The
+    buffers are read once, when a state_dict is loaded."""
 
     def __init__(self, cfg: NormaliserConfig) -> None:
         super().__init__(cfg)
         self.register_buffer("mu_hat", torch.zeros(0))
         self.register_buffer("sigma_hat", torch.zeros(0))
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self._calls = 0
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         for name in ("mu_hat", "sigma_hat"):
@@ -139,16 +144,19 @@ class StatefulNormaliser(Normaliser):
                 incoming = state_dict[prefix + name]
                 self._buffers[name] = torch.empty_like(incoming, device=self._buffers[name].device)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        if prefix + "calls" in state_dict:   # read from the checkpoint's tensor (the module may be on "meta")
+            self._calls = int(state_dict[prefix + "calls"])
 
     def _start(self, batch: Moments) -> int:
         """The 0-based call number; on the first call the running moments become the batch's."""
-        calls = int(self.calls)
+        calls = self._calls
         if self.mu_hat.device != batch.mean.device:   # e.g. loaded on CPU, used on CUDA
             self.mu_hat, self.sigma_hat = self.mu_hat.to(batch.mean.device), self.sigma_hat.to(batch.mean.device)
         if calls == 0:
             self.mu_hat = batch.mean.clone()
             self.sigma_hat = batch.std.clone()
-        self.calls += 1
+        self._calls = calls + 1
+        self.calls.fill_(self._calls)   # a host int: a fill, no read-back
         return calls
 
 

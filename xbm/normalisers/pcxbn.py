@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 
 from xbm.normalisers.base import Normaliser, affine_params, grouped_affine
-from xbm.normalisers.stats import Moments, group_sums, moments
+from xbm.normalisers.stats import Moments, group_counts, group_sums, moments
 
 
 class PerClassXBN(Normaliser):
@@ -20,11 +20,13 @@ class PerClassXBN(Normaliser):
     whole-memory and whole-batch moments when ``absent == "global"``, and is untouched when
     ``absent == "skip"`` (and then not L2-normalised by ``unit_norm`` either).
 
-    Per-group moments use ``index_add_`` (no loop over classes). When the adapted groups hold few
-    rows (classes) their rows are gathered; when they hold most rows (super-classes) the sums run
-    over the whole memory with the other rows in a spare group, and the whole-memory moments are
-    pooled from the groups' (no extra pass). A last group holds the fallback map (global XBN or
-    the identity), so every row is written in one grouped pass. Subclasses override ``groups``.
+    No host synchronisation: every shape is known before the call. A batch of B rows has at most B
+    groups, so groups are B fixed slots: each batch row's slot is its group's first position in the
+    sorted batch groups (``searchsorted``, no ``unique``), a memory row's the slot of its group, or the
+    spare slot B when its group is not in the batch. Per-slot sums run with ``index_add_`` over the whole
+    memory, rows without their own map in the spare slot, so the whole-memory moments are pooled from the
+    slots' (no extra pass); the spare slot then holds the fallback map (global XBN or the identity) and
+    every row is written in one grouped pass. Subclasses override ``groups``.
     """
 
     kind = "pcxbn"
@@ -37,49 +39,37 @@ class PerClassXBN(Normaliser):
         cfg = self.cfg
         with_std = not cfg.centre_only
         batch = moments(zb, cfg.eps)
-        group, batch_group = self.groups(labels), self.groups(batch_labels)
-        # Candidate groups have >= 2 batch rows; sorted, so searchsorted maps a group id to its slot.
-        candidates, batch_counts = torch.unique(batch_group, return_counts=True)
-        candidates = candidates[batch_counts >= 2]
-        n = len(candidates)
-        slot = _slots(group, candidates)
-        if n:   # keep groups with >= 2 memory rows; the others fall back
-            enough = torch.bincount(slot + 1, minlength=n + 1)[1:] >= 2
-            slot = torch.where((slot >= 0) & enough[slot.clamp_min(0)], slot, -1)
-        member = slot >= 0
-        whole = None
-        if 4 * int(member.sum()) >= z.shape[0]:
-            sums = group_sums(z, torch.where(member, slot, n), n + 1, with_std)
-            src = sums.moments(cfg.eps)
-            whole = sums.pooled(cfg.eps)
-        else:
-            rows = member.nonzero().squeeze(1)
-            src = group_sums(z.index_select(0, rows), slot.index_select(0, rows), n, with_std).moments(cfg.eps)
-        batch_slot = _slots(batch_group, candidates)
-        rows = (batch_slot >= 0).nonzero().squeeze(1)
-        per_group = group_sums(zb.index_select(0, rows), batch_slot.index_select(0, rows), n).moments(cfg.eps)
+        slot, batch_slot = _slots(self.groups(labels), self.groups(batch_labels))
+        n = len(batch_labels)
+        # A group gets its own map with >= 2 rows in the batch and >= 2 in the memory; slot n: the fallback.
+        own = (group_counts(batch_slot, n + 1) >= 2) & (group_counts(slot, n + 1) >= 2)
+        own[n] = False
+        slot = torch.where(own.index_select(0, slot), slot, n)
+        batch_slot = torch.where(own.index_select(0, batch_slot), batch_slot, n)
+        sums = group_sums(z, slot, n + 1, with_std)
+        src = sums.moments(cfg.eps)
+        per_group = group_sums(zb, batch_slot, n + 1).moments(cfg.eps)
         target = Moments(
-            torch.lerp(per_group.mean, batch.mean.expand_as(per_group.mean), cfg.lambda_mu),
-            torch.lerp(per_group.std, batch.std.expand_as(per_group.std), cfg.lambda_sigma),
+            torch.lerp(per_group.mean[:n], batch.mean.expand(n, -1), cfg.lambda_mu),
+            torch.lerp(per_group.std[:n], batch.std.expand(n, -1), cfg.lambda_sigma),
         )
         scale, shift = affine_params(Moments(src.mean[:n], None if src.std is None else src.std[:n]), target)
-        # Group n: the fallback for rows without per-group moments (global XBN, or the identity).
         if cfg.absent == "global":
-            whole = whole if whole is not None else moments(z, cfg.eps, with_std)
-            fallback_scale, fallback_shift = affine_params(whole, batch)
+            fallback_scale, fallback_shift = affine_params(sums.pooled(cfg.eps), batch)
         else:
             fallback_scale = torch.ones_like(batch.std) if with_std else None
             fallback_shift = torch.zeros_like(batch.mean)
         shift = torch.cat([shift, fallback_shift.unsqueeze(0)])
         if scale is not None:
             scale = torch.cat([scale, fallback_scale.unsqueeze(0)])
-        grouped_affine(z, scale, shift, torch.where(member, slot, n), out)
-        return None if cfg.absent == "global" else member
+        grouped_affine(z, scale, shift, slot, out)
+        return None if cfg.absent == "global" else slot < n
 
 
-def _slots(group: Tensor, candidates: Tensor) -> Tensor:
-    """Index of each row's group in the sorted ``candidates``, or -1 when it is not one of them."""
-    if len(candidates) == 0:
-        return torch.full_like(group, -1)
-    pos = torch.searchsorted(candidates, group).clamp_max_(len(candidates) - 1)
-    return torch.where(candidates[pos] == group, pos, -1)
+def _slots(group: Tensor, batch_group: Tensor) -> tuple[Tensor, Tensor]:
+    """Slot in [0, B) of each batch row (its group's first position among the sorted batch groups), and of
+    each memory row whose group is in the batch; B for the others."""
+    ordered = batch_group.sort().values
+    n = ordered.shape[0]
+    pos = torch.searchsorted(ordered, group).clamp_max_(n - 1)
+    return torch.where(ordered.index_select(0, pos) == group, pos, n), torch.searchsorted(ordered, batch_group)

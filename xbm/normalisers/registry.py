@@ -22,12 +22,15 @@ NORMALISERS: dict[str, type[Normaliser]] = {
 }
 
 
-def build_normaliser(cfg: NormaliserConfig, superclass_of: Tensor | None = None) -> Normaliser:
+def build_normaliser(cfg: NormaliserConfig, superclass_of: Tensor | None = None,
+                     num_labels: int | None = None) -> Normaliser:
     """The normaliser of ``cfg.kind``; ``superclass_of`` (class id -> super-class id) is used by
-    "scxbn", which requires it, and ignored by the other kinds."""
+    "scxbn", which requires it, and ignored by the other kinds. ``num_labels``: the labels the normaliser
+    will see lie in [0, num_labels) (known once per data set): "scxbn" checks it against ``superclass_of``
+    once, here, instead of every step; the other kinds ignore it."""
     if cfg.kind not in NORMALISERS:
         raise ValueError(f"normaliser kind must be one of {sorted(NORMALISERS)}, but got {cfg.kind!r}")
     cls = NORMALISERS[cfg.kind]
     if cls.needs_superclasses:
-        return cls(cfg, superclass_of=superclass_of)
+        return cls(cfg, superclass_of=superclass_of, num_labels=num_labels)
     return cls(cfg)

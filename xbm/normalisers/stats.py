@@ -71,13 +71,19 @@ class GroupSums:
         return Moments(mean, (m2 / (n - 1)).sqrt_().clamp_min_(eps))
 
 
+def group_counts(group: Tensor, n_groups: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Rows per group [G] of the ids ``group`` [n] in [0, G), on the device, without a host read."""
+    counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
+    return counts.index_add_(0, group, torch.ones(group.shape, dtype=dtype, device=group.device))
+
+
 def group_sums(x: Tensor, group: Tensor, n_groups: int, with_std: bool = True) -> GroupSums:
     """``GroupSums`` of the rows of ``x`` [n, d] with group ids ``group`` [n] in [0, G).
 
     Two chunked passes with ``index_add_`` (sums, then squares about the group means): no loop
-    over groups."""
+    over groups, and no host synchronisation (``bincount`` on CUDA reads the largest id back)."""
     step = chunks(x)
-    counts = torch.bincount(group, minlength=n_groups).to(x.dtype).unsqueeze(1)
+    counts = group_counts(group, n_groups, x.dtype).unsqueeze(1)
     sums = x.new_zeros(n_groups, x.shape[1])
     for part, ids in zip(x.split(step), group.split(step)):
         sums.index_add_(0, ids, part)

@@ -52,7 +52,8 @@ class MoCo(TwoViewObjective):
     @torch.no_grad()
     def keys(self, model, views, prepare, runtime) -> torch.Tensor:
         self._follow_modes(model)
-        order = torch.randperm(len(views)).to(views.device)  # the CPU generator: the same on every device
+        # the CPU generator: the same on every device; non_blocking: a pageable copy is staged at once, no wait
+        order = torch.randperm(len(views)).to(views.device, non_blocking=True)
         shuffled = embed_views(self.key_encoder, views[order], prepare, runtime, self.bn_splits)
         keys = torch.empty_like(shuffled)
         keys[order] = shuffled

@@ -23,6 +23,7 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
 from xbm.config import LossConfig, MinerConfig
+from xbm.pair_masks import SupConLoss, pair_masks, supcon_from_masks, supports_masks
 
 DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
     "lp": distances.LpDistance,
@@ -40,7 +41,9 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
 
 
 def build_supcon(cfg: LossConfig) -> losses.SupConLoss:
-    return losses.SupConLoss(temperature=cfg.temperature)
+    """PML's SupCon without its host reads (:class:`xbm.pair_masks.SupConLoss`): the losses then run on pair
+    masks (XBMLoss, BatchLoss), the same numbers as PML's."""
+    return SupConLoss(temperature=cfg.temperature)
 
 
 def memory_size(ratio: float, n_train: int) -> int:
@@ -53,20 +56,29 @@ class BatchLoss(nn.Module):
 
     ``last_stats`` mirrors ``XBMLoss.last_stats``: ``batch_pos_pairs`` / ``batch_neg_pairs`` = pairs the loss
     sees (mined ones with a miner, else all), ``loss_pos_pairs`` = ``batch_pos_pairs``, and 0 for the memory.
+    With our SupCon (and a PairMarginMiner or none) the pairs are masks (:mod:`xbm.pair_masks`) and the
+    counts 0-dim device tensors: no host read.
     """
 
     def __init__(self, loss: nn.Module, miner: Optional[nn.Module] = None) -> None:
         super().__init__()
         self.loss = loss
         self.miner = miner
+        self.masks = supports_masks(loss, miner)
         self.last_stats: dict[str, torch.Tensor | float] = {}
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor, epoch: int = 0,
                 indices: Optional[torch.Tensor] = None, enqueue_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         # enqueue_mask (MoCo's keys) means nothing without a memory: every row is in the batch
-        # All pairs when there is no miner (what SupCon uses then), so the count means the same as XBMLoss's.
-        tuples = self.miner(embeddings, labels) if self.miner is not None else lmu.get_all_pairs_indices(labels)
-        positives = float(len(tuples[0]))
+        if self.masks:
+            masks = pair_masks(self.miner, embeddings, labels)
+            positives, negatives = masks.pos.sum(), masks.neg.sum()
+            loss = supcon_from_masks(self.loss, embeddings, None, masks)
+        else:
+            # All pairs when there is no miner (what SupCon uses then), so the count means the same as XBMLoss's.
+            tuples = self.miner(embeddings, labels) if self.miner is not None else lmu.get_all_pairs_indices(labels)
+            positives, negatives = float(len(tuples[0])), float(len(tuples[2]))
+            loss = self.loss(embeddings, labels, tuples)
         self.last_stats = {"memory_pos_pairs": 0.0, "memory_neg_pairs": 0.0, "batch_pos_pairs": positives,
-                           "batch_neg_pairs": float(len(tuples[2])), "loss_pos_pairs": positives, "memory_fill": 0.0}
-        return self.loss(embeddings, labels, tuples)
+                           "batch_neg_pairs": negatives, "loss_pos_pairs": positives, "memory_fill": 0.0}
+        return loss

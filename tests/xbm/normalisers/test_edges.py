@@ -46,14 +46,20 @@ def test_per_class_target_moments_are_the_lambda_blend():
         torch.testing.assert_close(out[memory_labels == c].std(0), batch[batch_labels == c].std(0))
 
 
-def test_scxbn_requires_superclasses_and_labels_in_range():
+def test_scxbn_requires_superclasses_and_labels_in_range_checked_once_per_data_set():
+    """Bugs caught: a missing or malformed map accepted; a data set whose labels (bound ``num_labels``)
+    overrun the map, or a negative super-class id, accepted at construction (the range is checked there,
+    once per data set, not in every step)."""
     with pytest.raises(ValueError, match="superclass_of"):
         build_normaliser(NormaliserConfig(kind="scxbn"))
     with pytest.raises(ValueError, match="1-D integer"):
         build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.zeros(3, 2, dtype=torch.long))
-    norm = build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]))
     with pytest.raises(ValueError, match=r"\[0, 3\).*\[0, 5\]"):
-        norm(torch.randn(4, 2), torch.tensor([0, 1, 2, 5]), torch.randn(3, 2), torch.tensor([0, 1, 1]))
+        build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]), num_labels=6)
+    with pytest.raises(ValueError, match=">= 0, but got -1"):
+        build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, -1, 1]))
+    ok = build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]), num_labels=3)
+    assert ok.num_labels == 3
 
 
 def test_unknown_kind_lists_the_valid_ones():
@@ -173,13 +179,14 @@ def test_scxbn_accepts_one_superclass_and_keeps_the_map_out_of_checkpoints():
     assert norm.groups(torch.tensor([0, 0])).tolist() == [0, 0]
 
 
-def test_scxbn_refuses_a_label_one_past_the_map():
-    """Bug caught (mutation testing): the range check ``>= n`` loosened to ``> n``: label n then indexes
-    past the map and fails with a bare index error instead of naming the range."""
-    norm = build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]))
+def test_scxbn_refuses_a_label_bound_one_past_the_map():
+    """Bug caught (mutation testing): the range check ``> n`` loosened to ``> n + 1``: label n then indexes
+    past the map and fails with a bare index error instead of naming the range; a bound equal to the map's
+    length refused."""
     with pytest.raises(ValueError, match=re.escape("labels must lie in [0, 3) to index superclass_of, but got "
                                                    "labels in [0, 3]")):
-        norm.groups(torch.tensor([0, 3]))
+        build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]), num_labels=4)
+    build_normaliser(NormaliserConfig(kind="scxbn"), superclass_of=torch.tensor([0, 0, 1]), num_labels=3)
 
 
 def test_a_call_without_epoch_counts_as_epoch_0():

@@ -94,7 +94,7 @@ def test_out_argument_adapts_in_place_with_the_same_result(kind, centre_only, un
 @pytest.mark.parametrize("centre_only", [False, True])
 @pytest.mark.parametrize("absent", ["global", "skip"])
 def test_group_kinds_with_few_member_rows(kind, centre_only, absent, reference, chunking):
-    """Many classes, few of them in the batch: the per-group moments gather their rows first."""
+    """Many classes, few of them in the batch: most memory rows fall in the spare (fallback) slot."""
     gen = torch.Generator().manual_seed(7)
     memory_labels = torch.arange(120) % 60                       # 60 classes, 2 rows each
     memory = torch.randn(120, 4, generator=gen) * 2 + memory_labels.unsqueeze(1) / 30

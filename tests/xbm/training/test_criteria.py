@@ -50,3 +50,31 @@ def test_miner_kind_none_is_no_miner():
 def test_memory_size_is_the_ceiling_of_ratio_times_the_training_set(ratio, n, rows):
     """Bug caught: floor instead of ceil (0.3 x 192 = 57.6 must give 58), or a memory of 0 rows."""
     assert memory_size(ratio, n) == rows
+
+
+@pytest.mark.parametrize("labels", [[0, 0, 1, 1, 2, 2, 0, 1], list(range(8)), [3] * 8],
+                         ids=["both kinds of pair", "no positive pair", "no negative pair"])
+@pytest.mark.parametrize("with_refs", [False, True])
+@pytest.mark.parametrize("mined", [False, True])
+def test_our_supcon_equals_pmls_bit_for_bit(labels, with_refs, mined):
+    """Bugs caught: the device flag that replaces PML's ``pos.any() and neg.any()`` inverted or ignored (a
+    batch without negatives then has a positive loss where PML's is 0), or any other step of the loss
+    changed: the loss and the gradient must equal PML's exactly, with and without references (the memory)
+    and a miner, and in the three cases of PML's check."""
+    from pytorch_metric_learning import losses as pml_losses, miners as pml_miners
+    from xbm.training.criteria import SupConLoss
+    gen = torch.Generator().manual_seed(len(set(labels)))
+    labels = torch.tensor(labels)
+    emb = torch.randn(8, 5, generator=gen)
+    refs, ref_labels = (torch.randn(12, 5, generator=gen), torch.arange(12) % 3) if with_refs else (None, None)
+    miner = pml_miners.PairMarginMiner(pos_margin=0.3, neg_margin=1.5)
+    pairs = miner(emb, labels, refs, ref_labels) if mined else None
+    a, b = emb.clone().requires_grad_(), emb.clone().requires_grad_()
+    want = pml_losses.SupConLoss(0.1)(a, labels, pairs, refs, ref_labels)
+    got = SupConLoss(0.1)(b, labels, pairs, refs, ref_labels)
+    want.backward()
+    got.backward()
+    assert torch.equal(got.detach(), want.detach())
+    assert torch.equal(b.grad, a.grad)
+    if not with_refs and len(set(labels.tolist())) in (1, 8):   # PML's zero loss: a batch without both kinds
+        assert float(got.detach()) == 0.0

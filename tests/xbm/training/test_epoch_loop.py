@@ -2,6 +2,7 @@
 are set per step), so every field of ``EpochResult`` and the order of a step's calls are checked against
 hand computations."""
 import math
+import time
 
 import pytest
 import torch
@@ -146,3 +147,91 @@ def test_images_per_second_is_nan_without_elapsed_time():
     pairs = dict.fromkeys(STAT_NAMES, 0.0)
     assert math.isnan(EpochResult(1.0, 10, 1, 0.0, pairs, 0.0).images_per_s)
     assert EpochResult(1.0, 10, 1, 4.0, pairs, 0.0).images_per_s == 2.5
+
+
+class Poisoned(Criterion):
+    """``Criterion`` whose loss is NaN at the ``bad``-th call (1-based)."""
+
+    def __init__(self, stats, bad):
+        super().__init__(stats)
+        self.bad = bad
+
+    def forward(self, *args, **kwargs):
+        loss = super().forward(*args, **kwargs)
+        return loss * float("nan") if len(self.calls) == self.bad else loss
+
+
+def run_poisoned(bad, fused):
+    """The scripted epoch with a NaN loss at step ``bad``; plain SGD, fused (skips on the device) or not."""
+    from xbm.errors import NonFiniteLossError
+    model = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.eye(2))
+    objective, criterion = Objective(), Poisoned(STATS, bad)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, fused=fused)
+    step = Step(model, objective, criterion, optimizer, torch.amp.GradScaler("cpu", enabled=False),
+                list(model.parameters()), clip_grad=1e3, prepare=lambda x: 2 * x)
+    with pytest.raises(NonFiniteLossError) as info:
+        run_epoch(step, BATCHES, CPU, epoch=3, epoch_index=2)
+    return info.value, model, objective, criterion, optimizer
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["checked before backward", "skipped on the device"])
+@pytest.mark.parametrize("bad", [1, 2, 3])
+def test_a_nan_loss_names_its_step_and_never_reaches_the_weights(bad, fused):
+    """Bugs caught: a NaN step that updates the weights (the fused optimiser not handed the flag, or the flag
+    inverted), a later step that updates them before the error, the error naming the step where it was
+    noticed (one late, on the device path) instead of the bad one, or a NaN in the last step never raised
+    (the check one step late needs a last look at the epoch's end)."""
+    error, model, objective, criterion, optimizer = run_poisoned(bad, fused)
+    assert (error.epoch, error.iteration) == (3, bad) and math.isnan(error.value)
+    want = torch.eye(2, dtype=torch.float64) if bad == 1 else hand_steps()[bad - 2][2]
+    torch.testing.assert_close(model.weight.detach().double(), want, rtol=1e-6, atol=1e-6)
+    # Checked before backward: the bad step stops at once. On the device: its update is skipped, and the
+    # error comes while the next step is queued (forward done, nothing applied), or at the epoch's end.
+    assert len(criterion.calls) == (bad if not fused else min(bad + 1, len(BATCHES)))
+    assert len(objective.after) == (bad - 1 if not fused else bad)
+    assert ("found_inf" in vars(optimizer)) is False   # the flag is not left behind
+
+
+def test_the_device_path_is_taken_only_by_fused_optimisers_without_loss_scaling():
+    """Bug caught: ``found_inf`` handed to a non-fused optimiser (its step asserts it is None) or set next
+    to fp16's GradScaler, which hands the fused optimiser its own inf flag and would drop ours."""
+    from xbm.training.epoch import skips_on_device
+    params = [torch.nn.Parameter(torch.zeros(2))]
+
+    def step(optimizer, scaling):
+        return Step(None, None, None, optimizer, torch.amp.GradScaler("cpu", enabled=scaling), params, 0.0)
+
+    assert skips_on_device(step(torch.optim.AdamW(params, fused=True), False))
+    assert skips_on_device(step(torch.optim.SGD(params, lr=0.1, fused=True), False))
+    assert not skips_on_device(step(torch.optim.AdamW(params), False))
+    assert not skips_on_device(step(torch.optim.AdamW(params, fused=True), True))
+
+
+class SlowLoader:
+    """The scripted batches, each handed out after ``delay`` seconds (a loader the GPU would wait for)."""
+
+    def __init__(self, delay):
+        self.delay = delay
+
+    def __iter__(self):
+        for batch in BATCHES:
+            time.sleep(self.delay)
+            yield batch
+
+
+def test_data_wait_is_the_time_spent_in_the_loaders_next():
+    """Bugs caught: ``data_wait_s`` not measured (0), measured around the whole step (it would include the
+    training), or outside the epoch's wall time. Sleeps of 0.1 s per batch: at least 0.3 s waited, and never
+    more than the pass took; on this machine the 3 scripted steps take far less than the waits."""
+    def step():
+        model = torch.nn.Linear(2, 2, bias=False)
+        return Step(model, Objective(), Criterion(STATS), torch.optim.SGD(model.parameters(), lr=0.1),
+                    torch.amp.GradScaler("cpu", enabled=False), list(model.parameters()), 0.0, lambda x: 2 * x)
+
+    result = run_epoch(step(), SlowLoader(0.1), CPU, epoch=1, epoch_index=0)
+    assert result.iterations == 3
+    assert 0.3 <= result.data_wait_s <= result.seconds
+    fast = run_epoch(step(), BATCHES, CPU, epoch=1, epoch_index=0)
+    assert fast.data_wait_s < 0.3 and fast.data_wait_s <= fast.seconds

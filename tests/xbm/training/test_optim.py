@@ -4,7 +4,7 @@ import torch
 
 from xbm.training.optim import WARMUP_LR, WARMUP_MOMENTUM, main_scheduler, warmup_optimizer
 
-from ..conftest import tiny_config
+from ..conftest import needs_cuda, tiny_config
 
 
 def test_step_lr_values_and_the_reported_lr_follow_lr_gamma_every_lr_step_epochs(tiny):
@@ -56,3 +56,26 @@ def test_warmup_optimizer_is_sgd_on_the_head_only():
     head.bias.grad = torch.ones_like(head.bias)
     optimizer.step()
     assert torch.allclose(head.weight, before - 1e-3)
+
+
+def test_optimisers_are_fused_only_when_every_parameter_is_on_cuda(tiny):
+    """Bugs caught: fused kernels requested on the CPU (on CPU nothing changes: the default implementation),
+    or not on CUDA (launch-bound steps, and no step skipped on the device after a NaN loss), or for a model
+    only partly on CUDA (fused steps refuse mixed devices)."""
+    from xbm.training.optim import fused
+    trainer = tiny()
+    assert not trainer.optimizer.param_groups[0]["fused"] and not trainer.warmup_optimizer.param_groups[0]["fused"]
+    assert not fused([]) and not fused([torch.nn.Parameter(torch.zeros(1))])
+
+    class OnCuda(torch.nn.Parameter):   # the device test alone, without a GPU
+        is_cuda = True
+
+    assert fused([OnCuda(torch.zeros(1)), OnCuda(torch.zeros(1))])
+    assert not fused([OnCuda(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))])
+
+
+@needs_cuda
+def test_cuda_runs_use_fused_adamw_and_sgd(tiny):
+    """Bug caught: the CUDA trainer left on the unfused optimisers."""
+    trainer = tiny(device="cuda")
+    assert trainer.optimizer.param_groups[0]["fused"] and trainer.warmup_optimizer.param_groups[0]["fused"]

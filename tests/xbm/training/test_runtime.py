@@ -121,3 +121,30 @@ def test_a_cuda_image_run_trains_channels_last_under_autocast():
     m = next(trainer.fit())
     assert formats and all(formats)
     assert math.isfinite(m["loss"]) and m["recall_at_1"] > 0.5
+
+
+def _cuda_flags():
+    return (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.fp32_precision,
+            torch.backends.cudnn.conv.fp32_precision)
+
+
+def _set_cuda_flags(benchmark, matmul, conv):
+    torch.backends.cudnn.benchmark = benchmark
+    torch.backends.cuda.matmul.fp32_precision = matmul
+    torch.backends.cudnn.conv.fp32_precision = conv
+
+
+def test_cuda_runs_set_cudnn_benchmark_and_tf32_and_cpu_runs_leave_them(monkeypatch):
+    """Bugs caught: cuDNN's benchmark mode or TF32 never switched on for CUDA runs (issue 18: slower
+    convolutions and fp32 matmuls), or the CPU run changing process-wide settings."""
+    saved = _cuda_flags()
+    try:
+        _set_cuda_flags(False, "ieee", "ieee")
+        Runtime.from_config("cpu", "auto", image_inputs=True)
+        assert _cuda_flags() == (False, "ieee", "ieee")
+        from xbm.training import runtime
+        monkeypatch.setattr(runtime, "resolve_device", lambda name: torch.device("cuda"))  # no GPU needed to build it
+        assert Runtime.from_config("cuda", "off", image_inputs=True).device.type == "cuda"
+        assert _cuda_flags() == (True, "tf32", "tf32")
+    finally:
+        _set_cuda_flags(*saved)

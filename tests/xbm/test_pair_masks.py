@@ -1,0 +1,118 @@
+"""Pairs as masks (xbm/pair_masks.py) against PML's index tuples: the same pairs, the same SupCon loss."""
+from __future__ import annotations
+
+import pytest
+import torch
+from pytorch_metric_learning import losses, miners, reducers
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+
+from xbm.pair_masks import PairMasks, SupConLoss, pair_masks, supcon_from_masks, supports_masks
+from xbm.training.criteria import DISTANCES
+
+MARGINS = {"lp": (0.6, 1.2), "lp_raw": (3.0, 3.8), "cosine": (0.7, 0.1)}   # each selects some pairs
+
+
+def _miner(distance):
+    if distance is None:
+        return None
+    return miners.PairMarginMiner(*MARGINS[distance], distance=DISTANCES[distance]())
+
+
+def _as_mask(a, b, shape):
+    mask = torch.zeros(shape, dtype=torch.bool)
+    mask[a, b] = True
+    return mask
+
+
+def _data(seed, n_refs=12):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen),
+            torch.randn(n_refs, 6, generator=gen), torch.randint(0, 3, (n_refs,), generator=gen))
+
+
+@pytest.mark.parametrize("distance", [None, "lp", "lp_raw", "cosine"])
+@pytest.mark.parametrize("with_refs", [False, True])
+def test_masks_hold_exactly_the_pairs_pml_mines(distance, with_refs):
+    """Bugs caught: a margin direction flipped (cosine is inverted), the diagonal kept as a positive pair of
+    the batch with itself (or dropped against references), a negative test on labels inverted, ``exclude``
+    ignored or applied to negatives."""
+    for seed in range(4):
+        emb, labels, refs, ref_labels = _data(seed)
+        miner = _miner(distance)
+        args = (emb, labels, refs, ref_labels) if with_refs else (emb, labels)
+        if miner is not None:
+            a1, p, a2, n = miner(*args)
+        else:
+            a1, p, a2, n = lmu.get_all_pairs_indices(labels, ref_labels if with_refs else None)
+        shape = (8, 12 if with_refs else 8)
+        masks = pair_masks(miner, *args)
+        assert torch.equal(masks.pos, _as_mask(a1, p, shape)) and torch.equal(masks.neg, _as_mask(a2, n, shape))
+        exclude = torch.zeros(shape, dtype=torch.bool)
+        exclude[:, 0] = True
+        dropped = pair_masks(miner, *args, exclude=exclude)
+        assert not dropped.pos[:, 0].any() and torch.equal(dropped.pos[:, 1:], masks.pos[:, 1:])
+        assert torch.equal(dropped.neg, masks.neg)
+
+
+@pytest.mark.parametrize("distance", [None, "lp", "cosine"])
+@pytest.mark.parametrize("with_refs", [False, True])
+def test_supcon_on_masks_equals_pmls_supcon_on_the_same_pairs(distance, with_refs):
+    """Bugs caught: the masked mean over the rows with a positive loss dividing by every row (or by the
+    pairs), rows with a zero loss counted, the loss's own distance replaced by the miner's; value and
+    gradient must match PML's ``SupConLoss`` with its ``AvgNonZeroReducer`` on the same pairs."""
+    for seed in range(4):
+        emb, labels, refs, ref_labels = _data(seed)
+        miner = _miner(distance)
+        args = (labels, refs, ref_labels) if with_refs else (labels,)
+        pairs = miner(emb, *args) if miner is not None else lmu.get_all_pairs_indices(
+            labels, ref_labels if with_refs else None)
+        a, b = emb.clone().requires_grad_(), emb.clone().requires_grad_()
+        want = losses.SupConLoss(0.1)(a, labels, pairs, *(args[1:] if with_refs else ()))
+        masks = pair_masks(miner, emb, labels, *((refs, ref_labels) if with_refs else ()))
+        got = supcon_from_masks(SupConLoss(0.1), b, refs if with_refs else None, masks)
+        want.backward()
+        got.backward()
+        assert float(want.detach()) > 0
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("pos, neg", [((), ()), (((0, 1),), ((0, 2),)), (((0, 1), (1, 0)), ()), ((), ((0, 2), (2, 0)))],
+                         ids=["no pair", "one of each", "positives only", "negatives only"])
+def test_the_zero_loss_cases_of_pml_give_zero(pos, neg):
+    """Bugs caught: PML's "every index tuple has at most one element: zero loss" rule (one positive and one
+    negative pair) or its "no positive or no negative pair: zero" check lost, so a degenerate batch trains
+    on a loss PML would not have; the zero not carrying a gradient path (PML's ``sum(embeddings * 0)``)."""
+    emb = torch.randn(3, 4, requires_grad=True)
+    labels = torch.tensor([0, 0, 1])
+    pos_mask, neg_mask = torch.zeros(3, 3, dtype=torch.bool), torch.zeros(3, 3, dtype=torch.bool)
+    for i, j in pos:
+        pos_mask[i, j] = True
+    for i, j in neg:
+        neg_mask[i, j] = True
+    to_pairs = lambda m: tuple(torch.nonzero(m, as_tuple=True))   # noqa: E731
+    want = losses.SupConLoss(0.1)(emb, labels, (*to_pairs(pos_mask), *to_pairs(neg_mask)))
+    got = supcon_from_masks(SupConLoss(0.1), emb, None, PairMasks(pos_mask, neg_mask))
+    assert float(want.detach()) == float(got.detach()) == 0.0
+    got.backward()
+    assert torch.equal(emb.grad, torch.zeros_like(emb))
+
+
+def test_nan_embeddings_give_a_nan_loss():
+    """Bug caught: a masked mean that turns NaN rows into a zero loss, hiding a diverged model from the
+    finiteness check (PML's zero loss is ``sum(embeddings * 0)``: NaN for NaN embeddings)."""
+    emb = torch.full((4, 3), float("nan"))
+    labels = torch.tensor([0, 0, 1, 1])
+    loss = supcon_from_masks(SupConLoss(0.1), emb, None, pair_masks(None, emb, labels))
+    assert torch.isnan(loss)
+
+
+def test_only_our_supcon_with_its_default_reducer_and_a_plain_miner_runs_on_masks():
+    """Bug caught: masks used for a loss or miner whose semantics they do not reproduce (PML's own SupCon
+    still reads the host; another reducer; a miner subclass with other rules)."""
+    pair_margin = miners.PairMarginMiner()
+    assert supports_masks(SupConLoss(0.1), None) and supports_masks(SupConLoss(0.1), pair_margin)
+    assert not supports_masks(losses.SupConLoss(0.1), pair_margin)
+    assert not supports_masks(SupConLoss(0.1, reducer=reducers.MeanReducer()), pair_margin)
+    assert not supports_masks(SupConLoss(0.1), miners.MultiSimilarityMiner())
+    assert not supports_masks(losses.NTXentLoss(0.1), None)

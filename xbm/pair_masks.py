@@ -1,0 +1,107 @@
+"""Pairs as dense masks: PML's ``PairMarginMiner`` and ``SupConLoss`` (with its ``AvgNonZeroReducer``) on
+[B, N] boolean masks instead of index tuples, so that a training step never waits for the device.
+
+PML hands pairs around as index tuples ``(a1, p, a2, n)``, whose lengths depend on the data: building them
+(``torch.where(mask)``, boolean indexing) runs ``nonzero``, and the CPU waits for the GPU each time, about
+ten times per step. Masks have the shape [B, N] known beforehand. Same numbers as PML: the same distance
+matrices and comparisons give the same pairs, and SupCon's per-row losses come from the same operations
+(:class:`SupConLoss` below); only the final mean over the rows with a positive loss is a masked sum / count
+instead of a mean over the compacted rows, equal up to float rounding.
+
+    masks = pair_masks(miner, queries, labels, refs, ref_labels, exclude=own_copies)   # PairMasks [B, N]
+    loss = supcon_from_masks(supcon, queries, refs, masks)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from pytorch_metric_learning import losses, miners
+from pytorch_metric_learning.reducers import AvgNonZeroReducer
+from pytorch_metric_learning.utils import common_functions as c_f
+from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
+from torch import Tensor
+
+
+class SupConLoss(losses.SupConLoss):
+    """PML's ``SupConLoss`` without its host reads: PML checks ``pos_mask.any() and neg_mask.any()`` in
+    Python and asserts that no pair is both positive and negative, three reads of the device per call.
+    Here the check is a device flag (without both kinds of pair every row's loss is 0, which the
+    AvgNonZeroReducer turns into PML's zero loss) and the assertion is dropped (pairs come from labels:
+    same label -> positive, other label -> negative, never both). Otherwise the same operations, so the
+    same values and gradients bit for bit."""
+
+    def mat_based_loss(self, mat, indices_tuple):
+        a1, p, a2, n = indices_tuple
+        pos_mask, neg_mask = torch.zeros_like(mat), torch.zeros_like(mat)
+        pos_mask[a1, p] = 1
+        neg_mask[a2, n] = 1
+        return self._compute_loss(mat, pos_mask, neg_mask)
+
+    def _compute_loss(self, mat, pos_mask, neg_mask):
+        both = pos_mask.bool().any() & neg_mask.bool().any()
+        if not self.distance.is_inverted:
+            mat = -mat
+        mat = mat / self.temperature
+        mat_max, _ = mat.max(dim=1, keepdim=True)
+        mat = mat - mat_max.detach()  # for numerical stability
+        denominator = lmu.logsumexp(mat, keep_mask=(pos_mask + neg_mask).bool(), add_one=False, dim=1)
+        log_prob = mat - denominator
+        mean_log_prob_pos = (pos_mask * log_prob).sum(dim=1) / (pos_mask.sum(dim=1) + c_f.small_val(mat.dtype))
+        return {"loss": {"losses": torch.where(both, -mean_log_prob_pos, 0.0),
+                         "indices": c_f.torch_arange_from_size(mat), "reduction_type": "element"}}
+
+
+def supports_masks(loss, miner) -> bool:
+    """Whether ``loss`` with ``miner`` can run on masks: our SupCon with PML's default reducer and no
+    embedding regulariser, mined by a plain ``PairMarginMiner`` or not at all."""
+    return (isinstance(loss, SupConLoss) and type(loss.reducer) is AvgNonZeroReducer
+            and getattr(loss, "embedding_regularizer", None) is None
+            and (miner is None or type(miner) is miners.PairMarginMiner))
+
+
+@dataclass(frozen=True)
+class PairMasks:
+    """``pos[i, j]`` / ``neg[i, j]``: (query i, reference j) is a positive / negative pair; [B, N] bool."""
+
+    pos: Tensor
+    neg: Tensor
+
+
+def pair_masks(miner: Optional[miners.PairMarginMiner], queries: Tensor, labels: Tensor,
+               refs: Optional[Tensor] = None, ref_labels: Optional[Tensor] = None,
+               exclude: Optional[Tensor] = None) -> PairMasks:
+    """PML's ``get_all_pairs_indices`` and ``PairMarginMiner.mine`` as masks. Without ``refs`` the batch is
+    compared with itself and the diagonal is no pair (PML's convention). ``exclude`` [B, N] bool: positives
+    to drop (each query's own stored copy in the memory)."""
+    itself = refs is None
+    if itself:
+        refs, ref_labels = queries, labels
+    pos = labels.unsqueeze(1) == ref_labels.unsqueeze(0)
+    neg = ~pos
+    if itself:
+        pos.fill_diagonal_(False)
+    if miner is not None:
+        with torch.no_grad():   # as PML's BaseMiner.forward
+            mat = miner.distance(queries, refs)
+        if miner.distance.is_inverted:
+            pos, neg = pos & (mat < miner.pos_margin), neg & (mat > miner.neg_margin)
+        else:
+            pos, neg = pos & (mat > miner.pos_margin), neg & (mat < miner.neg_margin)
+    if exclude is not None:
+        pos = pos & ~exclude
+    return PairMasks(pos, neg)
+
+
+def supcon_from_masks(loss: SupConLoss, queries: Tensor, refs: Optional[Tensor], masks: PairMasks) -> Tensor:
+    """PML's ``loss(queries, labels, pairs, refs, ref_labels)`` for the pairs in ``masks`` (``refs`` None: the
+    batch itself), without a host read: GenericPairLoss's "no loss when every index tuple has at most one
+    element" and AvgNonZeroReducer's mean over the rows with a loss > 0 (else ``sum(queries * 0)``, PML's
+    zero loss, NaN for NaN embeddings) become device flags."""
+    mat = loss.distance(queries, queries if refs is None else refs)
+    rows = loss._compute_loss(mat, masks.pos.to(mat.dtype), masks.neg.to(mat.dtype))["loss"]["losses"]
+    some = (masks.pos.sum() > 1) | (masks.neg.sum() > 1)
+    kept = (rows > 0) & some
+    mean = torch.where(kept, rows, 0.0).sum() / kept.sum().clamp_min(1)
+    return torch.where(kept.any(), mean, (queries * 0).sum())
