@@ -131,22 +131,23 @@ def print_trials(label: str, result: dict) -> None:
 
 
 def print_summary(results: dict[str, dict]) -> None:
-    names = list(results)
+    names, w = list(results), 20
     print("\ntraining fraction = seconds in Trainer.train_epoch / trials.parquet wall_time_s (same instrument "
-          "for every column)")
-    print(f"{'':<28}" + "".join(f"{n[:14]:>16}" for n in names) + f"{'target':>10}")
-    print(f"{'whole sweep':<28}" + "".join(f"{results[n]['sweep']:16.2f}" for n in names) + f"{'>= ' + str(TARGET_SWEEP):>10}")
+          "for every column); first rung: pooled (lowest-highest trial)")
+    print(f"{'':<28}" + "".join(f"{n[:w - 2]:>{w}}" for n in names) + f"{'target':>10}")
+    print(f"{'whole sweep':<28}" + "".join(f"{results[n]['sweep']:{w}.2f}" for n in names)
+          + f"{'>= ' + str(TARGET_SWEEP):>10}")
 
     def first(r):
         low_high = r["first_rung_range"]
         spread = f" ({low_high[0]:.2f}-{low_high[1]:.2f})" if low_high else ""
         return f"{r['first_rung']:.2f}{spread}"
 
-    print(f"{'stopped at the first rung':<28}" + "".join(f"{first(results[n]):>16}" for n in names)
+    print(f"{'stopped at the first rung':<28}" + "".join(f"{first(results[n]):>{w}}" for n in names)
           + f"{'>= ' + str(TARGET_FIRST_RUNG):>10}")
-    print(f"{'  (trials)':<28}" + "".join(f"{results[n]['first_rung_trials']:>16}" for n in names))
-    print(f"{'trials':<28}" + "".join(f"{results[n]['trials']:>16}" for n in names))
-    print(f"{'sweep command, wall s':<28}" + "".join(f"{results[n]['elapsed']:16.0f}" for n in names))
+    print(f"{'  (trials)':<28}" + "".join(f"{results[n]['first_rung_trials']:>{w}}" for n in names))
+    print(f"{'trials':<28}" + "".join(f"{results[n]['trials']:>{w}}" for n in names))
+    print(f"{'sweep command, wall s':<28}" + "".join(f"{results[n]['elapsed']:{w}.0f}" for n in names))
 
 
 def main() -> None:
@@ -176,7 +177,7 @@ def main() -> None:
                                  capture_output=True, text=True, check=True).stdout.strip()
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(revision), sha],
                            capture_output=True, text=True, check=True)
-            results[f"{args.against} ({sha[:8]})"] = run_sweep(revision, "rev", space_file, epochs, work)
+            results[f"{args.against[:9]} {sha[:8]}"] = run_sweep(revision, "rev", space_file, epochs, work)
         results["this checkout"] = run_sweep(ROOT, "this", space_file, epochs, work)
     finally:
         if revision.exists():
@@ -184,7 +185,7 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     for label, result in results.items():
-        print_trials(label[:14], result)
+        print_trials(label, result)
     print_summary(results)
 
 
