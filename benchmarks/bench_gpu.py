@@ -5,7 +5,7 @@ CUB, which is over ``xbm.data.cache.MEMORY_BUDGET``: without ``image_cache`` eve
 then trains timm ``resnet50`` (``pretrained=False``: nothing is downloaded) at 224 px with bf16 autocast,
 channels_last and batch 128, the same model (``create_embedding_model``), SupCon + PairMarginMiner and
 the trainer's AdamW in every row. Each row runs in its own process (fresh GPU memory, cuDNN autotuner
-and per-process image readers): 1 untimed epoch, then ``--epochs`` timed ones.
+and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed ones.
 
 - **ceiling**: one batch already on the GPU, the model's step alone (forward, loss, backward, AdamW);
 - **timm**: ``timm.data.create_loader`` with its prefetcher on the training classes' folders (random
@@ -21,8 +21,9 @@ Then K = 1, 2, 4 trainer processes sharing the GPU, started together, each pinne
 (``cpus`` = that share) and capped with ``torch.cuda.set_per_process_memory_fraction(1/K)``: total
 training images/s over the window they all train in, and out-of-memory per K. The targets are printed.
 
-    python benchmarks/bench_gpu.py                  # a CUDA machine (about 10 min on one H100)
-    python benchmarks/bench_gpu.py --quick          # CPU toy size: test_resnet at 32 px, batch 16 (a minute)
+    python benchmarks/bench_gpu.py                  # a CUDA machine (not yet run on one: estimated 5-10 min)
+    python benchmarks/bench_gpu.py --rows timm,"trainer cache" --shares ""   # a part of it
+    python benchmarks/bench_gpu.py --quick          # CPU toy size: test_resnet at 32 px, batch 16 (2 minutes)
 
 ``--quick``, and any run without CUDA, is a smoke run on toy sizes with the in-memory budget lowered so the
 set is still "over the budget"; its figures are CPU toy figures and say nothing about the GPU targets.
@@ -49,7 +50,7 @@ from gpu_rows import ROWS, TRAINER_ROWS, child  # noqa: E402
 
 FULL = dict(model="resnet50", image_size=224, batch_size=128, embedding_size=512, images=CUB_IMAGES,
             classes=CUB_CLASSES, photo=PHOTO_SIZE)
-QUICK = dict(model="test_resnet", image_size=32, batch_size=16, embedding_size=64, images=480, classes=24,
+QUICK = dict(model="test_resnet", image_size=32, batch_size=16, embedding_size=64, images=960, classes=24,
              photo=(80, 60))
 SHARES = (1, 2, 4)
 
@@ -166,7 +167,7 @@ def prepare_data(work: Path, sizes: dict, cores: int) -> tuple[Path, Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="CPU toy size (also what a machine without CUDA runs)")
-    parser.add_argument("--epochs", type=int, default=None, help="timed epochs per row (default 2; quick 1)")
+    parser.add_argument("--epochs", type=int, default=None, help="timed epochs per row (default 2)")
     parser.add_argument("--images", type=int, default=None, help=f"photos to write (default {CUB_IMAGES}, as CUB)")
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: " + ", ".join(ROWS))
     parser.add_argument("--shares", default="1,2,4", help="K values of the GPU-sharing part ('' skips it)")
@@ -178,7 +179,7 @@ def main() -> None:
     cpu = args.quick or not cuda
     sizes = dict(QUICK if cpu else FULL)
     sizes["images"] = args.images or sizes["images"]
-    epochs = args.epochs or (1 if cpu else 2)
+    epochs = args.epochs or 2
     if epochs < 1:
         raise SystemExit(f"--epochs must be >= 1 (timed epochs per row), but got {epochs}")
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
