@@ -24,35 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from PIL import Image
 
+from cub_fixture import write_cub
 from xbm.config import TrainConfig
 from xbm.data import build_dataset
 from xbm.data.cache import LiveImages, open_disk_cache
-
-PHOTO_SIZE = (500, 375)
-
-
-def write_cub(root: Path, n: int, classes: int = 20) -> None:
-    """``n`` JPEG photos with smooth structure (JPEG-compressible like a photo) in the CUB layout."""
-    base = root / "CUB_200_2011"
-    rng = np.random.default_rng(0)
-    lines, labels = [], []
-    yy, xx = np.mgrid[0:PHOTO_SIZE[1], 0:PHOTO_SIZE[0]]
-    for k in range(n):
-        c = 1 + k % classes if k % 2 == 0 else 101 + k % classes  # train and test classes
-        rel = f"{c:03d}.class/img_{k:05d}.jpg"
-        path = base / "images" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        f = rng.uniform(0.005, 0.05, 3)
-        image = np.stack([127 + 100 * np.sin(f[i] * xx + f[(i + 1) % 3] * yy + k) for i in range(3)], axis=-1)
-        image += rng.normal(0, 12, image.shape)
-        Image.fromarray(image.clip(0, 255).astype(np.uint8)).save(path, quality=90)
-        lines.append(f"{k + 1} {rel}")
-        labels.append(f"{k + 1} {c}")
-    (base / "images.txt").write_text("\n".join(lines) + "\n")
-    (base / "image_class_labels.txt").write_text("\n".join(labels) + "\n")
 
 
 class Plain:
@@ -81,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        write_cub(root, args.images)
+        write_cub(root, args.images, classes=40)  # 20 training and 20 test classes
         for size in (224, 112):
             base = {"dataset": "cub200", "data_root": str(root), "image_size": size, "augment": "metric"}
             live = build_dataset(TrainConfig.from_dict(base))  # the preset's transforms; readers are swapped below

@@ -1,0 +1,247 @@
+"""Is a GPU trial fed? ResNet50 at 224 px through the trainer against timm's own loop, side by side (issue 18).
+
+Writes synthetic 500x375 JPEG photos in the CUB-200-2011 layout (``cub_fixture.py``; 11,788 of them, as
+CUB, which is over ``xbm.data.cache.MEMORY_BUDGET``: without ``image_cache`` every epoch decodes again),
+then trains timm ``resnet50`` (``pretrained=False``: nothing is downloaded) at 224 px with bf16 autocast,
+channels_last and batch 128, the same model (``create_embedding_model``), SupCon + PairMarginMiner and
+the trainer's AdamW in every row. Each row runs in its own process (fresh GPU memory, cuDNN autotuner
+and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed ones.
+
+- **ceiling**: one batch already on the GPU, the model's step alone (forward, loss, backward, AdamW);
+- **timm**: ``timm.data.create_loader`` with its prefetcher on the training classes' folders (random
+  resized crop 0.16-1 + flip, as our ``metric`` preset; no colour jitter) and a loop around the same loss;
+- **bare**: a hand-written PML loop on the project's loader (``train_loader``, ``image_cache``);
+- **trainer** rows, ``xbm.trainer.Trainer(cfg, cpus=...)`` through ``fit()``: with the image cache and
+  no memory (the same loss as the loops above), decoding live, and with XBN and PC-XBN memory (ratio 0.5).
+  Per row: evaluation (the epoch's ``eval_s`` when the trainer reports it, else ``epoch_time_s`` minus
+  the training pass) and a ``torch.save(trainer.state_dict())`` as fractions of the epoch's training pass,
+  the trainer's ``data_wait_s`` when it reports it, and the GPU utilisation during the training passes.
+
+Then K = 1, 2, 4 trainer processes sharing the GPU, started together, each pinned to its 1/K of the cores
+(``cpus`` = that share) and capped with ``torch.cuda.set_per_process_memory_fraction(1/K)``: total
+training images/s over the window they all train in, and out-of-memory per K. The targets are printed.
+
+    python benchmarks/bench_gpu.py                  # a CUDA machine (not yet run on one: estimated 5-10 min)
+    python benchmarks/bench_gpu.py --rows timm,"trainer cache" --shares ""   # a part of it
+    python benchmarks/bench_gpu.py --quick          # CPU toy size: test_resnet at 32 px, batch 16 (2 minutes)
+
+``--quick``, and any run without CUDA, is a smoke run on toy sizes with the in-memory budget lowered so the
+set is still "over the budget"; its figures are CPU toy figures and say nothing about the GPU targets.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+
+from cub_fixture import CUB_CLASSES, CUB_IMAGES, PHOTO_SIZE, class_folder, class_ids, write_cub  # noqa: E402
+from gpu_rows import ROWS, TRAINER_ROWS, child  # noqa: E402
+
+FULL = dict(model="resnet50", image_size=224, batch_size=128, embedding_size=512, images=CUB_IMAGES,
+            classes=CUB_CLASSES, photo=PHOTO_SIZE)
+QUICK = dict(model="test_resnet", image_size=32, batch_size=16, embedding_size=64, images=960, classes=24,
+             photo=(80, 60))
+SHARES = (1, 2, 4)
+
+
+# ---- the parent: data, processes, table ---------------------------------------------------------
+def run_processes(context, jobs: list[tuple[str, dict]], barrier=None) -> list[dict]:
+    """Start ``jobs`` (kind, spec) together, each in its own process; their results in job order."""
+    queue = context.Queue()
+    processes = [context.Process(target=child, args=(kind, {**spec, "index": i}, queue, barrier))
+                 for i, (kind, spec) in enumerate(jobs)]
+    for process in processes:
+        process.start()
+    results: dict[int, dict] = {}
+    while len(results) < len(jobs):
+        try:
+            _, index, result = queue.get(timeout=5)
+            results[index] = result
+        except Exception:  # queue.Empty: did a process die without a word (killed, segfault)?
+            for i, process in enumerate(processes):
+                if i not in results and not process.is_alive() and queue.empty():
+                    results[i] = {"error": f"the process died with exit code {process.exitcode}"}
+    for process in processes:
+        process.join()
+    return [results[i] for i in range(len(jobs))]
+
+
+def rate(result: dict) -> float | None:
+    windows = result.get("windows")
+    return sum(w[2] for w in windows) / sum(w[1] - w[0] for w in windows) if windows else None
+
+
+def shared_rate(results: list[dict]) -> float | None:
+    """Total images/s of K trials: every image of their timed passes over the window they span."""
+    if any(not r.get("windows") for r in results):
+        return None
+    windows = [w for r in results for w in r["windows"]]
+    return sum(w[2] for w in windows) / (max(w[1] for w in windows) - min(w[0] for w in windows))
+
+
+def fmt(value, spec: str = ".0f", missing: str = "n/a") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def print_rows(results: dict[str, dict], cpu: bool) -> None:
+    timm, ceiling = rate(results.get("timm", {})), rate(results.get("ceiling", {}))
+    print(f"\n{'row':<22}{'images/s':>10}{'/ timm':>8}{'/ ceiling':>10}{'GPU util %':>11}{'eval/epoch':>11}"
+          f"{'ckpt/epoch':>11}{'data wait':>10}")
+    for name, result in results.items():
+        if "error" in result:
+            print(f"{name:<22}  {'OOM' if result.get('oom') else 'failed'}: {result['error']}")
+            continue
+        r = rate(result)
+        print(f"{name:<22}{r:10.0f}{fmt(timm and r / timm, '.2f'):>8}{fmt(ceiling and r / ceiling, '.2f'):>10}"
+              f"{fmt(None if cpu else result.get('util'), '.0f'):>11}{fmt(result.get('eval'), '.2f', ''):>11}"
+              f"{fmt(result.get('checkpoint'), '.3f', ''):>11}{fmt(result.get('data_wait'), '.2f', ''):>10}")
+
+
+def print_targets(results: dict[str, dict], shared: dict[int, list[dict]], cpu: bool) -> None:
+    r = {name: rate(result) for name, result in results.items()}
+    plain = r.get("trainer cache")
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    def line(what: str, value, target: str, ok) -> None:
+        verdict = "" if value is None else ("met" if ok(value) else "NOT met")
+        print(f"  {what:<44}{fmt(value, '.2f'):>8}  target {target:<8} {verdict}")
+
+    print("\nTargets (issue 18)" + (": CPU TOY FIGURES, they say nothing about the GPU targets" if cpu else ""))
+    line("trainer (cache) / timm", ratio(plain, r.get("timm")), ">= 0.95", lambda v: v >= 0.95)
+    line("trainer (cache) / ceiling", ratio(plain, r.get("ceiling")), ">= 0.85", lambda v: v >= 0.85)
+    line("trainer + XBN / trainer", ratio(r.get("trainer XBN"), plain), ">= 0.95", lambda v: v >= 0.95)
+    line("trainer + PC-XBN / trainer", ratio(r.get("trainer PC-XBN"), plain), ">= 0.90", lambda v: v >= 0.90)
+    for name in TRAINER_ROWS:
+        if name in results and "error" not in results[name]:
+            line(f"{name}: evaluation / epoch", results[name]["eval"], "<= 0.3", lambda v: v <= 0.3)
+            line(f"{name}: checkpoint / epoch", results[name]["checkpoint"], "<= 0.05", lambda v: v <= 0.05)
+    totals = {k: shared_rate(v) for k, v in shared.items()}
+    if 1 in totals and 2 in totals:
+        line("K=2 total / K=1 total images/s", ratio(totals[2], totals[1]), ">= 1.0", lambda v: v >= 1.0)
+    if 4 in shared:
+        ooms = sum(bool(x.get("oom")) for x in shared[4])
+        print(f"  {'K=4: trials out of memory':<44}{ooms:>8}  target 0        {'met' if ooms == 0 else 'NOT met'}")
+
+
+def print_shared(shared: dict[int, list[dict]], cpu: bool) -> None:
+    print(f"\n{'K trials on one GPU':<22}{'total images/s':>15}{'per trial':>11}{'OOM':>5}{'peak GiB per trial':>20}")
+    for k, results in shared.items():
+        total = shared_rate(results)
+        ooms = sum(bool(r.get("oom")) for r in results)
+        peaks = ", ".join(fmt(r.get("peak_gib"), ".1f") for r in results)
+        print(f"{f'K={k}':<22}{fmt(total):>15}{fmt(total and total / k):>11}{ooms:>5}{peaks:>20}"
+              f"{'' if cpu else f'  (memory cap {1 / k:.2f} of the GPU each)'}")
+        for r in results:
+            if "error" in r and not r.get("oom"):
+                print(f"    failed: {r['error']}")
+
+
+def prepare_data(work: Path, sizes: dict, cores: int) -> tuple[Path, Path]:
+    """The CUB tree and timm's view of it (its training class folders, linked)."""
+    data = work / "data"
+    start = time.perf_counter()
+    base = write_cub(data, sizes["images"], sizes["classes"], sizes["photo"], workers=cores)
+    timm_root = work / "timm_train"
+    timm_root.mkdir(exist_ok=True)
+    for c in class_ids(sizes["classes"]):
+        if c <= 100:  # xbm.data.cub200 trains on classes 1-100
+            (timm_root / class_folder(c)).symlink_to(base / "images" / class_folder(c), target_is_directory=True)
+    print(f"wrote {sizes['images']} {sizes['photo'][0]}x{sizes['photo'][1]} JPEGs ({sizes['classes']} classes) in "
+          f"{time.perf_counter() - start:.0f} s", flush=True)
+    return data, timm_root
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="CPU toy size (also what a machine without CUDA runs)")
+    parser.add_argument("--epochs", type=int, default=None, help="timed epochs per row (default 2)")
+    parser.add_argument("--images", type=int, default=None, help=f"photos to write (default {CUB_IMAGES}, as CUB)")
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: " + ", ".join(ROWS))
+    parser.add_argument("--shares", default="1,2,4", help="K values of the GPU-sharing part ('' skips it)")
+    parser.add_argument("--keep", metavar="DIR", help="write the data, cache and checkpoints in DIR and keep them")
+    args = parser.parse_args()
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.quick:
+        print("no CUDA device here: running the --quick CPU toy size instead", flush=True)
+    cpu = args.quick or not cuda
+    sizes = dict(QUICK if cpu else FULL)
+    sizes["images"] = args.images or sizes["images"]
+    epochs = args.epochs or 2
+    if epochs < 1:
+        raise SystemExit(f"--epochs must be >= 1 (timed epochs per row), but got {epochs}")
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = sorted(set(rows) - set(ROWS))
+    if unknown:
+        raise SystemExit(f"--rows must name rows among {list(ROWS)}, but got {unknown}")
+    shares = [int(k) for k in args.shares.split(",") if k.strip()]
+    cores = sorted(os.sched_getaffinity(0))
+    work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="bench_gpu_"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        data, timm_root = prepare_data(work, sizes, len(cores))
+        from xbm.config import TrainConfig
+        from xbm.data import build_dataset
+        from xbm.data.cache import MEMORY_BUDGET, estimated_bytes
+
+        config = {"dataset": "cub200", "data_root": str(data), "model": sizes["model"], "pretrained": False,
+                  "image_size": sizes["image_size"], "batch_size": sizes["batch_size"],
+                  "embedding_size": sizes["embedding_size"], "warmup_epochs": 0, "epochs": 1 + epochs, "seed": 0,
+                  "device": "cuda" if cuda and not cpu else "cpu", "amp": "off" if cpu else "bf16",
+                  "image_cache": str(work / "cache")}
+        splits = build_dataset(TrainConfig.from_dict(config), images=False)
+        load = int(sizes["image_size"] / 0.875)
+        decoded = estimated_bytes(splits.train.source, splits.style, load)
+        budget = decoded // 2 if cpu else None
+        print(f"{len(splits.train)} training images ({splits.train.labels.unique().numel()} classes), decoded at load "
+              f"size {load}: about {decoded / 2**30:.2f} GiB against an in-memory budget of "
+              f"{(budget or MEMORY_BUDGET) / 2**30:.2f} GiB{' (lowered for the toy set)' if cpu else ''}", flush=True)
+        if decoded <= MEMORY_BUDGET and not cpu:
+            print("warning: the set fits the in-memory budget: the cache and live rows will not differ", flush=True)
+        common = {"cpus": cores, "epochs": epochs, "work": str(work), "budget": budget, "timm_root": str(timm_root),
+                  "batches_per_epoch": len(splits.train) // sizes["batch_size"]}
+        context = mp.get_context("spawn")
+        print(f"{sizes['model']} at {sizes['image_size']} px, batch {sizes['batch_size']}, "
+              f"{'fp32 on the CPU' if cpu else 'bf16, channels_last on ' + torch.cuda.get_device_name()}, "
+              f"{len(cores)} cores, 1 untimed + {epochs} timed epoch(s) per row", flush=True)
+        results: dict[str, dict] = {}
+        for name in rows:
+            start = time.perf_counter()
+            spec = {**common, "config": {**config, **TRAINER_ROWS.get(name, {"memory.enabled": False})}}
+            results[name] = run_processes(context, [(name, spec)])[0]
+            print(f"  {name}: {fmt(rate(results[name]))} images/s "
+                  f"({results[name].get('error', 'ok')}, {time.perf_counter() - start:.0f} s)", flush=True)
+        shared: dict[int, list[dict]] = {}
+        for k in shares:
+            share = max(1, len(cores) // k)
+            jobs = [("shared", {**common, "config": {**config, "memory.enabled": False},
+                                "cpus": cores[(i * share) % len(cores):][:share] or cores[:share],
+                                "memory_fraction": 1.0 / k if not cpu else None}) for i in range(k)]
+            shared[k] = run_processes(context, jobs, barrier=context.Barrier(k))
+            print(f"  K={k}: {fmt(shared_rate(shared[k]))} images/s in total", flush=True)
+        if cpu:
+            print("\nCPU TOY FIGURES (--quick or no CUDA): a smoke run of the benchmark; they say nothing about the "
+                  "GPU targets")
+        print_rows(results, cpu)
+        print_shared(shared, cpu)
+        print_targets(results, shared, cpu)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    gc.collect()
+
+
+if __name__ == "__main__":
+    main()
