@@ -44,3 +44,24 @@ def test_searcher_and_scheduler_are_built_once_and_the_study_moves_to_the_journa
     plan.searcher.suggest("trial_a")  # the searcher now asks the journal's study
     assert len(optuna.load_study(study_name="once", storage=journal_storage(plan.optuna_journal)).trials) == 1
     assert not ray.is_initialized()
+
+
+def test_a_gpu_sweep_over_the_memory_budget_without_a_cache_is_warned_once(tmp_path, monkeypatch):
+    """Bug caught: a GPU sweep over CUB-sized data decoding every JPEG every epoch with no word said; or the
+    warning on a CPU sweep, or with image_cache set."""
+    import xbm.data.cache
+    from tune.sweep import gpu_data_warnings
+
+    monkeypatch.setattr(xbm.data.cache, "MEMORY_BUDGET", 1000)
+    (tmp_path / "digits.yaml").write_text("description: d\nbase: {dataset: digits, model: test_resnet, epochs: 1}\n"
+                                          "params:\n  lr: {grid: [0.001, 0.01]}\n")
+
+    def warnings_for(**options):
+        plan = prepare(str(tmp_path / "digits.yaml"), SweepOptions(storage=str(tmp_path / "s"), dashboard=False,
+                                                                    cpus_per_trial=4, **options))
+        return gpu_data_warnings(plan)
+
+    (only,) = warnings_for(gpus_per_trial=0.5)
+    assert "image_cache" in only and "3 loader worker(s)" in only
+    assert warnings_for() == []
+    assert warnings_for(gpus_per_trial=0.5, overrides={"image_cache": str(tmp_path / "cache")}) == []
