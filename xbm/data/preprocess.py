@@ -27,6 +27,7 @@ import torch
 from PIL import Image, ImageOps
 
 from xbm.data.augment import PRESETS, InputNorm, Stats
+from xbm.errors import BadImageError
 
 MODES = ("RGB", "L")
 ImageLike = Union[str, Path, Image.Image, torch.Tensor]
@@ -110,7 +111,11 @@ class Preprocessing:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no image file at {path}")
-        return ImageFileSource(path.parent, [path.name], dataset="images").load(0, min_size=self.load_size)
+        try:
+            return ImageFileSource(path.parent, [path.name], dataset="images").load(0, min_size=self.load_size)
+        except BadImageError as exc:  # the data set's wording speaks of data_root and on_bad_image
+            cause = exc.__cause__
+            raise BadImageError(f"cannot decode image {path}: {type(cause).__name__}: {cause}", str(path)) from cause
 
     def stored(self, item: ImageLike) -> Image.Image:
         """A path, a PIL image or a uint8 tensor ([H, W] or [C, H, W], C 1 or 3) as a stored image."""
