@@ -65,14 +65,14 @@ def best_trial_grid(sweep, queries: int = 8, k: int = 5) -> RetrievalGrid:
     best = kept.loc[kept[column].astype(float).sort_values(ascending=not sweep.higher_is_better(sweep.metric)).index[0]]
     uri = str(best["best_weights"])
     payload = _read_weights(uri)
-    from xbm.retrieval import test_split_neighbours  # torch: only for this figure
+    from xbm.retrieval import split_neighbours  # torch: only for this figure
 
     try:
-        found = test_split_neighbours(payload, queries, k)
+        found = split_neighbours(payload, queries, k)
     except (FileNotFoundError, ValueError) as exc:  # the data set moved, or vectors
         raise NotApplicable(f"the test split of trial {best['trial_id']} could not be embedded: {exc}") from None
     return grid_from_neighbours(found["query_images"], list(found["query_labels"]),
-                                [str(label) for label in found["query_labels"]], found["neighbour_images"],
+                                [f"class {label}" for label in found["query_labels"]], found["neighbour_images"],
                                 found["neighbour_labels"].tolist(),
                                 [[f"class {n}" for n in row] for row in found["neighbour_labels"]],
                                 found["similarities"],

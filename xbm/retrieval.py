@@ -33,7 +33,7 @@ def spread_queries(n: int, count: int) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, min(count, n)).round().astype(np.int64))
 
 
-def test_split_neighbours(payload: Mapping[str, Any], queries: int = 8, k: int = 5, device: str = "auto") -> dict:
+def split_neighbours(payload: Mapping[str, Any], queries: int = 8, k: int = 5, device: str = "auto") -> dict:
     """The weights ``payload`` (a ``best_weights.pt``: ``model``, ``config``) evaluated as the trainer does on its
     data set's test split: ``queries`` test queries and their ``k`` nearest neighbours in the test gallery
     (leave-one-out when there is none). Returns numpy only: ``query_labels`` [q], ``neighbour_labels`` [q, k],
