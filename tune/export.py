@@ -98,7 +98,8 @@ def from_run(folder: Path) -> dict[str, Any]:
                                 f"but {folder} has no config.yaml")
     found = [name for name in RUN_WEIGHTS if (folder / name).is_file()]
     if not found:
-        raise FileNotFoundError(f"the run folder {folder} has neither {' nor '.join(RUN_WEIGHTS)}: no weights to export")
+        raise FileNotFoundError(f"the run folder {folder} has neither {' nor '.join(RUN_WEIGHTS)}: "
+                                "no weights to export")
     path = folder / found[0]
     payload = _load(path.read_bytes(), str(path))
     from tune.record import provenance as code_provenance

@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="(default %(default)s)")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda:0, ... (default %(default)s)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when present), cpu, cuda:0, ... (default %(default)s)")
     parser.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                         help="an image that cannot be decoded: exit 2 naming it, or skip it (default %(default)s)")
 

@@ -58,7 +58,8 @@ def test_a_gallery_parquet_gives_the_same_answer_and_a_query_is_not_its_own_neig
     """Bug caught: the embed Parquet read in another order than written; a query in the gallery found itself."""
     export, root, gallery, _ = setup
     parquet = tmp_path / "g.parquet"
-    assert main(["embed", str(export), "--images", str(root / "gallery"), "--out", str(parquet), "--device", "cpu"]) == 0
+    assert main(["embed", str(export), "--images", str(root / "gallery"), "--out", str(parquet),
+                 "--device", "cpu"]) == 0
     capsys.readouterr()
     args = ["--query", str(root / "gallery"), "--k", "2", "--device", "cpu"]
     assert main(["retrieve", str(export), "--gallery", str(root / "gallery"), *args]) == 0
@@ -83,9 +84,10 @@ def test_grid_writes_a_png(setup, tmp_path):
 def test_bad_input_exits_2_naming_it(setup, capsys, tmp_path):
     """Bug caught: a missing query file or an undecodable query ends in a traceback (exit 1)."""
     export, root, _, queries = setup
-    assert main(["retrieve", str(export), "--gallery", str(root / "gallery"), "--query", str(tmp_path / "nope.png")]) == 2
+    gallery = ["retrieve", str(export), "--gallery", str(root / "gallery"), "--device", "cpu"]
+    assert main([*gallery, "--query", str(tmp_path / "nope.png")]) == 2
     assert "nope.png" in capsys.readouterr().err
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
-    assert main(["retrieve", str(export), "--gallery", str(root / "gallery"), "--query", str(bad), "--device", "cpu"]) == 2
+    assert main([*gallery, "--query", str(bad)]) == 2
     assert "bad.png" in capsys.readouterr().err

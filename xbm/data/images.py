@@ -83,7 +83,7 @@ def configure_images(splits: DatasetSplits, cfg) -> None:
     else:
         stats = None
     # Evaluation's whole input path (decode as the reader does, eval geometry, statistics): one object.
-    prep = Preprocessing(mode=splits.style.mode, invert=splits.style.invert, load_size=key[3],
+    prep = Preprocessing(mode=splits.style.mode, invert=splits.style.invert, load_size=chosen.load_size(cfg.image_size),
                          image_size=cfg.image_size, preset=chosen.name,
                          mean=None if stats is None else stats.mean, std=None if stats is None else stats.std)
     splits.set_transforms(chosen.train(cfg.image_size, stats, channels), prep.eval_transform())
