@@ -25,7 +25,15 @@ STAGES = ("sweep", "confirm")
 RUN_WEIGHTS = ("best_weights.pt", "checkpoint.pt")
 
 
+EXPORT_EXAMPLES = """examples:
+  xbm-tune export ~/xbm_sweeps/quickstart-20261121-081500 --best --out embedder/
+  xbm-tune export ~/xbm_sweeps/quickstart-20261121-081500 --trial 3f2a_00004 --stage confirm --out embedder/
+  xbm-tune export --run runs/20261124-061500 --out embedder/
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXPORT_EXAMPLES
     parser.add_argument("sweep", metavar="SWEEP", nargs="?", help="the sweep folder (<storage>/<name>), or a URI")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--trial", metavar="ID", help="this trial's best weights")
