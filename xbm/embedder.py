@@ -199,11 +199,14 @@ class ImageEmbedder:
 
     def embed(self, images: Union[ImageLike, Sequence[ImageLike]], batch_size: int = BATCH_SIZE,
               device: str = "auto") -> torch.Tensor:
-        """File paths, PIL images or uint8 tensors ([H, W] or [C, H, W]; one or a list) -> L2-normalised
+        """File paths, PIL images or uint8 tensors ([H, W] or [C, H, W]; one, a list, or a uint8 batch
+        [N, C, H, W]) -> L2-normalised
         float32 [N, d] on the CPU. A path is read as the data sets read files (JPEG draft mode towards the
         decode size); a PIL image or tensor is taken as a file's full-size content. Raises
         :class:`xbm.errors.BadImageError` naming an image that cannot be decoded."""
-        if not isinstance(images, (list, tuple)):
+        if isinstance(images, torch.Tensor) and images.ndim == 4:  # a uint8 batch [N, C, H, W]
+            images = list(images)
+        elif not isinstance(images, (list, tuple)):
             images = [images]
         rows = [b.rows for b in self.batches(images, batch_size, device)]
         return torch.cat(rows) if rows else torch.zeros(0, self.embedding_size)

@@ -96,6 +96,8 @@ def test_pil_images_paths_and_uint8_tensors_embed_alike(exported):
     else:  # RGB [3, H, W]
         tensors = [torch.from_numpy(np.array(Image.open(f).convert("RGB"))).permute(2, 0, 1) for f in files]
     assert torch.equal(embedder.embed(pil), embedder.embed(tensors))
+    if name != "omniglot":  # same-sized RGB images also come as one uint8 batch [N, 3, H, W]
+        assert torch.equal(embedder.embed(torch.stack(tensors)), embedder.embed(tensors))
     # one image alone: the same row up to the batch size's rounding
     assert float((embedder.embed(files[0]) - embedder.embed(files)[:1]).abs().max()) <= 1e-6
 
