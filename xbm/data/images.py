@@ -83,8 +83,8 @@ def configure_images(splits: DatasetSplits, cfg) -> None:
     else:
         stats = None
     # Evaluation's whole input path (decode as the reader does, eval geometry, statistics): one object.
-    prep = Preprocessing(mode=splits.style.mode, invert=splits.style.invert, load_size=chosen.load_size(cfg.image_size),
-                         image_size=cfg.image_size, preset=chosen.name,
+    prep = Preprocessing(mode=splits.style.mode, invert=splits.style.invert,
+                         load_size=chosen.load_size(cfg.image_size), image_size=cfg.image_size, preset=chosen.name,
                          mean=None if stats is None else stats.mean, std=None if stats is None else stats.std)
     splits.set_transforms(chosen.train(cfg.image_size, stats, channels), prep.eval_transform())
     splits.augment, splits.statistics, splits.preprocessing = chosen.name, stats, prep
