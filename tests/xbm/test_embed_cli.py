@@ -63,5 +63,6 @@ def test_an_export_folder_missing_a_file_exits_2_naming_it(export, tmp_path, cap
     partial.mkdir()
     for name in ("embedder.yaml", "README.md"):
         (partial / name).write_bytes((export / name).read_bytes())
-    assert main(["embed", str(partial), "--images", str(tmp_path / "images"), "--out", str(tmp_path / "e.parquet")]) == 2
+    out = tmp_path / "e.parquet"
+    assert main(["embed", str(partial), "--images", str(tmp_path / "images"), "--out", str(out)]) == 2
     assert WEIGHTS in capsys.readouterr().err
