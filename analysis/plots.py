@@ -215,3 +215,35 @@ def plot_parallel_coordinates(coords, metric: str):
     ax.set_yticks([0, 1], ["low", "high"])
     ax.set_title(f"Parallel coordinates (colour: {metric})")
     return fig
+
+
+BORDER = {True: "#2ca02c", False: "#d62728", None: "#bbbbbb"}  # right, wrong, unknown
+
+
+def plot_retrieval_grid(grid, tile_inches: float = 1.4):
+    """A query -> top-k grid (``analysis.retrieval.RetrievalGrid``): one row per query, the query first,
+    each neighbour framed green (the query's class), red (another class) or grey (unknown)."""
+    from analysis.retrieval import grid_size
+
+    rows, columns = grid_size(grid)
+    fig, _ = _figure(tile_inches * columns, tile_inches * rows + 0.4)
+    fig.clear()
+    axes = fig.subplots(rows, columns, squeeze=False)
+    for r, (query, neighbours) in enumerate(grid.rows):
+        for c in range(columns):
+            ax = axes[r][c]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            tile = query if c == 0 else (neighbours[c - 1] if c - 1 < len(neighbours) else None)
+            if tile is None:
+                ax.set_axis_off()
+                continue
+            ax.imshow(tile.image, cmap="gray" if tile.image.ndim == 2 else None, vmin=0, vmax=255)
+            ax.set_xlabel(tile.caption, fontsize=6)
+            colour, width = ("black", 2.5) if c == 0 else (BORDER[tile.correct], 4.0)
+            for spine in ax.spines.values():
+                spine.set_edgecolor(colour)
+                spine.set_linewidth(width)
+    if grid.title:
+        fig.suptitle(grid.title, fontsize=8)
+    return fig

@@ -3,7 +3,8 @@
 Sections: overview (counts, read problems), leaderboard, best per kind, variant comparison with
 t-intervals and paired differences, confirmation table, parameter importance, learning curves, ASHA
 survival, one-parameter effects (with reference points), lambda_mu x lambda_sigma heatmap, drift and
-staleness, parallel coordinates. A section the sweep cannot support is replaced by one line saying
+staleness, parallel coordinates, retrieval examples (the best trial's best weights on 8 test queries and
+their top 5). A section the sweep cannot support is replaced by one line saying
 why (``NotApplicable``); a section that fails unexpectedly says so too and the report still finishes.
 """
 from __future__ import annotations
@@ -59,7 +60,7 @@ class _Report:
                              ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
                              ("ASHA survival", self.survival), ("One-parameter effects", self.effects),
                              ("lambda_mu × lambda_sigma", self.heatmap), ("Drift and staleness", self.drift),
-                             ("Parallel coordinates", self.parallel)):
+                             ("Parallel coordinates", self.parallel), ("Retrieval examples", self.retrieval)):
             parts += ["", f"## {title}", ""] + self.section(build)
         return "\n".join(parts) + "\n"
 
@@ -244,6 +245,13 @@ class _Report:
         coords = effects.parallel_coordinates(self.sweep, self.metric)
         return [self.figure(plots.plot_parallel_coordinates(coords, self.metric), "parallel_coordinates",
                             "parallel coordinates")]
+
+    def retrieval(self) -> list[str]:
+        from analysis.retrieval import best_trial_grid  # imports xbm (torch) lazily, for this figure only
+
+        grid = best_trial_grid(self.sweep)
+        return [f"{grid.title}. Borders: green, a neighbour of the query's class; red, another class.", "",
+                self.figure(plots.plot_retrieval_grid(grid), "retrieval_examples", "retrieval examples")]
 
 
 def _number(text: str):

@@ -1,4 +1,5 @@
-"""``xbm-tune``: sweeps, submit, resume, spaces, status, train, confirm, report, export-optuna, dashboard.
+"""``xbm-tune``: sweeps, submit, resume, spaces, status, train, confirm, report, export-optuna, dashboard,
+export, embed, retrieve.
 
 Exit status: 0 done, 2 bad input (nothing started, nothing written; a path that is not what the command
 expects, a results file that cannot be read), 1 failure. An unexpected error prints one line; with
@@ -34,6 +35,9 @@ EXAMPLES = """examples:
   xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500
   xbm-tune confirm ~/xbm_sweeps/quickstart-20261121-081500 --top 3 --seeds 3
   xbm-tune report ~/xbm_sweeps/quickstart-20261121-081500
+  xbm-tune export ~/xbm_sweeps/quickstart-20261121-081500 --best --out embedder/
+  xbm-tune embed embedder/ --images photos/ --out embeddings.parquet
+  xbm-tune retrieve embedder/ --gallery embeddings.parquet --query queries/ --k 5 --grid top5.png
 """
 
 SWEEP_EXAMPLES = """examples:
@@ -300,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
     _add_delegated(sub, "train", "one training run (no Ray)", "xbm.train_cli")
     _add_delegated(sub, "confirm", "re-run the top configs over seeds into the same sweep folder", "tune.confirm")
+    _add_delegated(sub, "export", "a trial's (or a train run's) best weights as an embedder folder", "tune.export")
+    _add_delegated(sub, "embed", "embed a folder of images with an export folder, into Parquet", "xbm.embed_cli")
+    _add_delegated(sub, "retrieve", "top-k gallery images per query with an export folder", "tune.retrieve")
     p = sub.add_parser("report", help="write report.md and figures into a sweep folder")
     p.add_argument("path", metavar="PATH")
     p.set_defaults(func=cmd_report)

@@ -166,7 +166,8 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
             metrics.setdefault(metric, math.nan)  # an epoch eval_every skips: measured nothing
             print(live.epoch_line(trial_id, metrics, cfg.epochs, metric, mode, live.published_best(sweep)), flush=True)
             begun = time.perf_counter()
-            best.offer(epoch, metrics[metric], trainer.model, {"config": cfg.to_dict(), "metric": metric})
+            best.offer(epoch, metrics[metric], trainer.model, {"config": cfg.to_dict(), "metric": metric,
+                                                                "preprocessing": trainer.preprocessing_dict()})
             row = {**metrics, **where, **setup, BEST_WEIGHTS_KEY: best.uri}
             if not clock.due(metrics["epoch_time_s"], last=epoch >= cfg.epochs):
                 tune.report({**row, "checkpoint_s": written_s + time.perf_counter() - begun})

@@ -11,6 +11,7 @@ _PUBLIC = {
     "EmbeddingMemory": "xbm.memory",
     "TrainConfig": "xbm.config",
     "Trainer": "xbm.trainer",
+    "load_embedder": "xbm.embedder",
 }
 
 __all__ = sorted(_PUBLIC)

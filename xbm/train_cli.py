@@ -7,8 +7,9 @@ Options come from ``--config FILE.yaml`` (dotted keys such as ``memory.ratio: 0.
 overridden by each ``--set key=value``. Relative paths (``data_root``, ``pretrained_path``) are relative to
 the config file's folder in the file, to the working directory in ``--set``; config.yaml records them
 absolute. The output folder receives ``config.yaml`` (the resolved config),
-``metrics.jsonl`` and ``metrics.csv`` (one row per epoch) and ``checkpoint.pt`` (``Trainer.state_dict()``
-after the last good epoch, replaced atomically). Exit status: 0 done, 2 bad input (unknown key, bad value,
+``metrics.jsonl`` and ``metrics.csv`` (one row per epoch), ``checkpoint.pt`` (``Trainer.state_dict()``
+after the last good epoch, replaced atomically) and ``best_weights.pt`` (the model at the epoch with the best
+``recall_at_1``; ``xbm-tune export --run`` reads it). Exit status: 0 done, 2 bad input (unknown key, bad value,
 missing data set, an image that cannot be decoded under on_bad_image=stop, a corrupt pretrained_path,
 occupied output folder), 1 failure (e.g. a non-finite loss, missing pretrained weights).
 """
@@ -32,6 +33,7 @@ TRAIN_EXAMPLES = """examples:
       --set model=resnet18 --set image_size=64 --set normaliser.kind=xbn
   xbm-tune train --config run.yaml --set memory.enabled=false --output runs/no_memory
 """
+BEST_METRIC, BEST_WEIGHTS = "recall_at_1", "best_weights.pt"  # on the selection split, as a sweep's default
 SHOWN = ("loss", "recall_at_1", "recall_at_10", "map_at_r", "drift_mean", "memory_fill", "images_per_s",
          "epoch_time_s")
 
@@ -120,12 +122,31 @@ class RunWriter:
         with open(self.folder / "metrics.csv", "a", newline="") as handle:
             csv.DictWriter(handle, self.columns).writerow(row)
 
-    def checkpoint(self, state: dict[str, Any]) -> None:
+    def checkpoint(self, state: dict[str, Any], name: str = "checkpoint.pt") -> None:
         import torch
 
-        tmp = self.folder / "checkpoint.pt.tmp"
+        tmp = self.folder / f"{name}.tmp"
         torch.save(state, tmp)
-        os.replace(tmp, self.folder / "checkpoint.pt")
+        os.replace(tmp, self.folder / name)
+
+
+class BestWeights:
+    """``best_weights.pt``: the model at the epoch with the best ``metric`` (higher is better) so far, in the
+    format of a sweep trial's (``{"model", "config", "preprocessing", "epoch", "value", "metric"}``), so that
+    ``xbm-tune export --run`` exports the best epoch, not the last."""
+
+    def __init__(self, writer: RunWriter, metric: str = BEST_METRIC) -> None:
+        self.writer, self.metric, self.value = writer, metric, None
+
+    def offer(self, trainer, metrics: dict[str, Any]) -> bool:
+        value = metrics.get(self.metric)
+        if not isinstance(value, float) or not math.isfinite(value) or (self.value is not None and value <= self.value):
+            return False
+        self.value = value
+        self.writer.checkpoint({"model": trainer.model.state_dict(), "config": trainer.cfg.to_dict(),
+                                "preprocessing": trainer.preprocessing_dict(), "epoch": int(metrics["epoch"]),
+                                "value": value, "metric": self.metric}, BEST_WEIGHTS)
+        return True
 
 
 def format_line(metrics: dict[str, Any], epochs: int) -> str:
@@ -164,10 +185,12 @@ def run(args: argparse.Namespace) -> int:
         return 1
     writer = RunWriter(folder, cfg.to_dict())
     print(f"output: {folder}")
+    best = BestWeights(writer)
     try:
         for metrics in trainer.fit():
             writer.metrics(metrics)
             writer.checkpoint(trainer.state_dict())
+            best.offer(trainer, metrics)
             tqdm.write(format_line(metrics, cfg.epochs))
             warning = collapse_warning(metrics)
             if warning:

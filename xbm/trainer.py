@@ -261,7 +261,14 @@ class Trainer:
             "references": self.references,
             "rng": rng_state(),
             "previous_probe": self.previous_probe,
+            # how evaluation fed the model (None for vectors): an export of these weights needs it
+            "preprocessing": self.preprocessing_dict(),
         }
+
+    def preprocessing_dict(self) -> Optional[dict[str, Any]]:
+        """The data set's input path for evaluation (:class:`xbm.data.preprocess.Preprocessing`) as a dict."""
+        prep = self.splits.preprocessing
+        return None if prep is None else prep.to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict()``; its config must match this trainer's (up to RESUMABLE_CHANGES)."""

@@ -26,7 +26,17 @@ def _drawings(sweep):
         "heatmap": lambda: plots.plot_heatmap(param_heatmap(sweep)),
         "drift": lambda: plots.plot_drift_staleness(drift_staleness(sweep)),
         "parallel": lambda: plots.plot_parallel_coordinates(parallel_coordinates(sweep), "recall_at_1"),
+        "retrieval": lambda: plots.plot_retrieval_grid(_grid()),
     }
+
+
+def _grid():
+    import numpy as np
+
+    from analysis.retrieval import grid_from_neighbours
+
+    image = np.zeros((4, 4, 3), np.uint8)
+    return grid_from_neighbours([image], ["a"], ["q"], [[image, image]], [["a", "b"]], [["n0", "n1"]], [[0.9, 0.2]])
 
 
 @pytest.mark.slow
@@ -42,7 +52,7 @@ def test_every_plot_writes_a_png(sweep, tmp_path):
     assert drawn == {"matplotlib.figure"}
     covered = {"plot_leaderboard", "plot_variant_comparison", "plot_paired_differences", "plot_importance",
                "plot_learning_curves", "plot_survival", "plot_param_effect", "plot_heatmap",
-               "plot_drift_staleness", "plot_parallel_coordinates"}
+               "plot_drift_staleness", "plot_parallel_coordinates", "plot_retrieval_grid"}
     assert public == covered  # a new plot function must be added to this smoke test
 
 

@@ -101,9 +101,6 @@ class Preset:
         """On the training batch, on its device."""
         return InputNorm(stats)
 
-    def batch_eval(self, stats: Optional[Stats]) -> nn.Module:
-        return InputNorm(stats)
-
 
 class NoAugment(Preset):
     name = "none"

@@ -160,6 +160,8 @@ class DatasetSplits:
     # (train, eval) callables on a batch on its device: uint8 -> normalised float (xbm.data.augment.InputNorm)
     batch_transforms: Optional[tuple] = None
     skipped_images: int = 0  # images left out for on_bad_image=skip (xbm.data.bad_images)
+    # images: the evaluation input path as one object (xbm.data.preprocess.Preprocessing); None for vectors
+    preprocessing: Optional[object] = None
 
     def batch_transform(self, role: str) -> Callable:
         """What the trainer applies to a batch of ``role`` ("train"/"eval") after moving it to its device:

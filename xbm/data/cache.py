@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
 from xbm.cpus import available_cpus
 from xbm.data.bad_images import stamp, unchanged
+from xbm.data.preprocess import decode_image
 from xbm.data.sources import ArrayImageSource, SampleSource
 from xbm.data.style import ImageStyle
 from xbm.errors import BadImageError
@@ -45,18 +46,9 @@ _ASPECT_ALLOWANCE = 4 / 3  # photos are rarely longer than 4:3 once the short si
 
 
 def decode(source: SampleSource, j: int, style: ImageStyle, load_size: int) -> Image.Image:
-    """Sample ``j`` of ``source`` as the model's pixels before augmentation (see the module docstring)."""
-    image = source.load(j, min_size=load_size)
-    if image.mode != style.mode:
-        image = image.convert(style.mode)
-    if style.invert:
-        image = ImageOps.invert(image)
-    short = min(image.size)
-    if short > load_size:
-        w, h = image.size
-        image = image.resize((max(1, round(w * load_size / short)), max(1, round(h * load_size / short))),
-                             Image.BILINEAR)
-    return image
+    """Sample ``j`` of ``source`` as the model's pixels before augmentation (see the module docstring; the
+    one definition is :func:`xbm.data.preprocess.decode_image`)."""
+    return decode_image(source.load(j, min_size=load_size), style.mode, style.invert, load_size)
 
 
 class LiveImages:

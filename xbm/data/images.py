@@ -17,6 +17,7 @@ from xbm.data.augment import dataset_stats, imagenet_stats, preset, statistics_k
 from xbm.data.bad_images import warn_skipped
 from xbm.data.base import DatasetSplits
 from xbm.data.cache import image_store
+from xbm.data.preprocess import Preprocessing
 from xbm.data.sources import SampleSource
 from xbm.data.style import ImageStyle
 
@@ -81,9 +82,13 @@ def configure_images(splits: DatasetSplits, cfg) -> None:
             lambda i: splits.transforms.images(int(train.indices[i])), len(train), bare))
     else:
         stats = None
-    splits.set_transforms(chosen.train(cfg.image_size, stats, channels), chosen.eval(cfg.image_size))
-    splits.augment, splits.statistics = chosen.name, stats
-    splits.batch_transforms = (chosen.batch_train(stats), chosen.batch_eval(stats))
+    # Evaluation's whole input path (decode as the reader does, eval geometry, statistics): one object.
+    prep = Preprocessing(mode=splits.style.mode, invert=splits.style.invert,
+                         load_size=chosen.load_size(cfg.image_size), image_size=cfg.image_size, preset=chosen.name,
+                         mean=None if stats is None else stats.mean, std=None if stats is None else stats.std)
+    splits.set_transforms(chosen.train(cfg.image_size, stats, channels), prep.eval_transform())
+    splits.augment, splits.statistics, splits.preprocessing = chosen.name, stats, prep
+    splits.batch_transforms = (chosen.batch_train(stats), prep.batch_norm())
 
 
 def _check_none_skipped(splits: DatasetSplits, skipped) -> None:

@@ -6,6 +6,7 @@ from PIL import Image
 from torchvision import transforms as T
 
 from xbm.data.augment import (PRESETS, InputNorm, Stats, dataset_stats, imagenet_stats, preset, statistics_kind)
+from xbm.data.preprocess import Preprocessing
 from xbm.data.style import DARK_STROKES, PHOTO, STROKES
 
 STATS = Stats((0.25,), (0.5,))
@@ -75,7 +76,8 @@ def test_every_presets_eval_transform_uses_the_same_statistics_as_its_training(n
     image = Image.fromarray(np.full((40, 40), 255, dtype=np.uint8), "L")  # all foreground
     evaluated = p.eval(32)(image)
     assert evaluated.dtype == torch.uint8 and bool((evaluated == 255).all())
-    for batch in (p.batch_eval(STATS), InputNorm(STATS) if name == "randaugment" else p.batch_train(STATS)):
+    evaluation = Preprocessing("L", False, 32, 32, name, STATS.mean, STATS.std).batch_norm()  # the trainer's
+    for batch in (evaluation, InputNorm(STATS) if name == "randaugment" else p.batch_train(STATS)):
         assert torch.allclose(batch(evaluated[None]), torch.full((1, 1, 32, 32), (1.0 - 0.25) / 0.5))
     torch.manual_seed(0)
     assert p.train(32, STATS, 1)(image).shape == evaluated.shape == (1, 32, 32)

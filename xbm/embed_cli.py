@@ -1,0 +1,87 @@
+"""``xbm-tune embed DIR --images FOLDER --out embeddings.parquet``: an export folder's embeddings of a folder.
+
+The Parquet file has one row per image: ``path`` (string), ``embedding`` (fixed-size list of float32, the
+L2-normalised row) and ``label`` (the class sub-folder's name for a ``FOLDER/<class>/<image>`` layout, else
+null); its schema metadata ``embedder`` holds the export's provenance. ``--on-error stop`` (default) exits 2
+naming an image that cannot be decoded; ``skip`` leaves it out and names it. Exit 2 also for an export
+folder missing a file and a folder without images.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Optional
+
+EMBED_EXAMPLES = """examples:
+  xbm-tune embed embedder/ --images photos/ --out embeddings.parquet
+  xbm-tune embed embedder/ --images photos/ --out embeddings.parquet --on-error skip --device cpu
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EMBED_EXAMPLES
+    parser.add_argument("export", metavar="DIR", help="an export folder (xbm-tune export)")
+    parser.add_argument("--images", metavar="FOLDER", required=True, help="the images (searched recursively)")
+    parser.add_argument("--out", metavar="FILE.parquet", required=True, help="the Parquet file to write")
+    add_embedding_arguments(parser)
+
+
+def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch-size", type=int, default=64, help="(default %(default)s)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when present), cpu, cuda:0, ... (default %(default)s)")
+    parser.add_argument("--on-error", choices=("stop", "skip"), default="stop",
+                        help="an image that cannot be decoded: exit 2 naming it, or skip it (default %(default)s)")
+
+
+def embed_files(embedder, paths: list[str], batch_size: int, device: str, on_error: str,
+                desc: str = "embedding"):
+    """(kept positions, float32 rows [n, d]) of ``paths`` with a progress bar; skipped images are named on
+    stderr. Raises BadImageError under ``on_error=stop``."""
+    import torch
+    from tqdm import tqdm
+
+    positions, rows = [], []
+    with tqdm(total=len(paths), desc=desc, unit="img", dynamic_ncols=True, file=sys.stderr) as bar:
+        for batch in embedder.batches(paths, batch_size, device, on_error):
+            for _, reason in batch.skipped:
+                tqdm.write(f"skipped: {reason}", file=sys.stderr)
+            positions += batch.positions
+            rows.append(batch.rows)
+            bar.update(len(batch.positions) + len(batch.skipped))
+    return positions, torch.cat(rows) if rows else torch.zeros(0, embedder.embedding_size)
+
+
+def write_embeddings(path: str, paths: list[str], rows, labels: Optional[list[str]], about: dict) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    flat = pa.array(rows.numpy().reshape(-1), type=pa.float32())
+    table = pa.table({"path": pa.array(paths, pa.string()),
+                      "embedding": pa.FixedSizeListArray.from_arrays(flat, rows.shape[1]),
+                      "label": pa.array(labels if labels is not None else [None] * len(paths), pa.string())})
+    table = table.replace_schema_metadata({"embedder": json.dumps(about, default=str)})
+    pq.write_table(table, path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from xbm.embedder import load_embedder
+    from xbm.errors import BadImageError
+    from xbm.image_folder import list_images
+
+    try:
+        embedder = load_embedder(args.export, device=args.device)
+        paths, labels = list_images(args.images)
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, but got {args.batch_size}")
+        kept, rows = embed_files(embedder, paths, args.batch_size, args.device, args.on_error)
+    except (ValueError, FileNotFoundError, BadImageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    skipped = len(paths) - len(kept)
+    write_embeddings(args.out, [paths[i] for i in kept], rows, None if labels is None else [labels[i] for i in kept],
+                     embedder.provenance)
+    print(f"wrote {len(kept)} embeddings ({rows.shape[1]} dimensions) to {args.out}"
+          + (f"; skipped {skipped} image(s) that could not be decoded" if skipped else ""))
+    return 0
