@@ -17,6 +17,9 @@ from xbm.checks import checker
 from xbm.normalisers.config import NormaliserConfig
 
 MINER_KINDS = ("pair_margin", "none")
+# the values of loss.kind (xbm.training.loss_kinds owns the registry; repeated here so config stays torch-free)
+LOSS_KINDS = ("supcon", "contrastive", "triplet", "multi_similarity", "ntxent")
+LOSS_DISTANCES = ("cosine", "lp")
 MINER_DISTANCES = ("lp", "lp_raw", "cosine")
 AMP_MODES = ("off", "fp16", "bf16", "auto")
 COMPILE_MODES = ("off", "default", "max-autotune")  # torch.compile of the model (mode), or none
@@ -70,12 +73,54 @@ class MinerConfig:
 
 @dataclass(frozen=True)
 class LossConfig:
-    """SupCon (PML SupConLoss)."""
+    """The pair loss of ``objective=supervised`` (``kind``; each is pytorch-metric-learning's, see
+    :mod:`xbm.training.loss_kinds` for the papers):
 
+    - ``supcon`` (default): SupCon, ``temperature``;
+    - ``contrastive``: ``pos_margin`` / ``neg_margin`` on ``distance``: with ``cosine`` (similarity form, the
+      XBM code's: positives below pos_margin and negatives above neg_margin are penalised) pos_margin >
+      neg_margin; with ``lp`` (distance form) neg_margin > pos_margin;
+    - ``triplet``: ``margin`` on ``distance``;
+    - ``multi_similarity``: ``alpha``, ``beta``, ``base``; ``ms_mining`` on: MS's own pair mining
+      (``MultiSimilarityMiner(ms_epsilon)``, which then replaces ``miner.*``: miner.kind must be none);
+    - ``ntxent``: NT-Xent, ``temperature``.
+    """
+
+    kind: str = "supcon"
     temperature: float = 0.1
+    distance: str = "cosine"
+    pos_margin: float = 1.0
+    neg_margin: float = 0.5
+    margin: float = 0.1
+    alpha: float = 2.0
+    beta: float = 50.0
+    base: float = 0.5
+    ms_mining: bool = True
+    ms_epsilon: float = 0.1
 
     def __post_init__(self) -> None:
+        _check(self.kind in LOSS_KINDS, "loss.kind", f"one of {list(LOSS_KINDS)}", self.kind)
         _check(self.temperature > 0.0, "loss.temperature", "> 0", self.temperature)
+        _check(self.distance in LOSS_DISTANCES, "loss.distance", f"one of {list(LOSS_DISTANCES)}", self.distance)
+        if self.kind == "contrastive":
+            if self.distance == "lp":
+                _check(self.neg_margin > self.pos_margin, "loss.neg_margin",
+                       f"neg_margin > pos_margin={self.pos_margin} in distance form (loss.distance=lp: negatives "
+                       "closer than neg_margin and positives farther than pos_margin are penalised)", self.neg_margin)
+            else:
+                _check(self.pos_margin > self.neg_margin, "loss.pos_margin",
+                       f"pos_margin > neg_margin={self.neg_margin} in similarity form (loss.distance=cosine: "
+                       "positives below pos_margin and negatives above neg_margin are penalised)", self.pos_margin)
+        _check(self.margin >= 0.0, "loss.margin", ">= 0", self.margin)
+        _check(self.alpha > 0.0, "loss.alpha", "> 0", self.alpha)
+        _check(self.beta > 0.0, "loss.beta", "> 0", self.beta)
+        _check(-1.0 <= self.base <= 1.0, "loss.base", "-1 <= base <= 1 (a cosine similarity)", self.base)
+        _check(self.ms_epsilon >= 0.0, "loss.ms_epsilon", ">= 0", self.ms_epsilon)
+
+    @property
+    def mines_itself(self) -> bool:
+        """Whether the loss brings its own miner (MS with ``ms_mining``), which replaces ``miner.*``."""
+        return self.kind == "multi_similarity" and self.ms_mining
 
 
 @dataclass(frozen=True)
@@ -181,7 +226,12 @@ class TrainConfig:
     def _check_objective(self) -> None:
         _check(self.objective in OBJECTIVES, "objective", f"one of {list(OBJECTIVES)}", self.objective)
         if self.objective == "supervised":
+            _check(not self.loss.mines_itself or self.miner.kind == "none", "miner.kind",
+                   "none when loss.kind=multi_similarity with loss.ms_mining=true (MS mines its own pairs); set "
+                   "miner.kind=none, or loss.ms_mining=false to mine with miner.*", self.miner.kind)
             return
+        _check(self.loss.kind == "supcon", "loss.kind", f"supcon (the default) under objective={self.objective}, "
+               "which fixes its own loss (loss.kind chooses the loss of objective=supervised)", self.loss.kind)
         _check(self.normaliser.kind not in LABELLED_NORMALISERS, "normaliser.kind",
                f"not {' or '.join(LABELLED_NORMALISERS)} under objective={self.objective} (they need class labels, "
                "which a label-free objective never reads): use none, xbn, axbn or ema", self.normaliser.kind)

@@ -223,6 +223,7 @@ def _neighbours_refresh_epochs(key, fx):
 
 NEIGHBOURS = {"objective": "neighbours", "neighbours.threshold": 0.3, "neighbours.pool": 10}
 MOCO = {"objective": "moco"}
+MS = {"loss.kind": "multi_similarity", "miner.kind": "none"}
 
 NORMALISER_VALUES = {
     "centre_only": True, "unit_norm": True, "delay_epochs": 3, "lambda_mu": 0.25, "lambda_sigma": 0.75,
@@ -294,6 +295,22 @@ EFFECTS: dict[str, Any] = {
                                        {0.25}, extra=NEIGHBOURS),
     "loss.temperature": Attribute(0.3, lambda t: {t.xbm.loss.temperature, t.batch_loss.loss.temperature,
                                                   t.warmup_loss.loss.temperature}, {0.3}),
+    "loss.kind": Attribute("triplet", lambda t: {type(c.loss).__name__ for c in (t.xbm, t.batch_loss, t.warmup_loss)},
+                           {"TripletMarginLoss"}),
+    "loss.distance": Attribute("lp", lambda t: {type(c.loss.distance).__name__ for c in (t.xbm, t.batch_loss)},
+                               {"LpDistance"}, extra={"loss.kind": "triplet"}),
+    "loss.pos_margin": Attribute(0.8, lambda t: {t.xbm.loss.pos_margin, t.batch_loss.loss.pos_margin}, {0.8},
+                                 extra={"loss.kind": "contrastive"}),
+    "loss.neg_margin": Attribute(0.2, lambda t: {t.xbm.loss.neg_margin, t.batch_loss.loss.neg_margin}, {0.2},
+                                 extra={"loss.kind": "contrastive"}),
+    "loss.margin": Attribute(0.3, lambda t: {t.xbm.loss.margin, t.batch_loss.loss.margin}, {0.3},
+                             extra={"loss.kind": "triplet"}),
+    **{f"loss.{name}": Attribute(value, lambda t, name=name: {getattr(t.xbm.loss, name),
+                                                              getattr(t.batch_loss.loss, name)}, {value}, extra=MS)
+       for name, value in (("alpha", 3.0), ("beta", 20.0), ("base", 0.3))},
+    # MS's own miner on both losses (the config requires miner.kind=none with it), and none without it
+    "loss.ms_mining": Attribute(False, lambda t: (t.xbm.miner, t.batch_loss.miner), (None, None), extra=MS),
+    "loss.ms_epsilon": Attribute(0.3, lambda t: {t.xbm.miner.epsilon, t.batch_loss.miner.epsilon}, {0.3}, extra=MS),
 }
 
 

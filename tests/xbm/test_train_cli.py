@@ -50,6 +50,11 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
      "normaliser.kind must satisfy not pcxbn or scxbn under objective=instance"),
     (["--set", "objective=supervisd"], "objective must satisfy one of ['supervised', 'instance', 'moco', 'neighbours']"),
     (["--set", "on_bad_image=bogus"], "on_bad_image must satisfy one of ['stop', 'skip'], but got 'bogus'"),
+    (["--set", "loss.kind=bogus"],
+     "loss.kind must satisfy one of ['supcon', 'contrastive', 'triplet', 'multi_similarity', 'ntxent'], but got 'bogus'"),
+    (["--set", "loss.kind=contrastive", "--set", "loss.distance=lp", "--set", "loss.neg_margin=0.1",
+      "--set", "loss.pos_margin=0.2"], "loss.neg_margin must satisfy neg_margin > pos_margin=0.2 in distance form"),
+    (["--set", "loss.kind=ntxent", "--set", "loss.temperature=0"], "loss.temperature must satisfy > 0"),
 ])
 def test_bad_input_exits_2_with_the_message_and_no_traceback(tmp_path, capsys, args, message):
     assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 2
