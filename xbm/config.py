@@ -162,13 +162,16 @@ class NeighboursConfig:
 class TrainConfig:
     """One training run (thesis 5.2, AXBN paper 5.1). ``epochs`` counts main epochs after the
     ``warmup_epochs`` of head-only training. ``eval_every = k`` evaluates after every k-th main epoch and
-    after the last (a sweep adds its scheduler's rung epochs); the other epochs report training figures only."""
+    after the last (a sweep adds its scheduler's rung epochs); the other epochs report training figures only.
+    ``eval_ks``: the K of the ``recall_at_K`` metrics, ``auto`` (the data set's papers' set) or a comma-separated
+    list such as ``1,5,10``."""
 
     dataset: str = "toy"
     data_root: str = ""
     val_fraction: float = 0.0
     evaluate_test: bool = False
     eval_every: int = 1
+    eval_ks: str = "auto"
     model: str = "resnet50"
     embedding_size: int = 512
     pretrained: bool = False
@@ -207,6 +210,9 @@ class TrainConfig:
             _check(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
         for name in ("warmup_epochs", "weight_decay", "clip_grad"):
             _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
+        _check(self.eval_ks == "auto" or parse_ks(self.eval_ks) is not None, "eval_ks",
+               "'auto' (the data set's K set) or a non-empty comma-separated list of distinct integers >= 1, "
+               "e.g. 1,2,4,8", self.eval_ks)
         _check(self.augment in AUGMENT, "augment", f"one of {list(AUGMENT)}", self.augment)
         _check(self.normalize in NORMALIZE, "normalize", f"one of {list(NORMALIZE)}", self.normalize)
         _check(self.on_bad_image in ON_BAD_IMAGE, "on_bad_image", f"one of {list(ON_BAD_IMAGE)}", self.on_bad_image)
@@ -246,6 +252,10 @@ class TrainConfig:
             _check(self.batch_size % (k + 1) == 0, "batch_size", f"a multiple of neighbours.k + 1 = {k + 1} "
                    "(anchors with k neighbours each)", self.batch_size)
 
+    def recall_ks(self, dataset_ks: tuple[int, ...]) -> tuple[int, ...]:
+        """The K of Recall@K: ``eval_ks`` when given, else ``dataset_ks`` (the data set's papers' set)."""
+        return dataset_ks if self.eval_ks == "auto" else parse_ks(self.eval_ks)
+
     # ---- dotted-name interface -------------------------------------------------------------
     @classmethod
     def keys(cls) -> tuple[str, ...]:
@@ -281,6 +291,15 @@ class TrainConfig:
     def replace(self, **dotted: Any) -> "TrainConfig":
         """A copy with some dotted values changed: ``cfg.replace(**{"memory.ratio": 0.1})``."""
         return TrainConfig.from_dict({**self.to_dict(), **dotted})
+
+
+def parse_ks(text: str) -> tuple[int, ...] | None:
+    """``"1, 10,100"`` -> (1, 10, 100); None unless every part is an integer >= 1, distinct, and there is one."""
+    parts = [part.strip() for part in str(text).split(",")]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        return None
+    ks = tuple(int(part) for part in parts)
+    return ks if len(set(ks)) == len(ks) else None
 
 
 @functools.cache  # get_type_hints resolves annotations each call: ~5 ms per config, a Parquet sink's hot spot

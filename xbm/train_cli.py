@@ -32,7 +32,7 @@ TRAIN_EXAMPLES = """examples:
       --set model=resnet18 --set image_size=64 --set normaliser.kind=xbn
   xbm-tune train --config run.yaml --set memory.enabled=false --output runs/no_memory
 """
-SHOWN = ("loss", "recall_at_1", "recall_at_10", "map_at_r", "drift_mean", "memory_fill", "images_per_s",
+SHOWN = ("loss", "recall_at_*", "map_at_r", "drift_mean", "memory_fill", "images_per_s",
          "epoch_time_s")
 
 
@@ -130,7 +130,9 @@ class RunWriter:
 
 def format_line(metrics: dict[str, Any], epochs: int) -> str:
     parts = [f"epoch {metrics['epoch']}/{epochs}"]
-    for name in SHOWN:
+    # "recall_at_*": every K of the run's set (the data set's or eval_ks), in the order reported
+    names = [n for s in SHOWN for n in ([k for k in metrics if k.startswith("recall_at_")] if s == "recall_at_*" else [s])]
+    for name in names:
         value = metrics.get(name)
         if isinstance(value, float):
             parts.append(f"{name} {value:.4g}" if name != "images_per_s" else f"{name} {value:.0f}")

@@ -106,6 +106,16 @@ def _eval_every(key, fx):
     assert ["recall_at_1" in r for r in rows] == [False, True, False, True]
 
 
+def _eval_ks(key, fx):
+    default = list(tiny_trainer(val_fraction=0.25, evaluate_test=True).fit())[0]   # toy: (1, 10)
+    row = list(tiny_trainer(val_fraction=0.25, evaluate_test=True, eval_ks="1,3,40").fit())[0]
+    recalls = sorted(name for name in row if "recall_at_" in name and not name.startswith("reference"))
+    assert recalls == ["recall_at_1", "recall_at_3", "recall_at_40", "test_recall_at_1", "test_recall_at_3",
+                       "test_recall_at_40"]
+    assert "recall_at_10" in default and "recall_at_3" not in default
+    assert row["recall_at_1"] <= row["recall_at_3"] <= row["recall_at_40"]
+
+
 def _seed(key, fx):
     a, b = tiny_trainer(), tiny_trainer(seed=1)
     assert not torch.equal(a.model.head.weight, b.model.head.weight)  # initial weights follow the seed
@@ -240,6 +250,7 @@ EFFECTS: dict[str, Any] = {
                               (True, 1)),
     "evaluate_test": Check(_evaluate_test),
     "eval_every": Check(_eval_every),
+    "eval_ks": Check(_eval_ks),
     "model": Attribute("test_resnet", lambda t: t.model.backbone.pretrained_cfg["architecture"],
                        extra={"dataset": "digits", "image_size": 16, "batch_size": 20}),
     "embedding_size": Attribute(24, lambda t: (t.model.head.out_features, t.xbm.memory.dim), (24, 24)),
