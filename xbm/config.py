@@ -21,6 +21,8 @@ MINER_KINDS = ("pair_margin", "none")
 LOSS_KINDS = ("supcon", "contrastive", "triplet", "multi_similarity", "ntxent")
 LOSS_DISTANCES = ("cosine", "lp")
 MINER_DISTANCES = ("lp", "lp_raw", "cosine")
+OPTIMIZERS = ("adamw", "adam", "sgd")   # xbm.training.optim owns them; repeated so config stays torch-free
+SCHEDULES = ("step", "cosine", "multistep")
 AMP_MODES = ("off", "fp16", "bf16", "auto")
 COMPILE_MODES = ("off", "default", "max-autotune")  # torch.compile of the model (mode), or none
 # the values of augment / normalize (xbm.data.augment owns them; repeated here so config stays torch-free)
@@ -189,6 +191,13 @@ class TrainConfig:
     weight_decay: float = 1e-4
     lr_step: int = 15
     lr_gamma: float = 0.33
+    optimizer: str = "adamw"
+    momentum: float = 0.9
+    nesterov: bool = False
+    schedule: str = "step"
+    min_lr: float = 0.0
+    milestones: str = ""
+    warmup_lr_epochs: int = 0
     amp: str = "auto"
     compile: str = "off"
     clip_grad: float = 10.0
@@ -220,6 +229,7 @@ class TrainConfig:
                "'auto' (the trial's CPUs minus one) or an integer >= 0", self.num_workers)
         _check(self.lr > 0.0, "lr", "> 0", self.lr)
         _check(0.0 < self.lr_gamma <= 1.0, "lr_gamma", "0 < lr_gamma <= 1", self.lr_gamma)
+        self._check_optimisation()
         _check(self.amp in AMP_MODES, "amp", f"one of {list(AMP_MODES)}", self.amp)
         _check(self.compile in COMPILE_MODES, "compile", f"one of {list(COMPILE_MODES)}", self.compile)
         # the M-per-class sampler's rule; label-free objectives draw images, not classes
@@ -228,6 +238,22 @@ class TrainConfig:
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                "device", "'auto', 'cpu' or 'cuda[:N]'", self.device)
         self._check_objective()
+
+    def _check_optimisation(self) -> None:
+        """``optimizer``, ``schedule`` and the lr warm-up (xbm.training.optim)."""
+        _check(self.optimizer in OPTIMIZERS, "optimizer", f"one of {list(OPTIMIZERS)}", self.optimizer)
+        _check(0.0 <= self.momentum < 1.0, "momentum", "0 <= momentum < 1", self.momentum)
+        _check(not self.nesterov or (self.optimizer == "sgd" and self.momentum > 0.0), "nesterov",
+               f"false unless optimizer=sgd with momentum > 0 (got optimizer={self.optimizer}, "
+               f"momentum={self.momentum})", self.nesterov)
+        _check(self.schedule in SCHEDULES, "schedule", f"one of {list(SCHEDULES)}", self.schedule)
+        _check(self.min_lr >= 0.0 and (self.schedule != "cosine" or self.min_lr <= self.lr), "min_lr",
+               f"0 <= min_lr <= lr={self.lr} (the cosine schedule's floor)", self.min_lr)
+        milestones = parse_milestones(self.milestones)
+        _check(milestones is not None and (self.schedule != "multistep" or milestones), "milestones",
+               "a comma-separated, strictly increasing list of main epochs >= 1 such as 30,60 (non-empty with "
+               "schedule=multistep)", self.milestones)
+        _check(self.warmup_lr_epochs >= 0, "warmup_lr_epochs", ">= 0", self.warmup_lr_epochs)
 
     def _check_objective(self) -> None:
         _check(self.objective in OBJECTIVES, "objective", f"one of {list(OBJECTIVES)}", self.objective)
@@ -291,6 +317,17 @@ class TrainConfig:
     def replace(self, **dotted: Any) -> "TrainConfig":
         """A copy with some dotted values changed: ``cfg.replace(**{"memory.ratio": 0.1})``."""
         return TrainConfig.from_dict({**self.to_dict(), **dotted})
+
+
+def parse_milestones(text: str) -> tuple[int, ...] | None:
+    """``"30, 60"`` -> (30, 60); ``""`` -> (); None unless every part is an integer >= 1, strictly increasing."""
+    if not str(text).strip():
+        return ()
+    parts = [part.strip() for part in str(text).split(",")]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        return None
+    values = tuple(int(part) for part in parts)
+    return values if all(a < b for a, b in zip(values, values[1:])) else None
 
 
 def parse_ks(text: str) -> tuple[int, ...] | None:

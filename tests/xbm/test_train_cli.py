@@ -58,6 +58,8 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
     (["--set", "eval_ks="], "eval_ks must satisfy 'auto' (the data set's K set) or a non-empty comma-separated list"),
     (["--set", "eval_ks=0,1"], "eval_ks must satisfy 'auto' (the data set's K set) or a non-empty comma-separated list"
                                " of distinct integers >= 1, e.g. 1,2,4,8, but got '0,1'"),
+    (["--set", "schedule=multistep", "--set", "milestones=20,10"],
+     "milestones must satisfy a comma-separated, strictly increasing list of main epochs >= 1"),
 ])
 def test_bad_input_exits_2_with_the_message_and_no_traceback(tmp_path, capsys, args, message):
     assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 2
