@@ -177,3 +177,23 @@ def test_bad_optimiser_and_schedule_values_name_the_rule(values, message):
     with pytest.raises(ValueError) as err:
         tiny_config(**values)
     assert message in str(err.value)
+
+
+def test_a_lambda_schedule_resumes_from_a_weights_only_checkpoint(tmp_path):
+    """Bug caught: the cosine / warm-up schedule's state not surviving a checkpoint (a factor object that
+    ``torch.load(weights_only=True)`` refuses, or a resumed run restarting the ramp): the resumed trainer must
+    train its next epoch at the uninterrupted run's rate."""
+    from xbm.checkpoint import load_checkpoint
+
+    from ..conftest import tiny_trainer
+
+    values = {"epochs": 4, "lr": 0.01, "schedule": "cosine", "warmup_lr_epochs": 1}
+    full = [m["lr"] for m in tiny_trainer(**values).fit()]
+    first = tiny_trainer(**values)
+    fit = first.fit()
+    next(fit), next(fit)
+    torch.save(first.state_dict(), tmp_path / "trainer.pt")
+    resumed = tiny_trainer(**values)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "trainer.pt"))
+    assert [m["lr"] for m in resumed.fit()] == pytest.approx(full[2:], rel=1e-12)
+    assert full[0] == pytest.approx(0.005)   # the ramp: 0.01 * 1 / 2
