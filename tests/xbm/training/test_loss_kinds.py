@@ -2,6 +2,8 @@
 normalised memory."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from pytorch_metric_learning import distances, losses, miners
@@ -170,3 +172,18 @@ def test_margins_of_a_loss_not_in_use_are_not_checked():
     """Bug caught: the contrastive rule refusing SupCon runs whose unused margins are in the other order."""
     assert TrainConfig.from_dict({"loss.pos_margin": 0.1, "loss.neg_margin": 0.9}).loss.kind == "supcon"
     assert TrainConfig.from_dict({"loss.kind": "multi_similarity", "loss.ms_mining": False}).miner.kind == "pair_margin"
+
+
+@pytest.mark.parametrize("kind", sorted(LOSSES))
+@pytest.mark.parametrize("memory", [False, True])
+def test_every_loss_trains_in_the_trainer_with_and_without_the_memory(kind, memory):
+    """Bug caught: a loss kind that the trainer's warm-up, in-batch or memory path cannot call (an index tuple
+    it rejects, MS's miner handed to the warm-up, an XBN memory in the loss's fp32 path), or that trains on no
+    pair at all: two warm-up and two main epochs on the toy set, every value finite and pairs in the loss."""
+    from ..conftest import tiny_trainer
+
+    values = {"loss.kind": kind, "miner.kind": "none", "memory.enabled": memory, "normaliser.kind": "xbn",
+              "epochs": 2, "warmup_epochs": 2}
+    rows = list(tiny_trainer(**values).fit())
+    assert all(math.isfinite(r["loss"]) and r["loss"] > 0 for r in rows)
+    assert all(r["loss_pos_pairs"] > 0 for r in rows) and 0.0 <= rows[-1]["recall_at_1"] <= 1.0
