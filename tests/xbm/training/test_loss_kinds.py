@@ -187,3 +187,31 @@ def test_every_loss_trains_in_the_trainer_with_and_without_the_memory(kind, memo
     rows = list(tiny_trainer(**values).fit())
     assert all(math.isfinite(r["loss"]) and r["loss"] > 0 for r in rows)
     assert all(r["loss_pos_pairs"] > 0 for r in rows) and 0.0 <= rows[-1]["recall_at_1"] <= 1.0
+
+
+@pytest.mark.parametrize("kind", ["none", "xbn", "axbn", "ema", "pcxbn", "scxbn"])
+@pytest.mark.parametrize("name", sorted(SETUPS))
+def test_every_loss_scores_against_every_normalisers_memory(name, kind):
+    """Bug caught: a loss that cannot take a normaliser's memory (its dtype, its off-sphere rows) or a
+    normaliser whose adapted rows do not reach the loss: over 3 steps the loss must equal PML's loss of the
+    batch against the rows the memory holds after the step (its own copies dropped), with finite gradients."""
+    loss, miner = _ours(name)
+    pml_loss, pml_miner = SETUPS[name][2]()
+    superclass_of = torch.tensor([0, 1, 0])
+    crit = XBMLoss(loss, D, 2 * B + 3, miner=miner,
+                   normaliser=build_normaliser(NormaliserConfig(kind=kind), superclass_of=superclass_of))
+    for step, (emb, labels) in enumerate(_batches(3, seed=13)):
+        x = (emb * (1 + step)).requires_grad_()
+        got = crit(x, labels, epoch=step)
+        refs, ref_labels, _, _ = crit.memory.valid()
+        refs, ref_labels = refs.clone(), ref_labels.clone()
+        slots = (torch.arange(B) + step * B) % (2 * B + 3)   # where this batch was written
+        pairs = pml_miner(x, labels, refs, ref_labels) if pml_miner is not None else lmu.get_all_pairs_indices(
+            labels, ref_labels)
+        a1, p, a2, n = pairs
+        keep = slots[a1] != p
+        want = pml_loss(x, labels, (a1[keep], p[keep], a2, n), refs, ref_labels)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        got.backward()
+        assert torch.isfinite(x.grad).all()
+    assert crit.last_stats["adapted"] == (0.0 if kind == "none" else 1.0)
