@@ -1,4 +1,5 @@
-"""Leaderboard, best trial per normaliser kind, status counts, Recall@K at the data set's K set: small DataFrames from a ``Sweep``."""
+"""Leaderboard, best trial per normaliser kind, status counts, Recall@K at the data set's K set: small
+DataFrames from a ``Sweep``."""
 from __future__ import annotations
 
 import re
@@ -86,7 +87,8 @@ def recall_at_k(sweep: Sweep, metric: str | None = None, stage: str = "sweep", t
     board = _ranked(sweep, metric, stage, None)   # keeps the trials' index
     board = board.head(top) if top else board
     rows = epochs.dropna(subset=[metric]).sort_values([*KEY, "epoch"]).reset_index(drop=True)
-    ranked = rows.assign(_v=pd.to_numeric(rows[metric], errors="coerce") * (1 if sweep.higher_is_better(metric) else -1))
+    sign = 1 if sweep.higher_is_better(metric) else -1
+    ranked = rows.assign(_v=pd.to_numeric(rows[metric], errors="coerce") * sign)
     best = ranked.loc[ranked.groupby(KEY)["_v"].idxmax()].set_index(KEY)[names]
     trials = sweep.stage_trials(stage).loc[board.index, KEY].astype(str)
     values = best.reindex(pd.MultiIndex.from_frame(trials)).to_numpy(dtype=float)

@@ -131,7 +131,8 @@ class RunWriter:
 def format_line(metrics: dict[str, Any], epochs: int) -> str:
     parts = [f"epoch {metrics['epoch']}/{epochs}"]
     # "recall_at_*": every K of the run's set (the data set's or eval_ks), in the order reported
-    names = [n for s in SHOWN for n in ([k for k in metrics if k.startswith("recall_at_")] if s == "recall_at_*" else [s])]
+    recalls = [name for name in metrics if name.startswith("recall_at_")]
+    names = [name for shown in SHOWN for name in (recalls if shown == "recall_at_*" else [shown])]
     for name in names:
         value = metrics.get(name)
         if isinstance(value, float):

@@ -50,8 +50,8 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
      "normaliser.kind must satisfy not pcxbn or scxbn under objective=instance"),
     (["--set", "objective=supervisd"], "objective must satisfy one of ['supervised', 'instance', 'moco', 'neighbours']"),
     (["--set", "on_bad_image=bogus"], "on_bad_image must satisfy one of ['stop', 'skip'], but got 'bogus'"),
-    (["--set", "loss.kind=bogus"],
-     "loss.kind must satisfy one of ['supcon', 'contrastive', 'triplet', 'multi_similarity', 'ntxent'], but got 'bogus'"),
+    (["--set", "loss.kind=bogus"], "loss.kind must satisfy one of ['supcon', 'contrastive', 'triplet', "
+                                   "'multi_similarity', 'ntxent'], but got 'bogus'"),
     (["--set", "loss.kind=contrastive", "--set", "loss.distance=lp", "--set", "loss.neg_margin=0.1",
       "--set", "loss.pos_margin=0.2"], "loss.neg_margin must satisfy neg_margin > pos_margin=0.2 in distance form"),
     (["--set", "loss.kind=ntxent", "--set", "loss.temperature=0"], "loss.temperature must satisfy > 0"),
@@ -166,4 +166,5 @@ def test_the_printed_line_shows_every_k_of_the_runs_set():
     printed no Recall@K beyond 1 (and test_ or reference values mixed in)."""
     metrics = {"epoch": 2, "loss": 0.5, "recall_at_1": 0.25, "recall_at_100": 0.75, "test_recall_at_1": 0.1,
                "reference_raw_recall_at_1": 0.2, "map_at_r": 0.125}
-    assert train_cli.format_line(metrics, 3) == "epoch 2/3  loss 0.5  recall_at_1 0.25  recall_at_100 0.75  map_at_r 0.125"
+    assert train_cli.format_line(metrics, 3) == ("epoch 2/3  loss 0.5  recall_at_1 0.25  recall_at_100 0.75  "
+                                                 "map_at_r 0.125")

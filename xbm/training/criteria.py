@@ -1,6 +1,6 @@
 """The losses of a run: the ``loss.kind`` pair loss (:mod:`xbm.training.loss_kinds`; SupCon by default) with
-PML's ``PairMarginMiner`` (or the loss's own miner), in the batch only (warm-up, epochs before ``memory.start_epoch``, the no-memory
-baseline) or against the cross-batch memory (:class:`xbm.loss.XBMLoss`).
+PML's ``PairMarginMiner`` (or the loss's own miner), in the batch only (warm-up, epochs before
+``memory.start_epoch``, the no-memory baseline) or against the cross-batch memory (:class:`xbm.loss.XBMLoss`).
 
 Miner distances (``miner.distance``):
 

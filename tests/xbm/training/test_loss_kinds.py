@@ -144,8 +144,8 @@ def test_own_miner_only_for_ms_with_its_mining():
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"loss.kind": "bogus"},
-     "loss.kind must satisfy one of ['supcon', 'contrastive', 'triplet', 'multi_similarity', 'ntxent'], but got 'bogus'"),
+    ({"loss.kind": "bogus"}, "loss.kind must satisfy one of ['supcon', 'contrastive', 'triplet', 'multi_similarity', "
+                             "'ntxent'], but got 'bogus'"),
     ({"loss.kind": "contrastive", "loss.distance": "lp", "loss.pos_margin": 0.5, "loss.neg_margin": 0.5},
      "loss.neg_margin must satisfy neg_margin > pos_margin=0.5 in distance form"),
     ({"loss.kind": "contrastive", "loss.pos_margin": 0.3, "loss.neg_margin": 0.5},

@@ -157,7 +157,8 @@ def test_the_default_schedule_is_still_step_lr():
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"schedule": "multistep", "milestones": "30,20"}, "milestones must satisfy a comma-separated, strictly increasing"),
+    ({"schedule": "multistep", "milestones": "30,20"},
+     "milestones must satisfy a comma-separated, strictly increasing"),
     ({"schedule": "multistep", "milestones": "10,10"}, "but got '10,10'"),
     ({"schedule": "multistep"}, "(non-empty with schedule=multistep), but got ''"),
     ({"milestones": "0,5"}, "milestones must satisfy"),
