@@ -55,7 +55,8 @@ class _Report:
 
     def render(self) -> str:
         parts = self.overview()
-        for title, build in (("Leaderboard", self.leaderboard), ("Best per normaliser kind", self.best_per_kind),
+        for title, build in (("Leaderboard", self.leaderboard), ("Recall@K", self.recall_at_k),
+                             ("Best per normaliser kind", self.best_per_kind),
                              ("Variant comparison", self.variants), ("Confirmation", self.confirmation),
                              ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
                              ("ASHA survival", self.survival), ("One-parameter effects", self.effects),
@@ -144,6 +145,11 @@ class _Report:
         shown = board.drop(columns=[c for c in ("sweep_dir",) if c in board.columns])
         return [markdown.table(shown, TOP), "",
                 self.figure(plots.plot_leaderboard(board, self.metric), "leaderboard", "leaderboard")]
+
+    def recall_at_k(self) -> list[str]:
+        """The data set's papers' K set (or ``eval_ks``), as the runs reported it, at each trial's best epoch."""
+        return ["At each trial's best epoch by the sweep metric.", "",
+                markdown.table(tables.recall_at_k(self.sweep, self.metric, top=TOP))]
 
     def best_per_kind(self) -> list[str]:
         best = tables.best_per_kind(self.sweep, self.metric)

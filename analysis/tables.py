@@ -1,9 +1,12 @@
-"""Leaderboard, best trial per normaliser kind, status counts: small DataFrames from a ``Sweep``."""
+"""Leaderboard, best trial per normaliser kind, status counts, Recall@K at the data set's K set: small
+DataFrames from a ``Sweep``."""
 from __future__ import annotations
+
+import re
 
 import pandas as pd
 
-from analysis.columns import KIND, varying_columns
+from analysis.columns import KEY, KIND, varying_columns
 from analysis.errors import NotApplicable
 from analysis.loader import Sweep
 from analysis.values import metric_values
@@ -71,3 +74,24 @@ def stop_reasons(sweep: Sweep, stage: str = "sweep") -> pd.DataFrame:
     return (frame.groupby(["status", "stop_reason"], dropna=False)
             .agg(n_trials=("trial_id", "size"), mean_epochs=("epochs_completed", "mean"))
             .reset_index().sort_values("n_trials", ascending=False, ignore_index=True))
+
+
+def recall_at_k(sweep: Sweep, metric: str | None = None, stage: str = "sweep", top: int | None = None) -> pd.DataFrame:
+    """The leaderboard's trials with every ``recall_at_K`` their runs reported (the data set's papers' K set,
+    or ``eval_ks``), read at each trial's best epoch by ``metric`` (its first, on ties)."""
+    metric = metric or sweep.metric
+    epochs = sweep.epochs
+    names = sorted((c for c in epochs.columns if re.fullmatch(r"recall_at_\d+", c)), key=lambda c: int(c[10:]))
+    if not names or metric not in epochs.columns:
+        raise NotApplicable(f"Recall@K needs recall_at_K and {metric!r} epoch columns, which this sweep lacks")
+    board = _ranked(sweep, metric, stage, None)   # keeps the trials' index
+    board = board.head(top) if top else board
+    rows = epochs.dropna(subset=[metric]).sort_values([*KEY, "epoch"]).reset_index(drop=True)
+    sign = 1 if sweep.higher_is_better(metric) else -1
+    ranked = rows.assign(_v=pd.to_numeric(rows[metric], errors="coerce") * sign)
+    best = ranked.loc[ranked.groupby(KEY)["_v"].idxmax()].set_index(KEY)[names]
+    trials = sweep.stage_trials(stage).loc[board.index, KEY].astype(str)
+    values = best.reindex(pd.MultiIndex.from_frame(trials)).to_numpy(dtype=float)
+    table = board[["trial_id"]].reset_index(drop=True)
+    table.insert(0, "rank", pd.array(range(1, len(table) + 1), dtype="Int64"))
+    return pd.concat([table, pd.DataFrame(values, columns=names)], axis=1)

@@ -28,9 +28,9 @@ ROWS = ("ceiling", "timm", "bare", *TRAINER_ROWS)
 
 
 def loss_and_miner(cfg):
-    from xbm.training.criteria import build_miner, build_supcon
+    from xbm.training.criteria import build_pair_loss, build_pair_miner
 
-    return build_supcon(cfg.loss), build_miner(cfg.miner)
+    return build_pair_loss(cfg.loss), build_pair_miner(cfg.loss, cfg.miner)
 
 
 def model_and_optimizer(cfg, device):

@@ -78,6 +78,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     space.check_search(options.search)
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs
+    check_metric(space, options.metric)
     check_data(_data_variants(space))
     if options.grace_period > max_epochs and options.scheduler != "fifo":
         raise SweepInputError(f"--grace-period must be <= the epoch budget ({max_epochs}), but got "
@@ -102,6 +103,33 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
                               f"{options.storage_path()}/{experiment}`")
     return SweepPlan(space, options, experiment, max_epochs, warnings, warm, searcher, swept_space, scheduler,
                      stop_reasons)
+
+
+def check_metric(space, metric: str) -> None:
+    """A ``recall_at_K`` metric (or ``test_recall_at_K``) must be one the trials report: K in the data set's
+    K set, or in ``eval_ks``, for every data set and ``eval_ks`` the space can give. Otherwise every epoch
+    would report it as NaN and the scheduler would rank trials on nothing."""
+    import re
+
+    from xbm.data import recall_ks
+
+    match = re.fullmatch(r"(?:test_)?recall_at_(\d+)", metric)
+    if match is None:
+        return
+    k = int(match.group(1))
+    def values(key):
+        if key in space.params:
+            return space.params[key].possible_values() or [space.base.get(key)]
+        return [space.base.get(key)]
+    for dataset in values("dataset"):
+        for eval_ks in values("eval_ks"):
+            chosen = {key: v for key, v in (("dataset", dataset), ("eval_ks", eval_ks)) if v is not None}
+            cfg = train_config({**space.base, **chosen})
+            ks = cfg.recall_ks(recall_ks(cfg.dataset))
+            if k not in ks:
+                raise SweepInputError(
+                    f"--metric {metric} is never reported: dataset {cfg.dataset!r} with eval_ks={cfg.eval_ks!r} "
+                    f"reports recall_at_K for K in {list(ks)}; choose one of them, or add K with --set eval_ks=...")
 
 
 def check_data(configs: Iterable[Mapping[str, Any]]) -> None:

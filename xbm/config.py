@@ -17,7 +17,12 @@ from xbm.checks import checker
 from xbm.normalisers.config import NormaliserConfig
 
 MINER_KINDS = ("pair_margin", "none")
+# the values of loss.kind (xbm.training.loss_kinds owns the registry; repeated here so config stays torch-free)
+LOSS_KINDS = ("supcon", "contrastive", "triplet", "multi_similarity", "ntxent")
+LOSS_DISTANCES = ("cosine", "lp")
 MINER_DISTANCES = ("lp", "lp_raw", "cosine")
+OPTIMIZERS = ("adamw", "adam", "sgd")   # xbm.training.optim owns them; repeated so config stays torch-free
+SCHEDULES = ("step", "cosine", "multistep")
 AMP_MODES = ("off", "fp16", "bf16", "auto")
 COMPILE_MODES = ("off", "default", "max-autotune")  # torch.compile of the model (mode), or none
 # the values of augment / normalize (xbm.data.augment owns them; repeated here so config stays torch-free)
@@ -70,12 +75,54 @@ class MinerConfig:
 
 @dataclass(frozen=True)
 class LossConfig:
-    """SupCon (PML SupConLoss)."""
+    """The pair loss of ``objective=supervised`` (``kind``; each is pytorch-metric-learning's, see
+    :mod:`xbm.training.loss_kinds` for the papers):
 
+    - ``supcon`` (default): SupCon, ``temperature``;
+    - ``contrastive``: ``pos_margin`` / ``neg_margin`` on ``distance``: with ``cosine`` (similarity form, the
+      XBM code's: positives below pos_margin and negatives above neg_margin are penalised) pos_margin >
+      neg_margin; with ``lp`` (distance form) neg_margin > pos_margin;
+    - ``triplet``: ``margin`` on ``distance``;
+    - ``multi_similarity``: ``alpha``, ``beta``, ``base``; ``ms_mining`` on: MS's own pair mining
+      (``MultiSimilarityMiner(ms_epsilon)``, which then replaces ``miner.*``: miner.kind must be none);
+    - ``ntxent``: NT-Xent, ``temperature``.
+    """
+
+    kind: str = "supcon"
     temperature: float = 0.1
+    distance: str = "cosine"
+    pos_margin: float = 1.0
+    neg_margin: float = 0.5
+    margin: float = 0.1
+    alpha: float = 2.0
+    beta: float = 50.0
+    base: float = 0.5
+    ms_mining: bool = True
+    ms_epsilon: float = 0.1
 
     def __post_init__(self) -> None:
+        _check(self.kind in LOSS_KINDS, "loss.kind", f"one of {list(LOSS_KINDS)}", self.kind)
         _check(self.temperature > 0.0, "loss.temperature", "> 0", self.temperature)
+        _check(self.distance in LOSS_DISTANCES, "loss.distance", f"one of {list(LOSS_DISTANCES)}", self.distance)
+        if self.kind == "contrastive":
+            if self.distance == "lp":
+                _check(self.neg_margin > self.pos_margin, "loss.neg_margin",
+                       f"neg_margin > pos_margin={self.pos_margin} in distance form (loss.distance=lp: negatives "
+                       "closer than neg_margin and positives farther than pos_margin are penalised)", self.neg_margin)
+            else:
+                _check(self.pos_margin > self.neg_margin, "loss.pos_margin",
+                       f"pos_margin > neg_margin={self.neg_margin} in similarity form (loss.distance=cosine: "
+                       "positives below pos_margin and negatives above neg_margin are penalised)", self.pos_margin)
+        _check(self.margin >= 0.0, "loss.margin", ">= 0", self.margin)
+        _check(self.alpha > 0.0, "loss.alpha", "> 0", self.alpha)
+        _check(self.beta > 0.0, "loss.beta", "> 0", self.beta)
+        _check(-1.0 <= self.base <= 1.0, "loss.base", "-1 <= base <= 1 (a cosine similarity)", self.base)
+        _check(self.ms_epsilon >= 0.0, "loss.ms_epsilon", ">= 0", self.ms_epsilon)
+
+    @property
+    def mines_itself(self) -> bool:
+        """Whether the loss brings its own miner (MS with ``ms_mining``), which replaces ``miner.*``."""
+        return self.kind == "multi_similarity" and self.ms_mining
 
 
 @dataclass(frozen=True)
@@ -117,13 +164,16 @@ class NeighboursConfig:
 class TrainConfig:
     """One training run (thesis 5.2, AXBN paper 5.1). ``epochs`` counts main epochs after the
     ``warmup_epochs`` of head-only training. ``eval_every = k`` evaluates after every k-th main epoch and
-    after the last (a sweep adds its scheduler's rung epochs); the other epochs report training figures only."""
+    after the last (a sweep adds its scheduler's rung epochs); the other epochs report training figures only.
+    ``eval_ks``: the K of the ``recall_at_K`` metrics, ``auto`` (the data set's papers' set) or a comma-separated
+    list such as ``1,5,10``."""
 
     dataset: str = "toy"
     data_root: str = ""
     val_fraction: float = 0.0
     evaluate_test: bool = False
     eval_every: int = 1
+    eval_ks: str = "auto"
     model: str = "resnet50"
     embedding_size: int = 512
     pretrained: bool = False
@@ -141,6 +191,13 @@ class TrainConfig:
     weight_decay: float = 1e-4
     lr_step: int = 15
     lr_gamma: float = 0.33
+    optimizer: str = "adamw"
+    momentum: float = 0.9
+    nesterov: bool = False
+    schedule: str = "step"
+    min_lr: float = 0.0
+    milestones: str = ""
+    warmup_lr_epochs: int = 0
     amp: str = "auto"
     compile: str = "off"
     clip_grad: float = 10.0
@@ -162,6 +219,9 @@ class TrainConfig:
             _check(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))
         for name in ("warmup_epochs", "weight_decay", "clip_grad"):
             _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
+        _check(self.eval_ks == "auto" or parse_ks(self.eval_ks) is not None, "eval_ks",
+               "'auto' (the data set's K set) or a non-empty comma-separated list of distinct integers >= 1, "
+               "e.g. 1,2,4,8", self.eval_ks)
         _check(self.augment in AUGMENT, "augment", f"one of {list(AUGMENT)}", self.augment)
         _check(self.normalize in NORMALIZE, "normalize", f"one of {list(NORMALIZE)}", self.normalize)
         _check(self.on_bad_image in ON_BAD_IMAGE, "on_bad_image", f"one of {list(ON_BAD_IMAGE)}", self.on_bad_image)
@@ -169,6 +229,7 @@ class TrainConfig:
                "'auto' (the trial's CPUs minus one) or an integer >= 0", self.num_workers)
         _check(self.lr > 0.0, "lr", "> 0", self.lr)
         _check(0.0 < self.lr_gamma <= 1.0, "lr_gamma", "0 < lr_gamma <= 1", self.lr_gamma)
+        self._check_optimisation()
         _check(self.amp in AMP_MODES, "amp", f"one of {list(AMP_MODES)}", self.amp)
         _check(self.compile in COMPILE_MODES, "compile", f"one of {list(COMPILE_MODES)}", self.compile)
         # the M-per-class sampler's rule; label-free objectives draw images, not classes
@@ -178,10 +239,31 @@ class TrainConfig:
                "device", "'auto', 'cpu' or 'cuda[:N]'", self.device)
         self._check_objective()
 
+    def _check_optimisation(self) -> None:
+        """``optimizer``, ``schedule`` and the lr warm-up (xbm.training.optim)."""
+        _check(self.optimizer in OPTIMIZERS, "optimizer", f"one of {list(OPTIMIZERS)}", self.optimizer)
+        _check(0.0 <= self.momentum < 1.0, "momentum", "0 <= momentum < 1", self.momentum)
+        _check(not self.nesterov or (self.optimizer == "sgd" and self.momentum > 0.0), "nesterov",
+               f"false unless optimizer=sgd with momentum > 0 (got optimizer={self.optimizer}, "
+               f"momentum={self.momentum})", self.nesterov)
+        _check(self.schedule in SCHEDULES, "schedule", f"one of {list(SCHEDULES)}", self.schedule)
+        _check(self.min_lr >= 0.0 and (self.schedule != "cosine" or self.min_lr <= self.lr), "min_lr",
+               f"0 <= min_lr <= lr={self.lr} (the cosine schedule's floor)", self.min_lr)
+        milestones = parse_milestones(self.milestones)
+        _check(milestones is not None and (self.schedule != "multistep" or milestones), "milestones",
+               "a comma-separated, strictly increasing list of main epochs >= 1 such as 30,60 (non-empty with "
+               "schedule=multistep)", self.milestones)
+        _check(self.warmup_lr_epochs >= 0, "warmup_lr_epochs", ">= 0", self.warmup_lr_epochs)
+
     def _check_objective(self) -> None:
         _check(self.objective in OBJECTIVES, "objective", f"one of {list(OBJECTIVES)}", self.objective)
         if self.objective == "supervised":
+            _check(not self.loss.mines_itself or self.miner.kind == "none", "miner.kind",
+                   "none when loss.kind=multi_similarity with loss.ms_mining=true (MS mines its own pairs); set "
+                   "miner.kind=none, or loss.ms_mining=false to mine with miner.*", self.miner.kind)
             return
+        _check(self.loss.kind == "supcon", "loss.kind", f"supcon (the default) under objective={self.objective}, "
+               "which fixes its own loss (loss.kind chooses the loss of objective=supervised)", self.loss.kind)
         _check(self.normaliser.kind not in LABELLED_NORMALISERS, "normaliser.kind",
                f"not {' or '.join(LABELLED_NORMALISERS)} under objective={self.objective} (they need class labels, "
                "which a label-free objective never reads): use none, xbn, axbn or ema", self.normaliser.kind)
@@ -195,6 +277,10 @@ class TrainConfig:
                    "batch_size / (k + 1) anchors with k neighbours each)", k)
             _check(self.batch_size % (k + 1) == 0, "batch_size", f"a multiple of neighbours.k + 1 = {k + 1} "
                    "(anchors with k neighbours each)", self.batch_size)
+
+    def recall_ks(self, dataset_ks: tuple[int, ...]) -> tuple[int, ...]:
+        """The K of Recall@K: ``eval_ks`` when given, else ``dataset_ks`` (the data set's papers' set)."""
+        return dataset_ks if self.eval_ks == "auto" else parse_ks(self.eval_ks)
 
     # ---- dotted-name interface -------------------------------------------------------------
     @classmethod
@@ -231,6 +317,26 @@ class TrainConfig:
     def replace(self, **dotted: Any) -> "TrainConfig":
         """A copy with some dotted values changed: ``cfg.replace(**{"memory.ratio": 0.1})``."""
         return TrainConfig.from_dict({**self.to_dict(), **dotted})
+
+
+def parse_milestones(text: str) -> tuple[int, ...] | None:
+    """``"30, 60"`` -> (30, 60); ``""`` -> (); None unless every part is an integer >= 1, strictly increasing."""
+    if not str(text).strip():
+        return ()
+    parts = [part.strip() for part in str(text).split(",")]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        return None
+    values = tuple(int(part) for part in parts)
+    return values if all(a < b for a, b in zip(values, values[1:])) else None
+
+
+def parse_ks(text: str) -> tuple[int, ...] | None:
+    """``"1, 10,100"`` -> (1, 10, 100); None unless every part is an integer >= 1, distinct, and there is one."""
+    parts = [part.strip() for part in str(text).split(",")]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        return None
+    ks = tuple(int(part) for part in parts)
+    return ks if len(set(ks)) == len(ks) else None
 
 
 @functools.cache  # get_type_hints resolves annotations each call: ~5 ms per config, a Parquet sink's hot spot

@@ -34,7 +34,7 @@ TRAIN_EXAMPLES = """examples:
   xbm-tune train --config run.yaml --set memory.enabled=false --output runs/no_memory
 """
 BEST_METRIC, BEST_WEIGHTS = "recall_at_1", "best_weights.pt"  # on the selection split, as a sweep's default
-SHOWN = ("loss", "recall_at_1", "recall_at_10", "map_at_r", "drift_mean", "memory_fill", "images_per_s",
+SHOWN = ("loss", "recall_at_*", "map_at_r", "drift_mean", "memory_fill", "images_per_s",
          "epoch_time_s")
 
 
@@ -151,7 +151,10 @@ class BestWeights:
 
 def format_line(metrics: dict[str, Any], epochs: int) -> str:
     parts = [f"epoch {metrics['epoch']}/{epochs}"]
-    for name in SHOWN:
+    # "recall_at_*": every K of the run's set (the data set's or eval_ks), in the order reported
+    recalls = [name for name in metrics if name.startswith("recall_at_")]
+    names = [name for shown in SHOWN for name in (recalls if shown == "recall_at_*" else [shown])]
+    for name in names:
         value = metrics.get(name)
         if isinstance(value, float):
             parts.append(f"{name} {value:.4g}" if name != "images_per_s" else f"{name} {value:.0f}")

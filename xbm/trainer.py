@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import torch
 
 from xbm.config import TrainConfig
-from xbm.data import DatasetSplits, SampleDataset, build_dataset
+from xbm.data import DatasetSplits, SampleDataset, build_dataset, recall_ks
 from xbm.data.images import configure_images
 from xbm.loss import XBMLoss
 from xbm.models import compile_model, create_embedding_model
@@ -115,6 +115,7 @@ class Trainer:
         # The training samples seen through the eval transform: drift and staleness probes.
         self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
         self.probe = evaluation.probe_indices(len(train), cfg.seed)
+        self.recall_ks = cfg.recall_ks(recall_ks(cfg.dataset))   # recall_at_K for each (eval_ks or the data set's)
         self.previous_probe: Optional[torch.Tensor] = None
         self.references: Optional[dict[str, float]] = None
         self.epoch = 0
@@ -223,13 +224,13 @@ class Trainer:
         splits, superclass_of = self.splits, self.splits.superclass_of
         selection = self._selection_split()
         metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else "test"}
-        metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of))
+        metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of, self.recall_ks))
         label_free = not self.objective.uses_labels
         bank = functools.cache(lambda: self.embed(self.model, self.train_view))  # one embedding for both splits
         if label_free:
             metrics.update(evaluation.knn(self.model, selection, self.train_view, self.embed, bank))
         if self.cfg.evaluate_test and splits.val is not None:
-            test = evaluation.evaluate_split(self.model, splits.test, self.embed, superclass_of, False)
+            test = evaluation.evaluate_split(self.model, splits.test, self.embed, superclass_of, self.recall_ks, False)
             if label_free:
                 test.update(evaluation.knn(self.model, splits.test, self.train_view, self.embed, bank))
             metrics.update({f"test_{name}": value for name, value in test.items()})

@@ -12,7 +12,7 @@ from analysis.report import write_report
 def low_dpi(monkeypatch):
     monkeypatch.setattr(plots, "DPI", 30)  # the figures' content is what is checked, not their resolution
 
-SECTIONS = ["## Leaderboard", "## Best per normaliser kind", "## Variant comparison", "## Confirmation",
+SECTIONS = ["## Leaderboard", "## Recall@K", "## Best per normaliser kind", "## Variant comparison", "## Confirmation",
             "## Parameter importance", "## Learning curves", "## ASHA survival", "## One-parameter effects",
             "## lambda_mu × lambda_sigma", "## Drift and staleness", "## Parallel coordinates"]
 
@@ -38,6 +38,8 @@ def test_full_report_with_confirm_stage(confirm_sweep):
     confirmation = text.split("## Confirmation")[1].split("## ")[0]
     assert "final test_recall_at_1" in confirmation and "| pcxbn | 3 | 3 | 10, 11, 12 | 0.5867 |" in confirmation
     assert "reference values on CIFAR-100 from the paper" in text
+    recall = text.split("## Recall@K")[1].split("## ")[0]   # the K set the runs reported, best epoch's values
+    assert "| rank | trial_id | recall_at_1 | recall_at_10 |" in recall and "| 1 | pcxbn_0.5_2 | 0.7 | 0.9 |" in recall
     assert "_Not swept, so omitted: normaliser.delay_epochs" in text
     for name in ("leaderboard", "variants", "paired_differences", "importance", "learning_curves", "asha_survival",
                  "effect_normaliser_lambda_mu", "effect_normaliser_kalman_r", "effect_memory_ratio", "lambda_heatmap",

@@ -59,3 +59,29 @@ def test_stop_reasons_group_trials_culled_at_the_same_rung(build_sweep, tmp_path
     row = reasons.set_index("status").loc["stopped_early"]
     assert row["n_trials"] == 2
     assert row["stop_reason"] == "asha: recall_at_1=… below the rung cutoff at epoch 1 after 1/3 epochs"
+
+
+def test_recall_at_k_shows_the_runs_k_set_at_the_best_epoch(finished_sweep, build_sweep, tmp_path):
+    """Bugs caught: the Recall@K table fixed to (1, 10) instead of the set the runs reported (CUB's 1, 2, 4, 8),
+    its columns in string order (recall_at_10 before recall_at_2), or values read at the last epoch instead of
+    the trial's best one by the sweep metric."""
+    from analysis.tables import recall_at_k
+
+    table = recall_at_k(load(finished_sweep), top=2)
+    assert list(table.columns) == ["rank", "trial_id", "recall_at_1", "recall_at_10"]
+    assert list(table["trial_id"]) == ["pcxbn_0.5_2", "pcxbn_0.5_1"]
+    assert table["recall_at_1"].tolist() == pytest.approx([0.70, 0.69])
+    assert table["recall_at_10"].tolist() == pytest.approx([0.90, 0.89])   # min(1, R@1 + 0.2)
+
+    trials, epochs = build_sweep["finished_rows"]()
+    for row in epochs:
+        r1 = row.pop("recall_at_1")
+        row.pop("recall_at_10")
+        # the papers' CUB set; the last epoch is worse than the third, which must be read
+        r1 = r1 if row["epoch"] < 4 else r1 - 0.3
+        row.update(recall_at_1=r1, recall_at_2=r1 + 0.05, recall_at_4=r1 + 0.1, recall_at_8=r1 + 0.15)
+    cub = build_sweep["write_sweep"](tmp_path / "cub", trials, epochs)
+    table = recall_at_k(load(cub), "recall_at_1", top=1)
+    assert list(table.columns) == ["rank", "trial_id", "recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8"]
+    best3 = 0.70 * 0.9   # pcxbn_0.5_2 at epoch 3: best x (1 - 0.1)
+    assert table.iloc[0, 2:].tolist() == pytest.approx([best3, best3 + 0.05, best3 + 0.1, best3 + 0.15])

@@ -65,3 +65,25 @@ def test_a_gpu_sweep_over_the_memory_budget_without_a_cache_is_warned_once(tmp_p
     assert "image_cache" in only and "3 loader worker(s)" in only
     assert warnings_for() == []
     assert warnings_for(gpus_per_trial=0.5, overrides={"image_cache": str(tmp_path / "cache")}) == []
+
+
+def test_a_recall_metric_outside_the_runs_k_set_is_refused_before_ray_starts():
+    """Bug caught: ``--metric recall_at_100`` on a data set whose K set lacks 100 (Omniglot reports 1 and 10)
+    accepted: every epoch would report it as NaN and ASHA would cull on nothing. The data set's set, test_
+    metrics and an ``eval_ks`` that adds the K (fixed or swept) are accepted."""
+    import pytest
+
+    from tune.options import SweepInputError
+    from tune.plan import check_metric
+    from tune.spaces import load_space
+
+    with pytest.raises(SweepInputError) as err:
+        check_metric(load_space("omniglot_small"), "recall_at_100")
+    assert ("--metric recall_at_100 is never reported: dataset 'omniglot' with eval_ks='auto' reports recall_at_K "
+            "for K in [1, 10]") in str(err.value)
+    check_metric(load_space("omniglot_small"), "test_recall_at_10")
+    check_metric(load_space("omniglot_small"), "map_at_r")
+    check_metric(load_space("omniglot_small", overrides={"eval_ks": "1,100"}), "recall_at_100")
+    check_metric(load_space("losses"), "recall_at_1000")   # SOP: 1, 10, 100, 1000
+    with pytest.raises(SweepInputError, match="dataset 'sop'"):
+        check_metric(load_space("losses"), "recall_at_2")

@@ -10,7 +10,7 @@ from xbm.config import TrainConfig
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 REQUIRED = ["quickstart", "variants", "pcxbn_lambdas", "scxbn_lambdas", "axbn_kalman", "delay", "miner_margins",
-            "memory_ratio", "batch_size", "full", "moco_xbn", "neighbours"]
+            "memory_ratio", "batch_size", "full", "moco_xbn", "neighbours", "losses"]
 SHIPPED = sorted(p.stem for p in SPACES_DIR.glob("*.yaml"))
 CITATIONS = ("thesis", "paper")
 
@@ -59,3 +59,28 @@ def _accepts(space, search):
     except ValueError:
         return False
     return True
+
+
+def test_the_losses_space_gives_each_loss_its_own_parameters_and_the_memory_its_normaliser():
+    """Bugs caught: a loss's parameters sampled for another loss (a triplet trial carrying contrastive margins
+    would read as a contrastive effect in the analysis), MS's mining switch missing, or the normaliser swept
+    for runs without a memory (the normaliser then does nothing and splits the no-memory arm in two)."""
+    space = load_space("losses")
+    own = {"supcon": {"loss.temperature"}, "ntxent": {"loss.temperature"},
+           "contrastive": {"loss.pos_margin", "loss.neg_margin"}, "triplet": {"loss.margin"},
+           "multi_similarity": {"loss.alpha", "loss.beta", "loss.base", "loss.ms_mining"}}
+    every = set().union(*own.values())
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    seen = set()
+    for _ in range(80):
+        trial = study.ask()
+        space.define_by_run(trial)
+        params = trial.params
+        kind, memory = params["loss.kind"], params["memory.enabled"]
+        assert set(params) & every == own[kind], params
+        assert ("normaliser.kind" in params) == memory and ("memory.ratio" in params) == memory
+        cfg = TrainConfig.from_dict(space.resolve(params))
+        assert cfg.loss.kind == kind and cfg.miner.kind == "none"
+        seen.add((kind, memory, params.get("normaliser.kind")))
+        study.tell(trial, 0.0)
+    assert {k for k, _, _ in seen} == set(own) and {n for _, m, n in seen if m} == {"none", "xbn"}

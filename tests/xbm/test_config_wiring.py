@@ -106,6 +106,16 @@ def _eval_every(key, fx):
     assert ["recall_at_1" in r for r in rows] == [False, True, False, True]
 
 
+def _eval_ks(key, fx):
+    default = list(tiny_trainer(val_fraction=0.25, evaluate_test=True).fit())[0]   # toy: (1, 10)
+    row = list(tiny_trainer(val_fraction=0.25, evaluate_test=True, eval_ks="1,3,40").fit())[0]
+    recalls = sorted(name for name in row if "recall_at_" in name and not name.startswith("reference"))
+    assert recalls == ["recall_at_1", "recall_at_3", "recall_at_40", "test_recall_at_1", "test_recall_at_3",
+                       "test_recall_at_40"]
+    assert "recall_at_10" in default and "recall_at_3" not in default
+    assert row["recall_at_1"] <= row["recall_at_3"] <= row["recall_at_40"]
+
+
 def _seed(key, fx):
     a, b = tiny_trainer(), tiny_trainer(seed=1)
     assert not torch.equal(a.model.head.weight, b.model.head.weight)  # initial weights follow the seed
@@ -223,6 +233,7 @@ def _neighbours_refresh_epochs(key, fx):
 
 NEIGHBOURS = {"objective": "neighbours", "neighbours.threshold": 0.3, "neighbours.pool": 10}
 MOCO = {"objective": "moco"}
+MS = {"loss.kind": "multi_similarity", "miner.kind": "none"}
 
 NORMALISER_VALUES = {
     "centre_only": True, "unit_norm": True, "delay_epochs": 3, "lambda_mu": 0.25, "lambda_sigma": 0.75,
@@ -239,6 +250,7 @@ EFFECTS: dict[str, Any] = {
                               (True, 1)),
     "evaluate_test": Check(_evaluate_test),
     "eval_every": Check(_eval_every),
+    "eval_ks": Check(_eval_ks),
     "model": Attribute("test_resnet", lambda t: t.model.backbone.pretrained_cfg["architecture"],
                        extra={"dataset": "digits", "image_size": 16, "batch_size": 20}),
     "embedding_size": Attribute(24, lambda t: (t.model.head.out_features, t.xbm.memory.dim), (24, 24)),
@@ -259,6 +271,18 @@ EFFECTS: dict[str, Any] = {
     "weight_decay": Attribute(0.05, lambda t: {g["weight_decay"] for g in t.optimizer.param_groups}, {0.05}),
     "lr_step": Attribute(3, lambda t: t.scheduler.step_size),
     "lr_gamma": Attribute(0.5, lambda t: t.scheduler.gamma),
+    "optimizer": Attribute("sgd", lambda t: type(t.optimizer).__name__, "SGD"),
+    "momentum": Attribute(0.5, lambda t: {g["momentum"] for g in t.optimizer.param_groups}, {0.5},
+                          extra={"optimizer": "sgd"}),
+    "nesterov": Attribute(True, lambda t: {g["nesterov"] for g in t.optimizer.param_groups}, {True},
+                          extra={"optimizer": "sgd"}),
+    "schedule": Attribute("cosine", lambda t: t.scheduler.lr_lambdas[0].schedule),
+    "min_lr": Attribute(1e-5, lambda t: t.scheduler.lr_lambdas[0].min_factor, 1e-5 / 2e-4,
+                        extra={"schedule": "cosine", "lr": 2e-4}),
+    "milestones": Attribute("2,5", lambda t: t.scheduler.lr_lambdas[0].milestones, (2, 5),
+                            extra={"schedule": "multistep"}),
+    "warmup_lr_epochs": Attribute(3, lambda t: (t.scheduler.lr_lambdas[0].warmup, t.optimizer.param_groups[0]["lr"]),
+                                  (3, 1e-3 / 4), extra={"lr": 1e-3}),
     "amp": Attribute("bf16", lambda t: t.runtime.amp_dtype, torch.bfloat16),
     "clip_grad": Check(_clip_grad),
     "seed": Check(_seed),
@@ -294,6 +318,22 @@ EFFECTS: dict[str, Any] = {
                                        {0.25}, extra=NEIGHBOURS),
     "loss.temperature": Attribute(0.3, lambda t: {t.xbm.loss.temperature, t.batch_loss.loss.temperature,
                                                   t.warmup_loss.loss.temperature}, {0.3}),
+    "loss.kind": Attribute("triplet", lambda t: {type(c.loss).__name__ for c in (t.xbm, t.batch_loss, t.warmup_loss)},
+                           {"TripletMarginLoss"}),
+    "loss.distance": Attribute("lp", lambda t: {type(c.loss.distance).__name__ for c in (t.xbm, t.batch_loss)},
+                               {"LpDistance"}, extra={"loss.kind": "triplet"}),
+    "loss.pos_margin": Attribute(0.8, lambda t: {t.xbm.loss.pos_margin, t.batch_loss.loss.pos_margin}, {0.8},
+                                 extra={"loss.kind": "contrastive"}),
+    "loss.neg_margin": Attribute(0.2, lambda t: {t.xbm.loss.neg_margin, t.batch_loss.loss.neg_margin}, {0.2},
+                                 extra={"loss.kind": "contrastive"}),
+    "loss.margin": Attribute(0.3, lambda t: {t.xbm.loss.margin, t.batch_loss.loss.margin}, {0.3},
+                             extra={"loss.kind": "triplet"}),
+    **{f"loss.{name}": Attribute(value, lambda t, name=name: {getattr(t.xbm.loss, name),
+                                                              getattr(t.batch_loss.loss, name)}, {value}, extra=MS)
+       for name, value in (("alpha", 3.0), ("beta", 20.0), ("base", 0.3))},
+    # MS's own miner on both losses (the config requires miner.kind=none with it), and none without it
+    "loss.ms_mining": Attribute(False, lambda t: (t.xbm.miner, t.batch_loss.miner), (None, None), extra=MS),
+    "loss.ms_epsilon": Attribute(0.3, lambda t: {t.xbm.miner.epsilon, t.batch_loss.miner.epsilon}, {0.3}, extra=MS),
 }
 
 

@@ -261,3 +261,18 @@ def test_invalid_embeddings_say_what_is_wrong():
         retrieval_metrics(torch.zeros(1, 3), torch.tensor([0]))
     with pytest.raises(ValueError, match=r"query_labels must have shape \(2,\)"):
         retrieval_metrics(torch.zeros(2, 3), torch.tensor([0, 1, 2]))
+
+
+@pytest.mark.parametrize("ks", [(1, 10, 20, 30, 40, 50), (1, 10, 100)])
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_recall_at_k_beyond_10_equals_a_brute_force_count(knn, ks, leave_one_out):
+    """Bug caught: Recall@K wrong for the papers' large K (In-Shop's 20-50, SOP's 100): the search cut at a
+    depth below K (R or 10), or K counted from 0, against a brute-force count over the full distance matrix.
+    The data are chosen so that every K gives a value strictly between 0 and 1 and the values differ."""
+    q, ql, g, gl = tie_free(ks, 160 if leave_one_out else 60, None if leave_one_out else 400, dim=4, n_classes=60,
+                            seed=len(ks))
+    expected = reference_metrics(q, ql, g, gl, ks, leave_one_out=leave_one_out)
+    recalls = [expected[f"recall_at_{k}"] for k in ks[1:]]
+    assert all(0.0 < r < 1.0 for r in recalls) and len(set(recalls)) == len(recalls)
+    got = retrieval_metrics(q, ql, *((None, None) if leave_one_out else (g, gl)), ks=ks, knn=knn)
+    assert_metrics_close(got, expected)

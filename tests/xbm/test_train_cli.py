@@ -50,6 +50,16 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
      "normaliser.kind must satisfy not pcxbn or scxbn under objective=instance"),
     (["--set", "objective=supervisd"], "objective must satisfy one of ['supervised', 'instance', 'moco', 'neighbours']"),
     (["--set", "on_bad_image=bogus"], "on_bad_image must satisfy one of ['stop', 'skip'], but got 'bogus'"),
+    (["--set", "loss.kind=bogus"], "loss.kind must satisfy one of ['supcon', 'contrastive', 'triplet', "
+                                   "'multi_similarity', 'ntxent'], but got 'bogus'"),
+    (["--set", "loss.kind=contrastive", "--set", "loss.distance=lp", "--set", "loss.neg_margin=0.1",
+      "--set", "loss.pos_margin=0.2"], "loss.neg_margin must satisfy neg_margin > pos_margin=0.2 in distance form"),
+    (["--set", "loss.kind=ntxent", "--set", "loss.temperature=0"], "loss.temperature must satisfy > 0"),
+    (["--set", "eval_ks="], "eval_ks must satisfy 'auto' (the data set's K set) or a non-empty comma-separated list"),
+    (["--set", "eval_ks=0,1"], "eval_ks must satisfy 'auto' (the data set's K set) or a non-empty comma-separated list"
+                               " of distinct integers >= 1, e.g. 1,2,4,8, but got '0,1'"),
+    (["--set", "schedule=multistep", "--set", "milestones=20,10"],
+     "milestones must satisfy a comma-separated, strictly increasing list of main epochs >= 1"),
 ])
 def test_bad_input_exits_2_with_the_message_and_no_traceback(tmp_path, capsys, args, message):
     assert train_cli.main([*TOY, *args, "--output", str(tmp_path / "out")]) == 2
@@ -149,3 +159,12 @@ def test_a_corrupt_pretrained_path_exits_2_naming_the_file(tmp_path, capsys):
     assert train_cli.main([*TOY, "--set", f"pretrained_path={weights}", "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert f"cannot read checkpoint {weights}" in err and "Traceback" not in err
+
+
+def test_the_printed_line_shows_every_k_of_the_runs_set():
+    """Bug caught: the epoch line naming a fixed recall_at_10, absent from CUB's or SOP's set, so that those runs
+    printed no Recall@K beyond 1 (and test_ or reference values mixed in)."""
+    metrics = {"epoch": 2, "loss": 0.5, "recall_at_1": 0.25, "recall_at_100": 0.75, "test_recall_at_1": 0.1,
+               "reference_raw_recall_at_1": 0.2, "map_at_r": 0.125}
+    assert train_cli.format_line(metrics, 3) == ("epoch 2/3  loss 0.5  recall_at_1 0.25  recall_at_100 0.75  "
+                                                 "map_at_r 0.125")

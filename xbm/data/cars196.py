@@ -12,6 +12,9 @@ from xbm.data.base import RawData
 from xbm.data.layout import check_image, find_file, require_root
 from xbm.data.sources import ImageFileSource
 
+# Recall@K of the Cars196 papers (Oh Song et al. 2016; seeds 000/001); ``eval_ks`` overrides it.
+RECALL_KS = (1, 2, 4, 8)
+
 LAYOUT = """\
 <data_root>/
   cars_annos.mat                 struct array 'annotations': relative_im_path, bbox_x1..bbox_y2, class (1..196), test

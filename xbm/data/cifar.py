@@ -17,6 +17,9 @@ from xbm.data.layout import find_file, require_root
 from xbm.data.sources import ArrayImageSource
 from xbm.errors import BadImageError
 
+# Recall@K reported here (no paper's set adopted); ``eval_ks`` overrides it.
+RECALL_KS = (1, 10)
+
 LAYOUT_10 = """\
 <data_root>/
   cifar-10-batches-py/           (from cifar-10-python.tar.gz)

@@ -11,6 +11,9 @@ from xbm.data.base import RawData
 from xbm.data.layout import check_image, find_file, read_rows, require_root
 from xbm.data.sources import ImageFileSource
 
+# Recall@K of the CUB-200 papers (Oh Song et al. 2016; seeds 000/001); ``eval_ks`` overrides it.
+RECALL_KS = (1, 2, 4, 8)
+
 LAYOUT = """\
 <data_root>/
   CUB_200_2011/                  (from CUB_200_2011.tgz)

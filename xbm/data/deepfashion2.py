@@ -21,6 +21,9 @@ from xbm.data.sources import ImageFileSource
 from xbm.data.splits import encode
 from xbm.errors import DatasetNotFoundError
 
+# Recall@K reported here (no paper's set adopted); ``eval_ks`` overrides it.
+RECALL_KS = (1, 10)
+
 LAYOUT = """\
 <data_root>/
   train/image/000001.jpg

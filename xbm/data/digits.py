@@ -13,6 +13,9 @@ from xbm.data.base import RawData
 from xbm.data.sources import ArrayImageSource
 from xbm.data.style import STROKES
 
+# Recall@K reported here (a test set); ``eval_ks`` overrides it.
+RECALL_KS = (1, 10)
+
 NUM_TRAIN_CLASSES = 5
 
 

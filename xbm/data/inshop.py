@@ -15,6 +15,9 @@ from xbm.data.layout import check_image, find_file, read_rows, require_root
 from xbm.data.sources import ImageFileSource
 from xbm.data.splits import encode
 
+# Recall@K of the In-Shop papers (Liu et al. 2016; XBM paper seed 002 Table 1); ``eval_ks`` overrides it.
+RECALL_KS = (1, 10, 20, 30, 40, 50)
+
 LAYOUT = """\
 <data_root>/                      (the "In-shop Clothes Retrieval Benchmark" folder)
   Eval/list_eval_partition.txt    line 1: count; line 2: image_name item_id evaluation_status

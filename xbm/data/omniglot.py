@@ -25,6 +25,9 @@ from xbm.data.splits import encode
 from xbm.data.style import DARK_STROKES
 from xbm.errors import BadImageError, DatasetNotFoundError
 
+# Recall@K reported here (no paper's set adopted); ``eval_ks`` overrides it.
+RECALL_KS = (1, 10)
+
 LAYOUT = """\
 <data_root>/
   images_background.zip          (and/or images_evaluation.zip, images_background_small1.zip, ...)

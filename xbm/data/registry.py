@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from xbm.data import cars196, cifar, cub200, deepfashion2, digits, inshop, omniglot, sop, toy
 from xbm.data.bad_images import without_samples
 from xbm.data.base import DatasetSplits, RawData
 from xbm.data.cars196 import build_cars196
@@ -29,6 +30,27 @@ DATASETS: dict[str, Callable[..., RawData]] = {
     "digits": build_digits,
     "toy": build_toy,
 }
+
+# name -> the K of Recall@K its papers report (declared in each data set's file; ``eval_ks`` overrides it)
+RECALL_KS: dict[str, tuple[int, ...]] = {
+    "sop": sop.RECALL_KS,
+    "inshop": inshop.RECALL_KS,
+    "deepfashion2": deepfashion2.RECALL_KS,
+    "cifar10": cifar.RECALL_KS,
+    "cifar100": cifar.RECALL_KS,
+    "cub200": cub200.RECALL_KS,
+    "cars196": cars196.RECALL_KS,
+    "omniglot": omniglot.RECALL_KS,
+    "digits": digits.RECALL_KS,
+    "toy": toy.RECALL_KS,
+}
+
+
+def recall_ks(name: str) -> tuple[int, ...]:
+    """The K set of Recall@K data set ``name``'s papers report (``recall_at_K`` for each)."""
+    if name not in RECALL_KS:
+        raise ValueError(f"dataset must be one of {sorted(RECALL_KS)}, but got {name!r}")
+    return RECALL_KS[name]
 
 
 def build_dataset(cfg, images: bool = True) -> DatasetSplits:

@@ -12,6 +12,9 @@ from xbm.data.base import RawData
 from xbm.data.layout import check_image, find_file, read_rows, require_root
 from xbm.data.sources import ImageFileSource
 
+# Recall@K of the SOP papers (Oh Song et al. 2016; XBM paper seed 002 Table 1); ``eval_ks`` overrides it.
+RECALL_KS = (1, 10, 100, 1000)
+
 LAYOUT = """\
 <data_root>/                      (the Stanford_Online_Products folder, or its parent)
   Ebay_train.txt                  image_id class_id super_class_id path   (one header line)

@@ -21,6 +21,9 @@ import torch
 from xbm.data.base import RawData
 from xbm.data.sources import VectorSource
 
+# Recall@K reported here (a test set); ``eval_ks`` overrides it.
+RECALL_KS = (1, 10)
+
 TOY_SEED = 1234
 
 

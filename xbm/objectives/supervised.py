@@ -1,7 +1,8 @@
 """``objective=supervised``: the project's protocol (thesis seed 000 §5.2, AXBN paper seed 001 §5.1).
 
-Batches of ``batch_size / samples_per_class`` classes (PML ``MPerClassSampler``), SupCon (PML ``SupConLoss``,
-Khosla et al. 2020 Eq. 2, ``loss.temperature``) over the pairs PML's ``PairMarginMiner`` picks
+Batches of ``batch_size / samples_per_class`` classes (PML ``MPerClassSampler``), the ``loss.kind`` pair loss
+(SupCon by default: PML ``SupConLoss``, Khosla et al. 2020 Eq. 2, ``loss.temperature``; the others in
+:mod:`xbm.training.loss_kinds`) over the pairs PML's ``PairMarginMiner`` picks, or the loss's own miner
 (:mod:`xbm.training.criteria`), in the batch and against the memory.
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from xbm.objectives.base import Batch, Objective, embed_views
-from xbm.training.criteria import build_miner, build_supcon
+from xbm.training.criteria import build_pair_loss, build_pair_miner
 from xbm.training.loaders import make_sampler
 
 
@@ -18,10 +19,10 @@ class Supervised(Objective):
     uses_labels = True
 
     def pair_loss(self) -> nn.Module:
-        return build_supcon(self.cfg.loss)
+        return build_pair_loss(self.cfg.loss)
 
     def miner(self):
-        return build_miner(self.cfg.miner)
+        return build_pair_miner(self.cfg.loss, self.cfg.miner)
 
     def sampler(self, labels):
         return make_sampler(labels, self.cfg)

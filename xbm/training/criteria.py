@@ -1,6 +1,6 @@
-"""The losses of a run: SupCon (PML ``SupConLoss``, Khosla et al. 2020 Eq. 2) with PML's
-``PairMarginMiner``, in the batch only (warm-up, epochs before ``memory.start_epoch``, the no-memory
-baseline) or against the cross-batch memory (:class:`xbm.loss.XBMLoss`).
+"""The losses of a run: the ``loss.kind`` pair loss (:mod:`xbm.training.loss_kinds`; SupCon by default) with
+PML's ``PairMarginMiner`` (or the loss's own miner), in the batch only (warm-up, epochs before
+``memory.start_epoch``, the no-memory baseline) or against the cross-batch memory (:class:`xbm.loss.XBMLoss`).
 
 Miner distances (``miner.distance``):
 
@@ -23,7 +23,8 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
 from xbm.config import LossConfig, MinerConfig
-from xbm.pair_masks import SupConLoss, pair_masks, supcon_from_masks, supports_masks
+from xbm.pair_masks import pair_masks, supcon_from_masks, supports_masks
+from xbm.training.loss_kinds import build_loss, own_miner
 
 DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
     "lp": distances.LpDistance,
@@ -40,10 +41,16 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
                                   distance=DISTANCES[cfg.distance]())
 
 
-def build_supcon(cfg: LossConfig) -> losses.SupConLoss:
-    """PML's SupCon without its host reads (:class:`xbm.pair_masks.SupConLoss`): the losses then run on pair
-    masks (XBMLoss, BatchLoss), the same numbers as PML's."""
-    return SupConLoss(temperature=cfg.temperature)
+def build_pair_loss(cfg: LossConfig) -> nn.Module:
+    """The ``loss.kind`` pair loss (:mod:`xbm.training.loss_kinds`); SupCon runs on pair masks (XBMLoss,
+    BatchLoss), the same numbers as PML's."""
+    return build_loss(cfg)
+
+
+def build_pair_miner(loss: LossConfig, miner: MinerConfig) -> Optional[nn.Module]:
+    """The loss's own miner (MS with ``loss.ms_mining``) or ``miner.*``'s."""
+    mine = own_miner(loss)
+    return mine if mine is not None else build_miner(miner)
 
 
 def memory_size(ratio: float, n_train: int) -> int:
@@ -52,7 +59,7 @@ def memory_size(ratio: float, n_train: int) -> int:
 
 
 class BatchLoss(nn.Module):
-    """In-batch SupCon with an optional miner, called like ``XBMLoss``: ``crit(emb, labels, epoch=, indices=)``.
+    """The in-batch pair loss with an optional miner, called like ``XBMLoss``: ``crit(emb, labels, epoch=, indices=)``.
 
     ``last_stats`` mirrors ``XBMLoss.last_stats``: ``batch_pos_pairs`` / ``batch_neg_pairs`` = pairs the loss
     sees (mined ones with a miner, else all), ``loss_pos_pairs`` = ``batch_pos_pairs``, and 0 for the memory.

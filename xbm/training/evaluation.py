@@ -1,6 +1,7 @@
 """Per-epoch evaluation and diagnostics, as flat metric dicts (names: docs/ARCHITECTURE.md).
 
-- Retrieval on an :class:`~xbm.data.EvalSplit` (``retrieval_metrics``: Recall@1/10, MAP@R, R-precision),
+- Retrieval on an :class:`~xbm.data.EvalSplit` (``retrieval_metrics``: Recall@K for the run's K set, the data
+  set's papers' unless ``eval_ks`` says otherwise, MAP@R, R-precision),
   plus the distance diagnostics on the same embeddings (``embedding_spread``: mean distance over all
   pairs, near 0 when the embedding collapses; ``inter_distance_mean``: over pairs of different classes;
   ``intra_distance_mean``: to the class mean) and, when super-classes exist, the super-class top-k
@@ -30,20 +31,20 @@ from xbm.evaluate import knn_accuracy, retrieval_metrics
 from xbm.memory import EmbeddingMemory
 from xbm.training.loaders import Embedder
 
-EVAL_KS = (1, 10)
 KNN_K, KNN_TEMPERATURE = 20, 0.1  # the issue's k = 20; MoCo's CIFAR demo's temperature
 PROBE_SIZE = 256
 NAN = math.nan
 
 
-def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder,
-                   superclass_of: Optional[torch.Tensor], with_diagnostics: bool = True) -> dict[str, float]:
-    """Retrieval metrics of ``split`` (query vs gallery, or leave-one-out) and, with ``with_diagnostics``,
+def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder, superclass_of: Optional[torch.Tensor],
+                   ks: tuple[int, ...], with_diagnostics: bool = True) -> dict[str, float]:
+    """Retrieval metrics of ``split`` (query vs gallery, or leave-one-out; ``recall_at_K`` for each K of ``ks``;
+    a K beyond the gallery counts the whole gallery) and, with ``with_diagnostics``,
     the distance and super-class diagnostics of its embeddings (query and gallery together)."""
     query, query_labels = embed(model, split.query)
     gallery, gallery_labels = embed(model, split.gallery) if split.gallery is not None else (None, None)
     # One k-NN search serves Recall@K, MAP@R and the super-class top-k proportion.
-    metrics = retrieval_metrics(query, query_labels, gallery, gallery_labels, ks=EVAL_KS,
+    metrics = retrieval_metrics(query, query_labels, gallery, gallery_labels, ks=ks,
                                 superclass_of=superclass_of if with_diagnostics else None)
     if not with_diagnostics:
         return metrics
@@ -91,9 +92,9 @@ def references(model: nn.Module, split: EvalSplit, embed: Embedder) -> dict[str,
     """``reference_untrained_recall_at_1`` (``model`` as it is now, before any training) and
     ``reference_raw_recall_at_1`` (nearest neighbours on the flattened eval-transformed inputs) of
     ``split``, the split ``recall_at_1`` is measured on."""
-    untrained = evaluate_split(model, split, embed, None, with_diagnostics=False)
+    untrained = evaluate_split(model, split, embed, None, (1,), with_diagnostics=False)
     size = len(split.query) + (len(split.gallery) if split.gallery is not None else 0)
-    raw = evaluate_split(RawInputs(size), split, embed, None, with_diagnostics=False)
+    raw = evaluate_split(RawInputs(size), split, embed, None, (1,), with_diagnostics=False)
     return {"reference_untrained_recall_at_1": untrained["recall_at_1"],
             "reference_raw_recall_at_1": raw["recall_at_1"]}
 

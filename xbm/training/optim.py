@@ -1,12 +1,31 @@
-"""Optimisers and learning-rate schedule of the protocol (seed 000 §5.2, seed 001 §5.1): a head-only
-warm-up with SGD at lr 1e-3, then AdamW(lr, weight_decay) on the whole model with StepLR(lr_step, lr_gamma)
-stepped once per main epoch."""
+"""Optimisers and learning-rate schedule of the main phase, and the head-only warm-up's.
+
+The protocol (seed 000 §5.2, seed 001 §5.1): a head-only warm-up (``warmup_epochs``) with SGD at lr 1e-3, then
+``optimizer`` (AdamW by default) on the whole model with ``schedule`` stepped once per main epoch. The XBM code
+(seed 002) trains with Adam or SGD, step decays and a linear lr warm-up; many DML recipes use cosine. With main
+epoch e (0-based), base rate ``lr``:
+
+- ``step`` (default): ``lr * lr_gamma ** floor(e / lr_step)`` (torch ``StepLR``, as before);
+- ``cosine``: ``min_lr + (lr - min_lr) * (1 + cos(pi * e / epochs)) / 2`` (Loshchilov & Hutter 2017, SGDR Eq. 5,
+  without restarts);
+- ``multistep``: ``lr * lr_gamma ** |{m in milestones : m <= e}|``;
+- ``warmup_lr_epochs = W`` > 0 replaces the schedule's first W epochs by a linear ramp of the whole model's rate,
+  ``lr * (e + 1) / (W + 1)`` for e < W (so epoch W is the first at the schedule's own rate); distinct from the
+  head-only ``warmup_epochs`` before the main phase.
+
+Optimisers: ``adamw`` (decoupled weight decay), ``adam`` (``weight_decay`` as an L2 term in the gradient, as the
+XBM code's Adam), ``sgd`` with ``momentum`` and ``nesterov``. Fused kernels on CUDA (:func:`fused`).
+"""
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
 
-from xbm.config import TrainConfig
+from xbm.config import TrainConfig, parse_milestones
 
 WARMUP_LR = 1e-3
 WARMUP_MOMENTUM = 0.9
@@ -25,11 +44,56 @@ def warmup_optimizer(head: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=WARMUP_LR, momentum=WARMUP_MOMENTUM, fused=fused(params) or None)
 
 
+OPTIMIZERS: dict[str, Callable[[list[nn.Parameter], TrainConfig, bool | None], torch.optim.Optimizer]] = {
+    "adamw": lambda params, cfg, f: torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=f),
+    "adam": lambda params, cfg, f: torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=f),
+    "sgd": lambda params, cfg, f: torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
+                                                  weight_decay=cfg.weight_decay, fused=f),
+}
+
+
 def main_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """``cfg.optimizer`` over every parameter of the model."""
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, but got {cfg.optimizer!r}")
     params = list(model.parameters())
-    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=fused(params) or None)
+    return OPTIMIZERS[cfg.optimizer](params, cfg, fused(params) or None)
 
 
-def main_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.StepLR:
-    """lr_e = lr * lr_gamma ** floor(e / lr_step) in 0-based main epoch e."""
-    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
+@dataclass(frozen=True)
+class LrFactor:
+    """The rate of main epoch e as a factor of ``lr`` (see the module docstring); picklable, so that
+    ``LambdaLR.state_dict`` keeps it. ``milestones`` only for multistep, ``min_factor`` = min_lr / lr."""
+
+    schedule: str
+    epochs: int
+    warmup: int
+    lr_step: int
+    gamma: float
+    milestones: tuple[int, ...] = ()
+    min_factor: float = 0.0
+
+    def __call__(self, e: int) -> float:
+        if e < self.warmup:
+            return (e + 1) / (self.warmup + 1)
+        if self.schedule == "cosine":
+            return self.min_factor + (1.0 - self.min_factor) * (1.0 + math.cos(math.pi * e / self.epochs)) / 2.0
+        if self.schedule == "multistep":
+            return self.gamma ** sum(1 for m in self.milestones if m <= e)
+        return self.gamma ** (e // self.lr_step)
+
+
+SCHEDULES = ("step", "cosine", "multistep")
+
+
+def main_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LRScheduler:
+    """The schedule of the main phase, stepped once per main epoch. Today's default (``step`` without an lr
+    warm-up) stays torch's StepLR, so its numbers and checkpoints are unchanged; every other choice is a
+    ``LambdaLR`` over :class:`LrFactor`."""
+    if cfg.schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {list(SCHEDULES)}, but got {cfg.schedule!r}")
+    if cfg.schedule == "step" and cfg.warmup_lr_epochs == 0:
+        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
+    factor = LrFactor(cfg.schedule, cfg.epochs, cfg.warmup_lr_epochs, cfg.lr_step, cfg.lr_gamma,
+                      parse_milestones(cfg.milestones) or (), cfg.min_lr / cfg.lr)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -54,8 +54,9 @@ LIBRARIES = ("torch", "torchvision", "numpy", "timm", "pytorch-metric-learning",
 # The warm-up trains the head with its own SGD and the objective's in-batch loss (no miner, no memory):
 # the main optimiser and schedule, the memory, the normaliser and the miner come after it; the epoch count,
 # which epochs are evaluated and on what, and where the decoded images are cached change nothing in it.
-WARMUP_IGNORES = ("memory.", "normaliser.", "miner.", "lr", "weight_decay", "lr_step", "lr_gamma", "epochs",
-                  "evaluate_test", "eval_every", "image_cache")
+WARMUP_IGNORES = ("memory.", "normaliser.", "miner.", "lr", "weight_decay", "lr_step", "lr_gamma", "optimizer",
+                  "momentum", "nesterov", "schedule", "min_lr", "milestones", "warmup_lr_epochs", "epochs",
+                  "evaluate_test", "eval_every", "eval_ks", "image_cache")
 # The references embed the selection split with the untrained model and read the raw inputs: the training
 # loop's keys (batches, losses, the objective's options, clipping, warm-up length, loader workers) do not
 # reach them either. ``objective`` stays: it builds next to the model.

@@ -26,3 +26,17 @@ def test_every_file_based_set_explains_an_empty_root(tmp_path, config, name):
     assert f"'{name}'" in message and str(tmp_path) in message and "<data_root>/" in message
     assert "never downloads" in message or "download" in message.lower() or "put the release" in message
     assert isinstance(info.value, FileNotFoundError)
+
+
+def test_each_data_set_declares_its_papers_recall_at_k_set():
+    """Bug caught: a data set reporting another benchmark's K (SOP's 100 and 1000 missing, In-Shop's 20-50,
+    CUB/Cars' 2, 4, 8), or a data set without a K set (its runs would fail at the first evaluation)."""
+    from xbm.data import RECALL_KS, recall_ks
+
+    assert set(RECALL_KS) == set(DATASETS)
+    assert recall_ks("cub200") == recall_ks("cars196") == (1, 2, 4, 8)
+    assert recall_ks("sop") == (1, 10, 100, 1000)
+    assert recall_ks("inshop") == (1, 10, 20, 30, 40, 50)
+    assert {recall_ks(name) for name in ALL if name not in ("cub200", "cars196", "sop", "inshop")} == {(1, 10)}
+    with pytest.raises(ValueError, match="'imagenet'"):
+        recall_ks("imagenet")

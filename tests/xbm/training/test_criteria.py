@@ -62,7 +62,7 @@ def test_our_supcon_equals_pmls_bit_for_bit(labels, with_refs, mined):
     changed: the loss and the gradient must equal PML's exactly, with and without references (the memory)
     and a miner, and in the three cases of PML's check."""
     from pytorch_metric_learning import losses as pml_losses, miners as pml_miners
-    from xbm.training.criteria import SupConLoss
+    from xbm.pair_masks import SupConLoss
     gen = torch.Generator().manual_seed(len(set(labels)))
     labels = torch.tensor(labels)
     emb = torch.randn(8, 5, generator=gen)

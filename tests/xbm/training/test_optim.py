@@ -79,3 +79,122 @@ def test_cuda_runs_use_fused_adamw_and_sgd(tiny):
     """Bug caught: the CUDA trainer left on the unfused optimisers."""
     trainer = tiny(device="cuda")
     assert trainer.optimizer.param_groups[0]["fused"] and trainer.warmup_optimizer.param_groups[0]["fused"]
+
+
+def _rates(tiny, **values) -> tuple[list[float], list[float]]:
+    """(the lr each main epoch trained with, the lr the metrics reported) over a tiny run."""
+    trainer = tiny(**values)
+    used: list[float] = []
+    real = trainer.train_epoch
+    trainer.train_epoch = lambda epoch: used.append(trainer.optimizer.param_groups[0]["lr"]) or real(epoch)
+    return used, [m["lr"] for m in trainer.fit()]
+
+
+@pytest.mark.parametrize("values, expected", [
+    # cosine over 5 epochs from 0.01 to min_lr 0.001: 0.001 + 0.009 (1 + cos(pi e / 5)) / 2, e = 0..4
+    ({"schedule": "cosine", "min_lr": 0.001},
+     [0.01, 0.001 + 0.0045 * (1 + 0.8090169943749475), 0.001 + 0.0045 * (1 + 0.30901699437494745),
+      0.001 + 0.0045 * (1 - 0.30901699437494745), 0.001 + 0.0045 * (1 - 0.8090169943749475)]),
+    # multistep at main epochs 1 and 3 with gamma 0.5 (lr_step is not read)
+    ({"schedule": "multistep", "milestones": "1,3", "lr_step": 1}, [0.01, 0.005, 0.005, 0.0025, 0.0025]),
+    # sgd changes the optimiser, not the (step) schedule: decay every 2 epochs
+    ({"optimizer": "sgd", "momentum": 0.5, "lr_step": 2}, [0.01, 0.01, 0.005, 0.005, 0.0025]),
+    # lr warm-up of 2 epochs: 0.01 * 1/3, 0.01 * 2/3, then the step schedule's own value at e = 2, 3, 4
+    ({"warmup_lr_epochs": 2, "lr_step": 2}, [0.01 / 3, 0.02 / 3, 0.005, 0.005, 0.0025]),
+    # warm-up then cosine (min_lr 0): the schedule's value at e = 2, 3, 4 (cos(2 pi / 5) = 0.309...), not
+    # restarted after the ramp
+    ({"warmup_lr_epochs": 2, "schedule": "cosine"},
+     [0.01 / 3, 0.02 / 3, 0.005 * (1 + 0.30901699437494745), 0.005 * (1 - 0.30901699437494745),
+      0.005 * (1 - 0.8090169943749475)]),
+])
+def test_lr_per_epoch_follows_the_hand_schedule(tiny, values, expected):
+    """Bugs caught: a schedule or the lr warm-up not reaching the optimiser (cosine without its floor, milestones
+    counted from 1 or ignored, the warm-up ramp starting at 0 or ending a step late, the schedule restarted after
+    the ramp), the scheduler stepped per batch, or the reported lr one epoch ahead. Values by hand, base lr 0.01,
+    gamma 0.5, 5 main epochs."""
+    used, reported = _rates(tiny, epochs=5, lr=0.01, lr_gamma=0.5, **values)
+    assert used == pytest.approx(expected, rel=1e-9) and reported == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("values, kind, group", [
+    ({"optimizer": "sgd", "momentum": 0.8, "nesterov": True, "weight_decay": 0.02},
+     torch.optim.SGD, {"momentum": 0.8, "nesterov": True, "weight_decay": 0.02}),
+    ({"optimizer": "adam", "weight_decay": 0.03}, torch.optim.Adam, {"weight_decay": 0.03}),
+    ({"optimizer": "adamw", "weight_decay": 0.04}, torch.optim.AdamW, {"weight_decay": 0.04}),
+])
+def test_the_optimizer_key_builds_its_optimiser_over_every_parameter(tiny, values, kind, group):
+    """Bug caught: ``optimizer`` ignored (AdamW always), SGD without its momentum or Nesterov flag, or Adam
+    given AdamW's class (their weight decays differ: L2 in the gradient vs decoupled)."""
+    trainer = tiny(lr=3e-3, **values)
+    optimizer = trainer.optimizer
+    assert type(optimizer) is kind
+    assert {id(p) for g in optimizer.param_groups for p in g["params"]} == {id(p) for p in trainer.model.parameters()}
+    for name, value in {"lr": 3e-3, **group}.items():
+        assert {g[name] for g in optimizer.param_groups} == {value}, name
+
+
+def test_one_sgd_step_with_momentum_and_weight_decay_is_the_hand_update():
+    """Bug caught: the sgd entry built without weight decay or with dampening (a momentum buffer that starts
+    at (1 - momentum) g): from zero momentum one step moves w by -lr (g + wd w)."""
+    from xbm.training.optim import main_optimizer
+
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -2.0]]))
+    optimizer = main_optimizer(model, tiny_config(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.5))
+    model.weight.grad = torch.tensor([[0.5, 0.25]])
+    optimizer.step()
+    # w - 0.1 * (g + 0.5 w) = [1 - 0.1 (0.5 + 0.5), -2 - 0.1 (0.25 - 1)] = [0.9, -1.925]
+    assert model.weight.detach()[0].tolist() == pytest.approx([0.9, -1.925], rel=1e-6)
+
+
+def test_the_default_schedule_is_still_step_lr():
+    """Bug caught: the default run moved to another scheduler (a resumed checkpoint's StepLR state would no
+    longer load, and the numbers of earlier sweeps would change)."""
+    params = [torch.nn.Parameter(torch.zeros(1))]
+    scheduler = main_scheduler(torch.optim.AdamW(params, lr=1.0), tiny_config())
+    assert type(scheduler) is torch.optim.lr_scheduler.StepLR
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"schedule": "multistep", "milestones": "30,20"},
+     "milestones must satisfy a comma-separated, strictly increasing"),
+    ({"schedule": "multistep", "milestones": "10,10"}, "but got '10,10'"),
+    ({"schedule": "multistep"}, "(non-empty with schedule=multistep), but got ''"),
+    ({"milestones": "0,5"}, "milestones must satisfy"),
+    ({"schedule": "linear"}, "schedule must satisfy one of ['step', 'cosine', 'multistep'], but got 'linear'"),
+    ({"optimizer": "lamb"}, "optimizer must satisfy one of ['adamw', 'adam', 'sgd'], but got 'lamb'"),
+    ({"optimizer": "adam", "nesterov": True}, "nesterov must satisfy false unless optimizer=sgd with momentum > 0"),
+    ({"optimizer": "sgd", "momentum": 0.0, "nesterov": True}, "nesterov must satisfy false unless optimizer=sgd"),
+    ({"momentum": 1.0}, "momentum must satisfy 0 <= momentum < 1"),
+    ({"schedule": "cosine", "lr": 1e-3, "min_lr": 1e-2}, "min_lr must satisfy 0 <= min_lr <= lr=0.001"),
+    ({"min_lr": -1.0}, "min_lr must satisfy"),
+    ({"warmup_lr_epochs": -1}, "warmup_lr_epochs must satisfy >= 0"),
+])
+def test_bad_optimiser_and_schedule_values_name_the_rule(values, message):
+    """Bugs caught: milestones out of order (torch's MultiStepLR would silently sort or repeat them), an
+    unknown optimiser or schedule falling back to the default, Nesterov without momentum (torch refuses it only
+    when the trainer is built), a cosine floor above the base rate (the lr would rise)."""
+    with pytest.raises(ValueError) as err:
+        tiny_config(**values)
+    assert message in str(err.value)
+
+
+def test_a_lambda_schedule_resumes_from_a_weights_only_checkpoint(tmp_path):
+    """Bug caught: the cosine / warm-up schedule's state not surviving a checkpoint (a factor object that
+    ``torch.load(weights_only=True)`` refuses, or a resumed run restarting the ramp): the resumed trainer must
+    train its next epoch at the uninterrupted run's rate."""
+    from xbm.checkpoint import load_checkpoint
+
+    from ..conftest import tiny_trainer
+
+    values = {"epochs": 4, "lr": 0.01, "schedule": "cosine", "warmup_lr_epochs": 1}
+    full = [m["lr"] for m in tiny_trainer(**values).fit()]
+    first = tiny_trainer(**values)
+    fit = first.fit()
+    next(fit), next(fit)
+    torch.save(first.state_dict(), tmp_path / "trainer.pt")
+    resumed = tiny_trainer(**values)
+    resumed.load_state_dict(load_checkpoint(tmp_path / "trainer.pt"))
+    assert [m["lr"] for m in resumed.fit()] == pytest.approx(full[2:], rel=1e-12)
+    assert full[0] == pytest.approx(0.005)   # the ramp: 0.01 * 1 / 2
