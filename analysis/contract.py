@@ -41,7 +41,7 @@ INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "ret
                          "skipped_images"})
 #: text columns (``sweep_dir`` and ``variant`` are added by ``analysis.load``, never written)
 STRING_COLUMNS = frozenset({"experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error",
-                            "node_id", "gpu_ids", "git_sha", "package_version", "eval_split", "best_weights",
+                            "node_id", "gpu_ids", "git_sha", "package_version", "eval_split", "best_weights", "exploits",
                             "sweep_dir"})
 #: seconds of one epoch, by where they went (issue 18): the training pass, the part of it spent waiting
 #: for the next batch, everything evaluation does, writing the checkpoint
@@ -92,7 +92,7 @@ def trial_fields(metric: str, metric_types: Mapping[str, pa.DataType] | None = N
     head = ["experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error", "epochs_completed",
             "collapsed_epochs"]
     tail = ["reference_raw_recall_at_1", "wall_time_s", "gpu_hours", *EPOCH_TIME_COLUMNS, SETUP_COLUMN,
-            "train_fraction", "best_weights", "retries", "seed", "node_id", "gpu_ids", "git_sha", "package_version"]
+            "train_fraction", "best_weights", "exploits", "retries", "seed", "node_id", "gpu_ids", "git_sha", "package_version"]
     return ([pa.field(n, column_type(n)) for n in head] + summary + [pa.field(n, column_type(n)) for n in tail])
 
 

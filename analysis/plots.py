@@ -247,3 +247,21 @@ def plot_retrieval_grid(grid, tile_inches: float = 1.4):
     if grid.title:
         fig.suptitle(grid.title, fontsize=8)
     return fig
+
+
+def plot_schedules(frame: pd.DataFrame):
+    """One panel per mutable param: each trial's value by epoch (``analysis.schedules.schedules``)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    params = list(dict.fromkeys(frame["param"]))
+    fig = Figure(figsize=(7, 0.6 + 2.2 * len(params)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(params), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, param in zip(axes, params):
+        for trial_id, rows in frame[frame["param"] == param].groupby("trial_id"):
+            ax.step(rows["epoch"], rows["value"], where="post", label=str(trial_id)[-5:])
+        ax.set_ylabel(param)
+    axes[-1].set_xlabel("epoch")
+    axes[0].set_title("PBT schedules: each trial's mutable values by epoch")
+    return fig

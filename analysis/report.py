@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compare, curves, effects, importance, markdown, plots, tables
+from analysis import compare, curves, effects, importance, markdown, plots, schedules, tables
 from analysis.columns import param_name, varying_columns
 from analysis.contract import TRIALS_FILE
 from analysis.costs import time_line
@@ -60,8 +60,9 @@ class _Report:
                              ("Variant comparison", self.variants), ("Confirmation", self.confirmation),
                              ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
                              ("ASHA survival", self.survival), ("One-parameter effects", self.effects),
-                             ("lambda_mu × lambda_sigma", self.heatmap), ("Drift and staleness", self.drift),
-                             ("Parallel coordinates", self.parallel), ("Retrieval examples", self.retrieval)):
+                             ("lambda_mu × lambda_sigma", self.heatmap), ("PBT schedules", self.schedules),
+                             ("Drift and staleness", self.drift), ("Parallel coordinates", self.parallel),
+                             ("Retrieval examples", self.retrieval)):
             parts += ["", f"## {title}", ""] + self.section(build)
         return "\n".join(parts) + "\n"
 
@@ -240,6 +241,12 @@ class _Report:
         heat = effects.param_heatmap(self.sweep, metric=self.metric)
         return ["Mean per cell:", "", markdown.table(heat.mean.reset_index()), "",
                 self.figure(plots.plot_heatmap(heat), "lambda_heatmap", "lambda heatmap")]
+
+    def schedules(self) -> list[str]:
+        frame = schedules.schedules(self.sweep)
+        copied = schedules.exploits(self.sweep)
+        return [f"{len(copied)} exploit(s) (trial <- donor @ the donor's epoch):", "",
+                markdown.table(copied), "", self.figure(plots.plot_schedules(frame), "pbt_schedules", "PBT schedules")]
 
     def drift(self) -> list[str]:
         table = curves.drift_staleness(self.sweep)

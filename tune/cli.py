@@ -65,7 +65,11 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
     search.add_argument("--warm-start", metavar="OLD_PATH", default=None,
                         help="seed TPE with an old sweep's finished trials (optuna only)")
     stop = parser.add_argument_group("early stopping")
-    stop.add_argument("--scheduler", default=d.scheduler, help="asha | hyperband | fifo (default %(default)s)")
+    stop.add_argument("--scheduler", default=d.scheduler,
+                      help="asha | hyperband | fifo | pbt (population-based training of the space's "
+                           "'mutable: true' params) (default %(default)s)")
+    stop.add_argument("--perturbation-interval", type=int, default=d.perturbation_interval, metavar="EPOCHS",
+                      help="pbt: exploit and explore every EPOCHS epochs (default %(default)s)")
     stop.add_argument("--max-epochs", type=int, default=None,
                       help="epoch budget per trial (default: the space's epochs)")
     stop.add_argument("--grace-period", type=int, default=d.grace_period,
@@ -114,7 +118,7 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         num_samples=args.num_samples, search=args.search, scheduler=args.scheduler, max_epochs=args.max_epochs,
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-        checkpoint_period=args.checkpoint_period, max_failures=args.max_failures,
+        checkpoint_period=args.checkpoint_period, perturbation_interval=args.perturbation_interval, max_failures=args.max_failures,
         metric=args.metric, mode=args.mode, seed=args.seed, storage=args.storage, name=args.name,
         **cluster, strict=args.strict, warm_start=args.warm_start,
         overrides=parse_overrides(args.set), smoke_test=args.smoke_test)

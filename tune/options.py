@@ -46,6 +46,7 @@ class SweepOptions:
     cpus_per_trial: float | str = "auto"
     gpus_per_trial: float = 0.0
     checkpoint_period: float = 600.0
+    perturbation_interval: int = 2
     max_failures: int = 2
     metric: str = "recall_at_1"
     mode: str = "max"
@@ -67,7 +68,8 @@ class SweepOptions:
     def for_space(self, is_grid: bool) -> "SweepOptions":
         """Fill the defaults that depend on the space: a grid-only space runs ``grid`` search once per
         point; any other runs seeded TPE (``optuna``) for 20 trials."""
-        search = self.search or ("grid" if is_grid else "optuna")
+        # PBT changes the configs itself: its population is drawn at random (a grid cannot be perturbed)
+        search = self.search or ("random" if self.scheduler == "pbt" else "grid" if is_grid else "optuna")
         num_samples = self.num_samples or (1 if search == "grid" else 20)
         return self.replace(search=search, num_samples=num_samples)
 
@@ -84,6 +86,7 @@ class SweepOptions:
                                                  and self.cpus_per_trial > 0),
                "--cpus-per-trial", "'auto' (the CPUs that come with --gpus-per-trial of a node) or a number > 0",
                self.cpus_per_trial)
+        _check(self.perturbation_interval >= 1, "--perturbation-interval", ">= 1 epoch", self.perturbation_interval)
         _check(self.checkpoint_period >= 0, "--checkpoint-period", ">= 0 seconds (0: every epoch)",
                self.checkpoint_period)
         _check(self.gpus_per_trial >= 0, "--gpus-per-trial", ">= 0", self.gpus_per_trial)

@@ -93,7 +93,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     # the study stays in memory until the sweep's folder exists (tune.sweep.start keeps it in the journal)
     searcher, swept_space = build_searcher(space, options, max_epochs, warm)
     stop_reasons: dict[str, str] = {}
-    scheduler = build_scheduler(options, max_epochs, stop_reasons)
+    scheduler = build_scheduler(options, max_epochs, stop_reasons, space)
     experiment = options.experiment_name(space.name)
     options = options.replace(name=experiment)
     check_storage(options.storage_path())  # a missing bucket or rejected credentials: one error, now

@@ -47,6 +47,8 @@ def param_spec(param) -> Any:
         if branch.when:
             spec["when"] = {key: list(values) for key, values in branch.when.items()}
         branches.append(spec)
+    if param.mutable:
+        branches[0]["mutable"] = True
     return branches[0] if len(branches) == 1 else branches
 
 

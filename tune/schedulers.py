@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, TrialScheduler
+from ray.tune.schedulers import (AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, PopulationBasedTraining,
+                                 TrialScheduler)
 
 from tune.options import SweepInputError
 
@@ -49,28 +50,61 @@ class RecordingHyperBand(_RecordsStops, HyperBandScheduler):
     label = "hyperband"
 
 
-def _asha(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
+class RecordingPBT(PopulationBasedTraining):
+    """Population-based training (Jaderberg et al. 2017) that records every exploit: ``exploits`` maps the
+    exploiting trial's id to its ``"<donor trial>@<donor's epoch>"`` entries, in order (the Parquet sink's
+    ``exploits`` column). The exploiting trial restarts from the donor's latest checkpoint (weights,
+    optimiser, memory, normaliser state, objective state: ``Trainer.state_dict``) with the explored values
+    of the mutable keys."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.exploits: dict[str, list[str]] = {}
+
+    def _exploit(self, tune_controller, trial, trial_to_clone):
+        # the donor's checkpoint is the one it saved at its last perturbation (trials checkpoint every interval)
+        epoch = self._trial_state[trial_to_clone].last_perturbation_time
+        self.exploits.setdefault(trial.trial_id, []).append(f"{trial_to_clone.trial_id}@{int(epoch)}")
+        return super()._exploit(tune_controller, trial, trial_to_clone)
+
+
+def _asha(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
     return RecordingASHA(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs, grace_period=options.grace_period,
                          reduction_factor=options.reduction_factor)
 
 
-def _hyperband(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
+def _hyperband(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
     return RecordingHyperBand(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs,
                               reduction_factor=options.reduction_factor)
 
 
-def _fifo(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
+def _fifo(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
     return FIFOScheduler()
 
 
-#: name -> factory(options, max_epochs, stop_reasons) -> TrialScheduler
-SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo}
+def _pbt(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    """Every ``--perturbation-interval`` epochs the bottom quarter of the population (by the sweep's metric)
+    copies a top-quarter trial's state and perturbs the space's ``mutable: true`` params."""
+    mutations = space.mutations() if space is not None else {}
+    if not mutations:
+        raise SweepInputError("--scheduler pbt needs params marked 'mutable: true' in the space (e.g. "
+                              "normaliser.lambda_mu: {uniform: [0.0, 1.0], mutable: true}): they are what PBT explores")
+    if options.search != "random":
+        raise SweepInputError(f"--scheduler pbt draws its population with --search random, but got --search "
+                              f"{options.search}: PBT changes the configs itself, which a searcher cannot follow")
+    return RecordingPBT(time_attr=TIME_ATTR, perturbation_interval=options.perturbation_interval,
+                        hyperparam_mutations=mutations, quantile_fraction=0.25)
+
+
+#: name -> factory(options, max_epochs, stop_reasons, space) -> TrialScheduler
+SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo, "pbt": _pbt}
 
 
 def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ...]:
     """The epochs at which ``scheduler`` may stop a trial: a trial evaluates them whatever its
     ``eval_every``, so every decision is taken on a measured value. ASHA: its rungs (every bracket's);
-    FIFO: none; any other scheduler: every epoch (no saving, but no blind decision either)."""
+    FIFO: none; any other scheduler: every epoch (no saving, but no blind
+    decision either)."""
     if type(scheduler) is FIFOScheduler:  # every other scheduler subclasses it
         return ()
     if isinstance(scheduler, AsyncHyperBandScheduler):
@@ -79,8 +113,9 @@ def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ..
     return tuple(range(1, max_epochs + 1))
 
 
-def build_scheduler(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
+def build_scheduler(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    """The ``--scheduler``; ``space`` (a ``tune.spaces.SearchSpace``) gives PBT its mutable params."""
     if options.scheduler not in SCHEDULERS:
         raise SweepInputError(f"--scheduler must be one of {sorted(SCHEDULERS)}, but got {options.scheduler!r}")
-    return SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons)
+    return SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons, space)
 

@@ -53,17 +53,21 @@ class ParquetSink(Callback):
 
     ``stage`` tells sweep rows from confirm rows (``sweep`` | ``confirm``); ``swept`` lists the space's
     parameter names, whose absence from a trial's config (a conditional parameter whose ``when`` did
-    not hold) is written as null; ``stop_reasons`` (trial_id -> text) is filled by the scheduler.
+    not hold) is written as null; ``stop_reasons`` (trial_id -> text) is filled by the scheduler, and
+    ``exploits`` (trial_id -> ``"<donor>@<epoch>"`` entries) by population-based training, whose explore
+    also changes a trial's config: every epoch row carries the values the trial had at that epoch.
     """
 
     def __init__(self, results_dir: str | None, experiment: str, metric: str, mode: str, stage: str = "sweep",
                  swept: tuple[str, ...] = (), stop_reasons: Mapping[str, str] | None = None,
-                 provenance: Mapping[str, Any] | None = None) -> None:
+                 provenance: Mapping[str, Any] | None = None,
+                 exploits: Mapping[str, list[str]] | None = None) -> None:
         self.results_dir = results_dir
         self.experiment = experiment
         self.metric, self.mode, self.stage = metric, mode, stage
         self.swept = tuple(swept)
         self.stop_reasons = stop_reasons if stop_reasons is not None else {}
+        self.exploits = exploits if exploits is not None else {}
         self.provenance = dict(provenance or {})
         self.trials_interval_s = 2.0
         self._reset()
@@ -74,6 +78,7 @@ class ParquetSink(Callback):
         self.metric_types: dict[str, Any] = {}
         self.storage: Storage | None = None
         self._configs: dict[str, dict[str, Any]] = {}
+        self._config_sources: dict[str, Any] = {}  # the trial.config each entry of _configs was made from
         self._last_trials_write = -math.inf
         self._reconciled = False
         self._dirty: set[str] = set()  # trial ids whose row changed since trials.parquet was written
@@ -215,9 +220,13 @@ class ParquetSink(Callback):
                    "status": "running", "epochs_completed": 0, "retries": 0, **self.provenance}
             self.trials[trial.trial_id] = row
         row["trial_name"] = str(trial)
-        if trial.trial_id not in self._configs:  # a trial's config never changes
+        if self._config_sources.get(trial.trial_id) is not trial.config:  # new, or PBT's explore replaced it
+            # (a relocated trial's paths are put back by _relocate: every result of it carries them)
             self._configs[trial.trial_id] = self._config_columns(trial.config)
+            self._config_sources[trial.trial_id] = trial.config
         row.update(self._configs[trial.trial_id])
+        if self.exploits.get(trial.trial_id):
+            row["exploits"] = "; ".join(self.exploits[trial.trial_id])
         seed = row.get(CONFIG_PREFIX + "seed")
         row["seed"] = seed
         return row

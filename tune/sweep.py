@@ -69,14 +69,15 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     """The Tuner for ``plan``; ``callbacks`` are extra Tune callbacks after the Parquet sink."""
     options = plan.options
     sink = ParquetSink(None, plan.experiment, options.metric, options.mode, stage="sweep",
-                       swept=tuple(plan.space.params), stop_reasons=plan.stop_reasons, provenance=provenance())
+                       swept=tuple(plan.space.params), stop_reasons=plan.stop_reasons, provenance=provenance(),
+                       exploits=getattr(plan.scheduler, "exploits", None))
     tune_config = tune.TuneConfig(
         metric=options.metric, mode=options.mode, search_alg=plan.searcher, scheduler=plan.scheduler,
         num_samples=options.num_samples, max_concurrent_trials=options.max_concurrent, reuse_actors=True,
         trial_name_creator=TrialNamer(list(plan.space.params)), trial_dirname_creator=trial_dirname)
     watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard()]
     run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *watch, *callbacks])
-    policy = TrialPolicy(options.checkpoint_period, decision_epochs(plan.scheduler, plan.max_epochs))
+    policy = trial_policy(options, plan.scheduler, plan.max_epochs, plan.space.mutable)
     tuner = tune.Tuner(trainable(options, plan.experiment, policy=policy),
                        param_space={**plan.space.base, **plan.swept_space},
                        tune_config=tune_config, run_config=run_config)
@@ -95,6 +96,16 @@ def start(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     if journal and hasattr(plan.searcher, "keep_study"):
         plan.searcher.keep_study(plan.experiment, journal_storage(journal))
     return build_tuner(plan, callbacks)
+
+
+def trial_policy(options: SweepOptions, scheduler, max_epochs: int, mutable: tuple[str, ...]) -> TrialPolicy:
+    """Each trial's policy: the checkpoint period and the epochs its scheduler decides at (always
+    evaluated); under PBT those are its perturbation epochs, each with a full checkpoint (the donors'
+    states), and the mutable keys. ``scheduler`` may be None under PBT (a resumed sweep: Tune restores it)."""
+    if options.scheduler != "pbt":
+        return TrialPolicy(options.checkpoint_period, decision_epochs(scheduler, max_epochs))
+    interval = options.perturbation_interval
+    return TrialPolicy(options.checkpoint_period, tuple(range(interval, max_epochs + 1, interval)), interval, mutable)
 
 
 def resolved_resources(options: SweepOptions) -> SweepOptions:
@@ -158,8 +169,9 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
         check_data([{**record.space.base, **located}])
     record_paths(uri, record, located)
     max_epochs = record.max_epochs or train_config(record.space.base).epochs
-    policy = TrialPolicy(options.checkpoint_period,
-                         decision_epochs(build_scheduler(options, max_epochs, {}), max_epochs))
+    mutable = tuple(key for key, spec in record.space.params.items() if isinstance(spec, dict) and spec.get("mutable"))
+    scheduler = build_scheduler(options, max_epochs, {}) if options.scheduler != "pbt" else None
+    policy = trial_policy(options, scheduler, max_epochs, mutable)
     with ray_session(address, dashboard, **init_kwargs):
         tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located, policy),
                                    resume_unfinished=True, resume_errored=True, restart_errored=False)

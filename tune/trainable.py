@@ -99,10 +99,13 @@ def assigned_device(requested: str, gpu_ids: list) -> str:
 @dataclass(frozen=True)
 class TrialPolicy:
     """How a sweep runs each of its trials, beyond the trial's config: the full-checkpoint period (seconds
-    of epochs; 0 = every epoch) and the epochs evaluated whatever ``eval_every`` says (the scheduler's rungs)."""
+    of epochs; 0 = every epoch), the epochs evaluated whatever ``eval_every`` says (the scheduler's rungs),
+    and for population-based training the checkpoint interval in epochs and the mutable keys."""
 
     checkpoint_period_s: float = DEFAULT_PERIOD_S
     evaluate_at: tuple[int, ...] = ()
+    checkpoint_every: int = 0  # also a full checkpoint every this many epochs (PBT: its interval; 0: none)
+    mutable: tuple[str, ...] = ()  # keys a restore may change (PBT's explore: ``Trainer.load_state_dict``)
 
 
 def worst_value(mode: str) -> float:
@@ -157,8 +160,9 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
                 # weights_only (the state is tensors and plain values); a corrupt file is named (BadCheckpointError)
                 state = load_checkpoint(Path(folder) / CHECKPOINT_FILE)
                 policy_state = _read_json(Path(folder) / TRIAL_STATE)
-            trainer.load_state_dict(state)
-            best.load_state(policy_state.get("best", {}))
+            trainer.load_state_dict(state, mutable=policy.mutable)
+            if policy_state.get("trial_id", trial_id) == trial_id:  # an exploit's donor kept its best elsewhere
+                best.load_state(policy_state.get("best", {}))
         trainer.prepare()
         setup = {SETUP_KEY: time.perf_counter() - started}
         for metrics in trainer.fit():
@@ -169,13 +173,14 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
             best.offer(epoch, metrics[metric], trainer.model, {"config": cfg.to_dict(), "metric": metric,
                                                                 "preprocessing": trainer.preprocessing_dict()})
             row = {**metrics, **where, **setup, BEST_WEIGHTS_KEY: best.uri}
-            if not clock.due(metrics["epoch_time_s"], last=epoch >= cfg.epochs):
+            every = policy.checkpoint_every and epoch % policy.checkpoint_every == 0
+            if not clock.due(metrics["epoch_time_s"], last=epoch >= cfg.epochs or bool(every)):
                 tune.report({**row, "checkpoint_s": written_s + time.perf_counter() - begun})
                 written_s = 0.0
                 continue
             with tempfile.TemporaryDirectory(prefix="xbm-ckpt-") as folder:
                 torch.save(trainer.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
-                Path(folder, TRIAL_STATE).write_text(json.dumps({"best": best.state()}))
+                Path(folder, TRIAL_STATE).write_text(json.dumps({"best": best.state(), "trial_id": trial_id}))
                 row["checkpoint_s"] = written_s + time.perf_counter() - begun
                 reported = time.perf_counter()
                 # report() persists the folder to the trial's storage before it returns

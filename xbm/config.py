@@ -32,6 +32,25 @@ NORMALIZE = ("auto", "imagenet", "dataset", "none")
 OBJECTIVES = ("supervised", "instance", "moco", "neighbours")
 # normalisers that read class (or super-class) labels: meaningless, or a label leak, without labels
 LABELLED_NORMALISERS = ("pcxbn", "scxbn")
+# keys a run takes mid-way, from its next step on (population-based training's explore): each is read
+# when the trainer is built (normaliser, miner, loss, MoCo, clipping) or re-applied to the optimiser's
+# groups after a checkpoint is loaded (lr, weight_decay). xbm.trainer.Trainer.load_state_dict(mutable=...)
+MUTABLE_KEYS = ("lr", "weight_decay", "clip_grad", "normaliser.lambda_mu", "normaliser.lambda_sigma",
+                "normaliser.kalman_r", "normaliser.ema_momentum", "miner.pos_margin", "miner.neg_margin",
+                "loss.temperature", "moco.momentum", "memory.batch_loss_weight")
+# why the keys most often asked for cannot change mid-run
+IMMUTABLE_REASONS = {
+    "memory.ratio": "the memory is a preallocated ring buffer: its size is fixed for the run",
+    "model": "the weights belong to one architecture",
+    "embedding_size": "the weights and the memory have one embedding width",
+    "batch_size": "the sampler's batches and the memory's fill follow it",
+    "objective": "the objective's state (key encoder, candidate pools) belongs to one objective",
+    "dataset": "a data key: the data, its splits and the memory's indices belong to one data set",
+    "data_root": "a data key: the data, its splits and the memory's indices belong to one data set",
+    "val_fraction": "a data key: the data, its splits and the memory's indices belong to one data set",
+    "samples_per_class": "a data key: the sampler's batches follow it",
+    "image_size": "a data key: the images and the decoded cache follow it",
+}
 # what a file that cannot be decoded does (xbm.data.bad_images owns it; repeated so config stays torch-free)
 ON_BAD_IMAGE = ("stop", "skip")
 

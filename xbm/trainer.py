@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
-from xbm.config import TrainConfig
+from xbm.config import MUTABLE_KEYS, TrainConfig
 from xbm.data import DatasetSplits, SampleDataset, build_dataset, recall_ks
 from xbm.data.images import configure_images
 from xbm.loss import XBMLoss
@@ -39,7 +39,7 @@ from xbm.training import evaluation
 from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import Embedder, resolve_workers, start_persistent_workers, train_loader
-from xbm.training.optim import main_optimizer, main_scheduler, warmup_optimizer
+from xbm.training.optim import main_optimizer, main_scheduler, rescale_optimizer, warmup_optimizer
 from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
 from xbm.training.runtime import Runtime
@@ -271,12 +271,20 @@ class Trainer:
         prep = self.splits.preprocessing
         return None if prep is None else prep.to_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a ``state_dict()``; its config must match this trainer's (up to RESUMABLE_CHANGES)."""
+    def load_state_dict(self, state: dict[str, Any], mutable: Iterable[str] = ()) -> None:
+        """Restore a ``state_dict()``; its config must match this trainer's up to RESUMABLE_CHANGES and the
+        ``mutable`` keys (a subset of ``xbm.config.MUTABLE_KEYS``: population-based training continues
+        another run's state with explored values). This trainer's values of those keys hold from the next
+        step on: the modules were built with them, and the optimiser's lr and weight decay are re-applied
+        after its state is loaded (the schedule keeps its progress, scaled to the new lr)."""
         if state.get("version") != STATE_VERSION:
             raise ValueError(f"checkpoint version must be {STATE_VERSION}, but got {state.get('version')!r}")
+        mutable = frozenset(mutable)
+        unknown = sorted(mutable - set(MUTABLE_KEYS))
+        if unknown:
+            raise ValueError(f"mutable keys must be among {list(MUTABLE_KEYS)}, but got {unknown}")
         saved, ours = TrainConfig.from_dict(state["config"]).to_dict(), self.cfg.to_dict()
-        changed = sorted(k for k in ours if saved.get(k) != ours[k] and k not in RESUMABLE_CHANGES)
+        changed = sorted(k for k in ours if saved.get(k) != ours[k] and k not in RESUMABLE_CHANGES | mutable)
         if changed:
             raise ValueError("a checkpoint must be resumed with the config it was saved with, but these keys "
                              "differ: " + ", ".join(f"{k} (saved {saved.get(k)!r}, now {ours[k]!r})" for k in changed))
@@ -284,6 +292,8 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.warmup_optimizer.load_state_dict(state["warmup_optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        rescale_optimizer(self.optimizer, self.scheduler, lr=(saved["lr"], ours["lr"]),
+                          weight_decay=(saved["weight_decay"], ours["weight_decay"]))
         self.scaler.load_state_dict(state["scaler"])
         if self.xbm is not None:
             self.xbm.load_state_dict(state["xbm"])

@@ -44,6 +44,7 @@ class Param:
 
     key: str
     branches: tuple[Branch, ...]
+    mutable: bool = False  # population-based training may change it during a run (``mutable: true``)
 
     @property
     def kind(self) -> str:

@@ -6,7 +6,7 @@ Shape::
     base:   {<dotted key>: <value>, ...}         # fixed TrainConfig values
     params: {<dotted key>: <spec>, ...}          # swept values
 
-    <spec>   := {<distribution>: <args>[, when: {<key>: <value or [values]>, ...}]}
+    <spec>   := {<distribution>: <args>[, when: {<key>: <value or [values]>, ...}][, mutable: true]}
               | [<spec with when>, <spec with when>, ...]   # one range per condition
 
 Duplicated keys anywhere (PyYAML silently keeps the last one) are errors, with their line.
@@ -95,10 +95,27 @@ def _read_param(key: str, spec: Any, source: str) -> Param:
     specs = spec if isinstance(spec, list) else [spec]
     if not specs:
         raise SpaceError(source, key, "an empty list of branches; give {<distribution>: <args>}")
+    mutable = [bool(s["mutable"]) for s in specs if isinstance(s, dict) and "mutable" in s]
+    specs = [{k: v for k, v in s.items() if k != "mutable"} if isinstance(s, dict) else s for s in specs]
     branches = tuple(_read_branch(key, s, source) for s in specs)
     if len(branches) > 1:
         _check_branches(key, branches, source)
-    return Param(key, branches)
+    if any(mutable):
+        _check_mutable(key, branches, source)
+    return Param(key, branches, mutable=any(mutable))
+
+
+def _check_mutable(key: str, branches: tuple[Branch, ...], source: str) -> None:
+    """``mutable: true`` (``--scheduler pbt``): a key the trainer takes mid-run, with one unconditional,
+    continuous or choice distribution for explore to perturb or resample."""
+    from xbm.config import IMMUTABLE_REASONS, MUTABLE_KEYS
+
+    if key not in MUTABLE_KEYS:
+        why = IMMUTABLE_REASONS.get(key, "the trainer reads it once, when the run is built")
+        raise SpaceError(source, key, f"cannot be mutable: {why}. Mutable keys: {', '.join(MUTABLE_KEYS)}")
+    if len(branches) > 1 or branches[0].when or branches[0].dist.is_grid:
+        raise SpaceError(source, key, "a mutable param needs one unconditional distribution (not grid), so that "
+                         "explore can perturb or resample it")
 
 
 def _read_branch(key: str, spec: Any, source: str) -> Branch:

@@ -95,6 +95,16 @@ class SearchSpace:
                 out[key] = param.branches[0].dist.to_tune()
         return out
 
+    @property
+    def mutable(self) -> tuple[str, ...]:
+        """The params marked ``mutable: true``: population-based training perturbs them during a run."""
+        return tuple(key for key, param in self.params.items() if param.mutable)
+
+    def mutations(self) -> dict[str, Any]:
+        """PBT's ``hyperparam_mutations``: each mutable param's Ray domain (explore resamples from it or
+        perturbs the current value by 0.8 / 1.2, clipped to it)."""
+        return {key: self.params[key].branches[0].dist.to_tune() for key in self.mutable}
+
     # ---- Optuna define-by-run (search "optuna") ------------------------------------------------
     def define_by_run(self, trial) -> dict[str, Any] | None:
         """``OptunaSearch(space=space.define_by_run, ...)``: suggests, in dependency order, every param

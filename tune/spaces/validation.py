@@ -82,7 +82,7 @@ def _coerce_param(param: Param, base: Mapping, params: Mapping[str, Param], sour
             except ValueError as exc:  # e.g. [1, "1"] collapse to one value once coerced
                 raise SpaceError(source, key, str(exc)) from None
         branches.append(Branch(dist, _coerce_when(key, branch.when, params, source)))
-    return Param(key, tuple(branches))
+    return Param(key, tuple(branches), param.mutable)
 
 
 def _coerce_when(key: str, when: Mapping[str, tuple], params: Mapping[str, Param], source: str) -> dict:
@@ -138,7 +138,7 @@ def _reachable(params: dict[str, Param], base: Mapping, source: str, prune: bool
                 raise SpaceError(source, key, f"'when' {k} in {list(v)} can never hold: {k} is {now}; "
                                  "fix the condition or the value it tests")
         if kept:
-            out[key] = Param(key, tuple(kept))
+            out[key] = Param(key, tuple(kept), param.mutable)
             possible[key] = out[key].possible_values() or []
     return out
 

@@ -97,3 +97,25 @@ def main_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.
     factor = LrFactor(cfg.schedule, cfg.epochs, cfg.warmup_lr_epochs, cfg.lr_step, cfg.lr_gamma,
                       parse_milestones(cfg.milestones) or (), cfg.min_lr / cfg.lr)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def rescale_optimizer(optimizer: torch.optim.Optimizer, scheduler, lr: tuple[float, float],
+                      weight_decay: tuple[float, float]) -> None:
+    """After loading a run's optimiser and schedule saved with ``lr[0]`` / ``weight_decay[0]``, apply this
+    run's ``lr[1]`` / ``weight_decay[1]`` (population-based training): every group's current and initial
+    lr and the schedule's base lrs scale by lr[1] / lr[0], so the schedule keeps its progress (a StepLR
+    after two decays stays two decays down, from the new lr); the weight decay is set. A no-op when equal."""
+    (old_lr, new_lr), (old_wd, new_wd) = lr, weight_decay
+    if new_lr != old_lr:
+        ratio = new_lr / old_lr
+        for group in optimizer.param_groups:
+            group["lr"] *= ratio
+            if "initial_lr" in group:
+                group["initial_lr"] *= ratio
+        if hasattr(scheduler, "base_lrs"):
+            scheduler.base_lrs = [base * ratio for base in scheduler.base_lrs]
+        if hasattr(scheduler, "_last_lr"):
+            scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    if new_wd != old_wd:
+        for group in optimizer.param_groups:
+            group["weight_decay"] = new_wd
