@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 from optuna.trial import TrialState
-from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler
+from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, PopulationBasedTraining
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
@@ -117,14 +117,19 @@ def test_fixed_configs_come_in_order_then_finish():
 
 # ---- registries and checks before Ray ------------------------------------------------------------
 def test_every_registry_entry_builds(tmp_path, space_file):
-    assert set(SEARCHERS) == {"optuna", "random", "grid"} and set(SCHEDULERS) == {"asha", "hyperband", "fifo"}
+    assert set(SEARCHERS) == {"optuna", "random", "grid"} and set(SCHEDULERS) == {"asha", "hyperband", "fifo", "pbt"}
     for search, text in (("optuna", TOY), ("random", TOY), ("grid", GRID)):
         space = load_space(space_file(text, search))
         searcher, param_space = build_searcher(space, options(tmp_path, search=search), 3)
         assert searcher is not None and (search == "optuna" or "normaliser.kind" in param_space)
     # Bug caught: a registry name building another scheduler (e.g. fifo stopping trials early, or asha /
     # hyperband counting Tune's iterations instead of our 1-based epochs, or ignoring the epoch budget).
-    built = {name: build_scheduler(options(tmp_path, scheduler=name), 9, {}) for name in SCHEDULERS}
+    built = {name: build_scheduler(options(tmp_path, scheduler=name), 9, {}) for name in SCHEDULERS if name != "pbt"}
+    mutable = load_space(space_file(TOY.split("params:")[0] + "params:\n  weight_decay: {loguniform: [1.0e-4, 1.0e-2], "
+                                    "mutable: true}\n", "mutable"))
+    pbt = build_scheduler(options(tmp_path, scheduler="pbt", search="random", perturbation_interval=3), 9, {}, mutable)
+    assert isinstance(pbt, PopulationBasedTraining) and pbt._perturbation_interval == 3 and pbt._time_attr == "epoch"
+    assert set(pbt._hyperparam_mutations) == {"weight_decay"}
     assert type(built["fifo"]) is FIFOScheduler  # no early stopping at all
     assert isinstance(built["asha"], AsyncHyperBandScheduler) and isinstance(built["hyperband"], HyperBandScheduler)
     for name in ("asha", "hyperband"):
