@@ -27,7 +27,15 @@ def _drawings(sweep):
         "drift": lambda: plots.plot_drift_staleness(drift_staleness(sweep)),
         "parallel": lambda: plots.plot_parallel_coordinates(parallel_coordinates(sweep), "recall_at_1"),
         "retrieval": lambda: plots.plot_retrieval_grid(_grid()),
+        "schedules": lambda: plots.plot_schedules(_schedules()),
     }
+
+
+def _schedules():
+    import pandas as pd
+
+    return pd.DataFrame({"trial_id": ["a", "a", "b", "b", "a", "a"], "epoch": [1, 2, 1, 2, 1, 2],
+                         "param": ["lr"] * 4 + ["normaliser.lambda_mu"] * 2, "value": [1e-3, 2e-3, 1e-3, 8e-4, 0.5, 0.6]})
 
 
 def _grid():
@@ -52,7 +60,7 @@ def test_every_plot_writes_a_png(sweep, tmp_path):
     assert drawn == {"matplotlib.figure"}
     covered = {"plot_leaderboard", "plot_variant_comparison", "plot_paired_differences", "plot_importance",
                "plot_learning_curves", "plot_survival", "plot_param_effect", "plot_heatmap",
-               "plot_drift_staleness", "plot_parallel_coordinates", "plot_retrieval_grid"}
+               "plot_drift_staleness", "plot_parallel_coordinates", "plot_retrieval_grid", "plot_schedules"}
     assert public == covered  # a new plot function must be added to this smoke test
 
 

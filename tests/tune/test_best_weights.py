@@ -30,7 +30,8 @@ def selection_recall(payload: dict, model_state: dict) -> float:
     trainer = Trainer(TrainConfig.from_dict(payload["config"]))
     trainer.model.load_state_dict(model_state)
     split = trainer.splits.val if trainer.splits.val is not None else trainer.splits.test
-    return evaluation.evaluate_split(trainer.model, split, trainer.embed, None, with_diagnostics=False)["recall_at_1"]
+    return evaluation.evaluate_split(trainer.model, split, trainer.embed, None, trainer.recall_ks,
+                                     with_diagnostics=False)["recall_at_1"]
 
 
 def checkpoint_epochs(trial_folder: str) -> list[str]:
