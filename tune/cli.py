@@ -70,6 +70,13 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
                       help="keep 1/factor of trials per rung (default %(default)s)")
     stop.add_argument("--strict", action="store_true",
                       help="refuse (exit 2) when early stopping is unfair to a swept start epoch")
+    stop.add_argument("--stop-collapsed", action=argparse.BooleanOptionalAction, default=d.stop_collapsed,
+                      help="stop a trial whose loss saw no positive pair for 2 epochs, or still below raw pixels "
+                           "after --grace-period epochs (default: on)")
+    stop.add_argument("--time-budget", type=duration_option, default=None, metavar="DURATION",
+                      help="e.g. 90s, 30m, 2h: then no new trial, running ones stop after their current epoch")
+    stop.add_argument("--gpu-hours-budget", type=float, default=None, metavar="HOURS",
+                      help="the same for the trials' wall time x GPUs")
     res = parser.add_argument_group("resources and faults")
     res.add_argument("--cpus-per-trial", type=cpus_option, default=d.cpus_per_trial,
                      help="CPUs per trial, or auto: 1 without GPUs, else the node's CPUs x --gpus-per-trial / its "
@@ -113,7 +120,19 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         checkpoint_period=args.checkpoint_period, max_failures=args.max_failures,
         metric=args.metric, mode=args.mode, seed=args.seed, storage=args.storage, name=args.name,
         **cluster, strict=args.strict, warm_start=args.warm_start,
-        overrides=parse_overrides(args.set), smoke_test=args.smoke_test)
+        overrides=parse_overrides(args.set), smoke_test=args.smoke_test,
+        **{k: getattr(args, k) for k in ("stop_collapsed", "gpu_hours_budget") if hasattr(args, k)},
+        time_budget_s=getattr(args, "time_budget", None))
+
+
+def duration_option(text: str) -> float:
+    """``--time-budget``'s value in seconds (``tune.guards.parse_duration``), its rule on bad input."""
+    from tune.guards import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -130,7 +149,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"{plan.options.scheduler}, {plan.options.num_samples} sample(s), {plan.max_epochs} epoch(s) max")
     print(f"results: {plan.results_uri}")
     print_watch_help(plan)
-    return finish(run_sweep(plan))
+    code = finish(run_sweep(plan))
+    guards = getattr(plan.scheduler, "guards", None)
+    if guards is not None and guards.spent:  # the last line says the sweep ended on its budget
+        print(f"{guards.spent}: the sweep stopped its trials after their current epoch; the Parquet is complete")
+    return code
 
 
 def print_watch_help(plan) -> None:

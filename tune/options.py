@@ -29,7 +29,8 @@ class SweepOptions:
     """What ``xbm-tune sweep`` runs. ``max_epochs`` None keeps the space's (or TrainConfig's) epochs.
 
     ``cpus_per_trial`` ``auto`` is resolved once Ray is connected (``tune.resources``); ``checkpoint_period``
-    is in seconds of a trial's epochs (``tune.checkpoints``).
+    is in seconds of a trial's epochs (``tune.checkpoints``). ``stop_collapsed``, ``time_budget_s`` and
+    ``gpu_hours_budget`` are the guards every scheduler carries (``tune.guards``).
 
     ``seed`` seeds the searcher (TPE, random) and is every trial's ``seed`` unless the space or
     ``--set`` gives one: trials then differ by config only (common random numbers), which is what a
@@ -58,6 +59,9 @@ class SweepOptions:
     warm_start: str | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
     smoke_test: bool = False
+    stop_collapsed: bool = True
+    time_budget_s: float | None = None
+    gpu_hours_budget: float | None = None
 
     @classmethod
     def from_record(cls, options: Mapping[str, Any]) -> "SweepOptions":
@@ -95,6 +99,10 @@ class SweepOptions:
         _check(self.name is None or (self.name and "/" not in self.name and self.name not in (".", "..")),
                "--name", "a folder name without '/'", self.name)
         _check(bool(self.storage), "--storage", "a folder or URI", self.storage)
+        _check(self.time_budget_s is None or self.time_budget_s > 0, "--time-budget", "> 0 seconds",
+               self.time_budget_s)
+        _check(self.gpu_hours_budget is None or self.gpu_hours_budget > 0, "--gpu-hours-budget", "> 0 GPU hours",
+               self.gpu_hours_budget)
 
     def replace(self, **changes: Any) -> "SweepOptions":
         return dataclasses.replace(self, **changes)

@@ -7,7 +7,9 @@ stops a trial whose results lack the time attribute; the trainer's results alway
 (1-based, continuous across restores).
 
 Each scheduler here records why it stopped a trial (``stop_reasons``: trial_id -> text), which the
-Parquet sink writes as ``stop_reason``.
+Parquet sink writes as ``stop_reason``. Every one is a ``tune.guards.GuardedScheduler``: collapse-aware
+stopping (``--no-stop-collapsed`` turns it off) and the budgets (``--time-budget``, ``--gpu-hours-budget``)
+judge each result first, whatever the scheduler.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, TrialScheduler
 
+from tune.guards import Budget, GuardedScheduler, Guards
 from tune.options import SweepInputError
 
 TIME_ATTR = "epoch"
@@ -41,12 +44,16 @@ class _RecordsStops:
         return decision
 
 
-class RecordingASHA(_RecordsStops, AsyncHyperBandScheduler):
+class RecordingASHA(GuardedScheduler, _RecordsStops, AsyncHyperBandScheduler):
     label = "asha"
 
 
-class RecordingHyperBand(_RecordsStops, HyperBandScheduler):
+class RecordingHyperBand(GuardedScheduler, _RecordsStops, HyperBandScheduler):
     label = "hyperband"
+
+
+class GuardedFIFO(GuardedScheduler, FIFOScheduler):
+    """FIFO: no early stopping of its own, only the guards'."""
 
 
 def _asha(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
@@ -60,7 +67,7 @@ def _hyperband(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
 
 
 def _fifo(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
-    return FIFOScheduler()
+    return GuardedFIFO()
 
 
 #: name -> factory(options, max_epochs, stop_reasons) -> TrialScheduler
@@ -70,17 +77,25 @@ SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo}
 def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ...]:
     """The epochs at which ``scheduler`` may stop a trial: a trial evaluates them whatever its
     ``eval_every``, so every decision is taken on a measured value. ASHA: its rungs (every bracket's);
-    FIFO: none; any other scheduler: every epoch (no saving, but no blind decision either)."""
-    if type(scheduler) is FIFOScheduler:  # every other scheduler subclasses it
-        return ()
-    if isinstance(scheduler, AsyncHyperBandScheduler):
-        rungs = {int(m) for bracket in scheduler._brackets for m, _ in bracket._rungs if m <= max_epochs}
-        return tuple(sorted(rungs))
-    return tuple(range(1, max_epochs + 1))
+    FIFO: none; any other scheduler: every epoch (no saving, but no blind decision either). With
+    collapse-aware stopping, also the grace period (the below-raw-pixels check)."""
+    guards = getattr(scheduler, "guards", None)
+    grace = {guards.grace_period} if guards is not None and guards.stop_collapsed else set()
+    if type(scheduler) in (FIFOScheduler, GuardedFIFO):  # every other scheduler subclasses FIFOScheduler
+        epochs = set()
+    elif isinstance(scheduler, AsyncHyperBandScheduler):
+        epochs = {int(m) for bracket in scheduler._brackets for m, _ in bracket._rungs}
+    else:
+        epochs = set(range(1, max_epochs + 1))
+    return tuple(sorted(e for e in epochs | grace if e <= max_epochs))
 
 
 def build_scheduler(options, max_epochs: int, stop_reasons: dict) -> TrialScheduler:
     if options.scheduler not in SCHEDULERS:
         raise SweepInputError(f"--scheduler must be one of {sorted(SCHEDULERS)}, but got {options.scheduler!r}")
-    return SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons)
+    scheduler = SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons)
+    budget = Budget(options.time_budget_s, options.gpu_hours_budget)
+    if options.stop_collapsed or budget.active:
+        scheduler.guards = Guards(stop_reasons, options.stop_collapsed, options.grace_period, budget)
+    return scheduler
 

@@ -125,3 +125,15 @@ def test_auto_cpus_follow_the_gpu_nodes_and_are_recorded(cluster, tmp_path):
     assert (trials.status == "completed").all()
     record = SweepRecord.from_dict(__import__("json").loads(open(f"{plan.results_uri}/sweep.json").read()))
     assert record.options["cpus_per_trial"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_gpu_hour_budget_stops_the_trials_on_fake_gpus(cluster, tmp_path):
+    """Bug caught: GPU hours counted without the trials' GPUs (a GPU budget never spent), counted only after
+    a trial's result was stored (the trials then reach their last epoch and complete), or a spent budget
+    missing from trials.parquet's stop_reason."""
+    plan, trials, _ = run(tmp_path, "gpu-budget", cpus_per_trial=0.5, gpus_per_trial=0.5, gpu_hours_budget=1e-6,
+                          stop_collapsed=False)
+    assert trials.stop_reason.str.startswith("budget: the GPU-hour budget (1e-06 h").all()
+    assert (trials.status == "stopped_early").all() and trials.epochs_completed.max() == 1
+    assert trials.gpu_hours.sum() >= 1e-6
