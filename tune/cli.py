@@ -51,7 +51,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
     d = SweepOptions()
     search = parser.add_argument_group("search")
     search.add_argument("--search", default=d.search,
-                        help="optuna (seeded TPE) | random | grid (default: grid for a grid-only space, else optuna)")
+                        help="optuna or tpe (seeded TPE) | gp (Gaussian process) | cmaes (CMA-ES) | random | grid "
+                             "(default: grid for a grid-only space, else optuna)")
     search.add_argument("--num-samples", type=int, default=d.num_samples,
                         help="trials; with grid, repeats of the whole grid (default: 1 for grid, else 20)")
     search.add_argument("--metric", default=d.metric, help="metric to optimise (default %(default)s)")

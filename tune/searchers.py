@@ -1,4 +1,12 @@
-"""Searchers registry (``--search``): ``optuna`` (seeded TPE, define-by-run), ``random``, ``grid``.
+"""Searchers registry (``--search``): ``optuna`` / ``tpe`` (seeded TPE, define-by-run), ``gp`` (Optuna's
+``GPSampler``: Gaussian process, log EI), ``cmaes`` (Optuna's ``CmaEsSampler``, the ``cmaes`` package),
+``random``, ``grid``.
+
+``gp`` and ``cmaes`` suit small continuous spaces (``pcxbn_lambdas``, ``axbn_kalman``) where a few
+expensive trials favour a model of the whole surface. Both model the space's continuous parameters
+(CMA-ES: the intersection of every trial's parameters); categorical and conditional ones are drawn by
+Optuna's independent sampler (random, seeded). Both learn from completed trials only: a trial the
+scheduler stopped (told ``PRUNED``, below) does not enter their model.
 
 Early-stopped trials and TPE
 ----------------------------
@@ -30,6 +38,7 @@ from ray.tune.search.optuna import OptunaSearch
 from tune.optuna_study import RAY_TRIAL_ID, name_objective
 from tune.options import SweepInputError
 from tune.parquet import finite
+from tune.spaces.space import OPTUNA_SEARCHES
 from tune.trainable import ERROR_KEY
 
 
@@ -38,11 +47,12 @@ class PrunedOptunaSearch(OptunaSearch):
 
     def __init__(self, space: Callable, metric: str, mode: str, seed: int, budget: int,
                  time_attr: str = "epoch", points: list[dict] | None = None,
-                 rewards: list[float] | None = None, study_name: str | None = None, storage=None) -> None:
+                 rewards: list[float] | None = None, study_name: str | None = None, storage=None,
+                 sampler: str = "tpe") -> None:
         self._budget = int(budget)
         self._time_attr = time_attr
         self._steps: dict[str, set[int]] = {}
-        sampler = optuna.samplers.TPESampler(seed=seed)
+        sampler = SAMPLERS[sampler](seed)
         super().__init__(space=space, metric=metric, mode=mode, sampler=sampler,
                          points_to_evaluate=points or None, evaluated_rewards=rewards or None,
                          study_name=study_name, storage=storage)
@@ -116,6 +126,22 @@ class PrunedOptunaSearch(OptunaSearch):
             seen.add(int(step))
 
 
+def _cmaes(seed: int) -> optuna.samplers.BaseSampler:
+    try:
+        import cmaes  # noqa: F401  (Optuna imports it lazily, at the first relative draw)
+    except ImportError:
+        raise SweepInputError("--search cmaes needs the cmaes package: pip install cmaes") from None
+    return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+
+
+#: ``--search`` name -> the Optuna sampler, seeded
+SAMPLERS = {
+    "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed),
+    "gp": lambda seed: optuna.samplers.GPSampler(seed=seed),
+    "cmaes": _cmaes,
+}
+
+
 class FixedConfigs(Searcher):
     """Suggests the given configs in order, then ``FINISHED``: no search, for the confirm stage."""
 
@@ -149,8 +175,9 @@ def _optuna(space, options, budget: int, warm, study=None) -> tuple[PrunedOptuna
     seed = options.seed + len(points or ())
     # an explicit in-memory storage, so that keep_study can copy the study out of it
     name, storage = study if study is not None else (None, optuna.storages.InMemoryStorage())
+    sampler = "tpe" if options.search == "optuna" else options.search
     searcher = PrunedOptunaSearch(space.define_by_run, options.metric, options.mode, seed, budget,
-                                  points=points, rewards=rewards, study_name=name, storage=storage)
+                                  points=points, rewards=rewards, study_name=name, storage=storage, sampler=sampler)
     return searcher, {}
 
 
@@ -162,16 +189,18 @@ def _variants(space, options, budget: int, warm, study=None) -> tuple[BasicVaria
 
 #: name -> factory(space, options, budget, warm_start, study=(name, optuna storage) or None)
 #:   -> (search_alg, param_space of swept params)
-SEARCHERS = {"optuna": _optuna, "random": _variants, "grid": _variants}
+SEARCHERS = {"optuna": _optuna, "tpe": _optuna, "gp": _optuna, "cmaes": _optuna, "random": _variants,
+             "grid": _variants}
 
 
 def check_search_options(options) -> None:
-    """A known ``--search``, and ``--warm-start`` only with optuna (random and grid have no model)."""
+    """A known ``--search``, and ``--warm-start`` only with an Optuna searcher (random and grid have no model)."""
     if options.search not in SEARCHERS:
         raise SweepInputError(f"--search must be one of {sorted(SEARCHERS)}, but got {options.search!r}")
-    if options.warm_start and options.search != "optuna":
-        raise SweepInputError(f"--warm-start needs --search optuna (a model to seed), but got "
-                              f"--search {options.search}: drop --warm-start or use --search optuna")
+    if options.warm_start and options.search not in OPTUNA_SEARCHES:
+        raise SweepInputError(f"--warm-start needs --search optuna (or another Optuna searcher of "
+                              f"{list(OPTUNA_SEARCHES)}: a model to seed), but got --search {options.search}: drop "
+                              f"--warm-start or use --search optuna")
 
 
 def build_searcher(space, options, budget: int, warm=None, study=None):
