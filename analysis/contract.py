@@ -38,7 +38,7 @@ ALWAYS_SUMMARISED = ("recall_at_1", "map_at_r")
 # ---- column types ---------------------------------------------------------------------------------
 #: counters: int64 wherever they appear (epoch rows and trials.parquet)
 INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries", "collapsed_epochs",
-                         "skipped_images"})
+                         "skipped_images", "memory_bytes"})
 #: text columns (``sweep_dir`` and ``variant`` are added by ``analysis.load``, never written)
 STRING_COLUMNS = frozenset({"experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error",
                             "node_id", "gpu_ids", "git_sha", "package_version", "eval_split", "best_weights",
@@ -50,7 +50,7 @@ EPOCH_TIME_COLUMNS = ("train_s", "data_wait_s", "eval_s", "checkpoint_s")
 SETUP_COLUMN = "setup_s"
 #: the epoch columns declared ahead of the code that reports them, so that every epoch file has them
 #: (null until reported; ``gpu_memory_peak_gib`` stays null on the CPU)
-EPOCH_DECLARED = (*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "skipped_images")
+EPOCH_DECLARED = (*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "skipped_images", "memory_bytes")
 #: trials.parquet values taken from the trial's latest epoch row that has one
 FROM_LAST_ROW = ("reference_raw_recall_at_1", SETUP_COLUMN, "best_weights")
 FLOAT_COLUMNS = frozenset({*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "train_fraction",
