@@ -13,7 +13,7 @@ import traceback
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
 
-from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, cpus_option, parse_overrides
+from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, cpus_option, metric_options, parse_overrides
 
 #: set to 1 to see the full traceback of an unexpected error (for a bug report)
 DEBUG_VARIABLE = "XBM_TUNE_DEBUG"
@@ -55,8 +55,11 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
                              "(default: grid for a grid-only space, else optuna)")
     search.add_argument("--num-samples", type=int, default=d.num_samples,
                         help="trials; with grid, repeats of the whole grid (default: 1 for grid, else 20)")
-    search.add_argument("--metric", default=d.metric, help="metric to optimise (default %(default)s)")
-    search.add_argument("--mode", default=d.mode, choices=["max", "min"], help="(default %(default)s)")
+    search.add_argument("--metric", action="append", default=None, metavar="NAME[:MODE]",
+                        help="metric to optimise (default recall_at_1); repeat for several objectives, e.g. "
+                             "--metric recall_at_1:max --metric gpu_hours:min (ASHA stops on the first)")
+    search.add_argument("--mode", default=d.mode, choices=["max", "min"],
+                        help="mode of a --metric given without :MODE (default %(default)s)")
     search.add_argument("--seed", type=int, default=d.seed,
                         help="seeds the searcher, and every trial unless the space sets seed (default %(default)s)")
     search.add_argument("--warm-start", metavar="OLD_PATH", default=None,
@@ -119,7 +122,7 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
         checkpoint_period=args.checkpoint_period, max_failures=args.max_failures,
-        metric=args.metric, mode=args.mode, seed=args.seed, storage=args.storage, name=args.name,
+        **metric_options(args.metric, args.mode), seed=args.seed, storage=args.storage, name=args.name,
         **cluster, strict=args.strict, warm_start=args.warm_start,
         overrides=parse_overrides(args.set), smoke_test=args.smoke_test,
         **{k: getattr(args, k) for k in ("stop_collapsed", "gpu_hours_budget") if hasattr(args, k)},

@@ -69,7 +69,8 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     """The Tuner for ``plan``; ``callbacks`` are extra Tune callbacks after the Parquet sink."""
     options = plan.options
     sink = ParquetSink(None, plan.experiment, options.metric, options.mode, stage="sweep",
-                       swept=tuple(plan.space.params), stop_reasons=plan.stop_reasons, provenance=provenance())
+                       swept=tuple(plan.space.params), stop_reasons=plan.stop_reasons, provenance=provenance(),
+                       extra=dict(zip(options.extra_metrics, options.extra_modes)))
     tune_config = tune.TuneConfig(
         metric=options.metric, mode=options.mode, search_alg=plan.searcher, scheduler=plan.scheduler,
         num_samples=options.num_samples, max_concurrent_trials=options.max_concurrent, reuse_actors=True,

@@ -26,7 +26,7 @@ from tune.spaces.param import Param
 from tune.spaces.validation import DEFAULTS
 
 #: the searchers that sample through an Optuna study (define-by-run); ``optuna`` and ``tpe`` are TPE
-OPTUNA_SEARCHES = ("optuna", "tpe", "gp", "cmaes")
+OPTUNA_SEARCHES = ("optuna", "tpe", "gp", "cmaes", "nsga2")
 SEARCHES = (*OPTUNA_SEARCHES, "random", "grid")
 
 
