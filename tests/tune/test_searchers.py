@@ -72,3 +72,37 @@ def test_a_seeded_cmaes_sweep_runs_the_same_configs_twice(ray_session, tmp_path)
         frame = pq.read_table(f"{plan.results_uri}/trials.parquet").to_pandas()  # rows in the trials' order
         runs.append(frame[["config.normaliser.lambda_mu", "config.lr"]].values.tolist())
     assert runs[0] == runs[1] and len(runs[0]) == 3
+
+
+@pytest.mark.parametrize("search", ["tpe", "gp", "nsga2"])
+def test_several_objectives_reach_one_study_with_a_direction_each(tmp_path, search):
+    """Bug caught: a second --metric dropped (a one-direction study), gpu_hours (not an epoch metric) told
+    as missing so every trial FAILs, or a stopped trial told with intermediate values (Optuna refuses them
+    for several objectives)."""
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState
+
+    path = tmp_path / "space.yaml"
+    path.write_text(CONTINUOUS)
+    options = SweepOptions(search=search, metric="recall_at_1", mode="max", extra_metrics=("gpu_hours",),
+                           extra_modes=("min",), gpus_per_trial=0.5)
+    searcher, _ = build_searcher(load_space(str(path)), options, 2)
+    study = searcher._ot_study
+    assert study.directions == [StudyDirection.MAXIMIZE, StudyDirection.MINIMIZE]
+    searcher.suggest("done")
+    searcher.on_trial_result("done", {"recall_at_1": 0.4, "epoch": 1, "time_total_s": 3600.0})
+    searcher.on_trial_complete("done", {"recall_at_1": 0.5, "epoch": 2, "time_total_s": 7200.0})
+    searcher.suggest("stopped")
+    searcher.on_trial_complete("stopped", {"recall_at_1": 0.1, "epoch": 1, "time_total_s": 60.0})
+    done, stopped = study.get_trials(deepcopy=False)
+    assert done.state == TrialState.COMPLETE and done.values == [0.5, 7200.0 * 0.5 / 3600.0]
+    assert stopped.state == TrialState.PRUNED
+
+
+def test_cmaes_with_several_objectives_is_refused():
+    """Bug caught: CMA-ES (one objective) silently optimising only the first metric."""
+    from tune.options import SweepInputError
+    from tune.searchers import check_search_options
+
+    with pytest.raises(SweepInputError, match="several --metric need a searcher that optimises them jointly"):
+        check_search_options(SweepOptions(search="cmaes", extra_metrics=("gpu_hours",), extra_modes=("min",)))
