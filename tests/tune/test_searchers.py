@@ -106,3 +106,28 @@ def test_cmaes_with_several_objectives_is_refused():
 
     with pytest.raises(SweepInputError, match="several --metric need a searcher that optimises them jointly"):
         check_search_options(SweepOptions(search="cmaes", extra_metrics=("gpu_hours",), extra_modes=("min",)))
+
+
+TWO_OBJECTIVES = CONTINUOUS.replace("  lr: {loguniform: [1.0e-5, 1.0e-2]}", "  memory.ratio: {uniform: [0.1, 1.0]}")
+
+
+@pytest.mark.slow
+def test_a_two_objective_sweep_records_both_and_has_a_front(ray_session, tmp_path):
+    """Bug caught: the second objective lost between the CLI options and the files (sweep.json without it,
+    trials.parquet without final_memory_bytes), or a front that cannot be read back from the sweep."""
+    import analysis
+    from analysis.dominance import non_dominated
+
+    plan, built = run_toy_sweep(tmp_path, "two", TWO_OBJECTIVES, search="tpe", scheduler="fifo", num_samples=3,
+                                seed=1, stop_collapsed=False, metric="recall_at_1", mode="max",
+                                extra_metrics=("memory_bytes",), extra_modes=("min",))
+    assert len(built.searcher._ot_study.directions) == 2
+    sweep = analysis.load(plan.experiment_uri)
+    assert sweep.record.metrics == ("recall_at_1", "memory_bytes") and sweep.record.modes == ("max", "min")
+    trials = sweep.trials
+    # the memory grows with memory.ratio, so the trials' memory_bytes differ and order like their ratios
+    order = trials.sort_values("config.memory.ratio")["final_memory_bytes"].tolist()
+    assert order == sorted(order) and trials["final_memory_bytes"].gt(0).all()
+    points = trials[["final_recall_at_1", "final_memory_bytes"]].to_numpy(dtype=float)
+    expected = set(trials.trial_id[non_dominated(points, ["max", "min"])])
+    assert set(analysis.pareto(sweep).trial_id) == expected and expected
