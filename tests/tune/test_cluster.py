@@ -78,7 +78,7 @@ def run(tmp_path, name: str, **options):
     (tmp_path / "space.yaml").write_text(SPACE)
     plan = prepare(str(tmp_path / "space.yaml"), SweepOptions(
         search="grid", scheduler="fifo", num_samples=1, storage=str(tmp_path / "out"), name=name,
-        dashboard=False, **options))
+        dashboard=False, **{"stop_collapsed": False, **options}))  # the toy MLP starts below raw pixels
     watch = MostAtOnce()
     start(plan, callbacks=(watch,)).tuner.fit()
     return plan, outcome(plan.experiment_uri, "recall_at_1", "max").trials, watch.most

@@ -255,7 +255,8 @@ def test_a_label_free_sweep_composes_with_asha_the_contract_and_analysis(ray_ses
     import analysis
 
     plan = prepare(space_file(MOCO, "moco"), options(tmp_path, num_samples=4, grace_period=1, reduction_factor=2,
-                                                     max_concurrent=1, name="moco", seed=3))
+                                                     max_concurrent=1, name="moco", seed=3,
+                                                     stop_collapsed=False))  # ASHA alone decides here
     run_sweep(plan)
     trials = outcome(plan.experiment_uri, "recall_at_1", "max").trials
     assert set(trials["config.objective"]) == {"moco"} and trials["config.moco.momentum"].nunique() == 4
