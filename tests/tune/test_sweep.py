@@ -117,9 +117,10 @@ def test_fixed_configs_come_in_order_then_finish():
 
 # ---- registries and checks before Ray ------------------------------------------------------------
 def test_every_registry_entry_builds(tmp_path, space_file):
-    assert set(SEARCHERS) == {"optuna", "tpe", "gp", "cmaes", "random", "grid"}
+    assert set(SEARCHERS) == {"optuna", "tpe", "gp", "cmaes", "nsga2", "random", "grid"}
     assert set(SCHEDULERS) == {"asha", "hyperband", "fifo"}
-    for search, text in (("optuna", TOY), ("tpe", TOY), ("gp", TOY), ("cmaes", TOY), ("random", TOY), ("grid", GRID)):
+    for search, text in (("optuna", TOY), ("tpe", TOY), ("gp", TOY), ("cmaes", TOY), ("nsga2", TOY), ("random", TOY),
+                         ("grid", GRID)):
         space = load_space(space_file(text, search))
         searcher, param_space = build_searcher(space, options(tmp_path, search=search), 3)
         optuna_based = isinstance(searcher, PrunedOptunaSearch)
@@ -139,7 +140,7 @@ def test_every_registry_entry_builds(tmp_path, space_file):
 
 
 BAD_INPUT = {  # case: (options changed, space, error type, what the message must say)
-    "search": ({"search": "bayes"}, "toy", SpaceError, "unknown search 'bayes'; valid: optuna, tpe, gp, cmaes, random, grid"),
+    "search": ({"search": "bayes"}, "toy", SpaceError, "unknown search 'bayes'; valid: optuna, tpe, gp, cmaes, nsga2, random, grid"),
     "grid_optuna": ({"search": "optuna"}, "grid", SpaceError, "search 'optuna' cannot run grid params"),
     "grace": ({"grace_period": 5}, "toy", SweepInputError, "--grace-period must be <= the epoch budget (3), but got 5"),
     "set_key": ({"overrides": {"lr_typo": "1"}}, "toy", SpaceError, "key 'lr_typo': unknown --set key"),
