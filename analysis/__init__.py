@@ -17,6 +17,7 @@ _HOMES = {
     "delay_curve": "effects", "kalman_r_curve": "effects", "memory_ratio_curve": "effects",
     "parallel_coordinates": "effects", "param_effect": "effects", "param_heatmap": "effects",
     "NotApplicable": "errors", "param_importance": "importance", "rebuild_study": "importance",
+    "pareto": "dominance", "pareto_front": "dominance",
     "Problem": "loader", "Sweep": "loader", "SweepReadWarning": "loader", "load": "loader",
     "REFERENCES": "references", "reference_for": "references",
     "best_per_kind": "tables", "leaderboard": "tables", "status_counts": "tables", "stop_reasons": "tables",
@@ -41,6 +42,7 @@ __all__ = [
     "NotApplicable", "Problem", "REFERENCES", "Sweep", "SweepReadWarning",
     "asha_survival", "best_per_kind", "compare_variants", "confirmation_table", "delay_curve", "drift_staleness",
     "kalman_r_curve", "leaderboard", "learning_curves", "load", "matched_pairs", "memory_ratio_curve",
-    "paired_differences", "parallel_coordinates", "param_effect", "param_heatmap", "param_importance",
+    "paired_differences", "parallel_coordinates", "param_effect", "param_heatmap", "param_importance", "pareto",
+    "pareto_front",
     "rebuild_study", "reference_for", "status_counts", "stop_reasons", "t_interval",
 ]

@@ -38,7 +38,7 @@ ALWAYS_SUMMARISED = ("recall_at_1", "map_at_r")
 # ---- column types ---------------------------------------------------------------------------------
 #: counters: int64 wherever they appear (epoch rows and trials.parquet)
 INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries", "collapsed_epochs",
-                         "skipped_images"})
+                         "skipped_images", "memory_bytes"})
 #: text columns (``sweep_dir`` and ``variant`` are added by ``analysis.load``, never written)
 STRING_COLUMNS = frozenset({"experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error",
                             "node_id", "gpu_ids", "git_sha", "package_version", "eval_split", "best_weights", "exploits",
@@ -50,7 +50,7 @@ EPOCH_TIME_COLUMNS = ("train_s", "data_wait_s", "eval_s", "checkpoint_s")
 SETUP_COLUMN = "setup_s"
 #: the epoch columns declared ahead of the code that reports them, so that every epoch file has them
 #: (null until reported; ``gpu_memory_peak_gib`` stays null on the CPU)
-EPOCH_DECLARED = (*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "skipped_images")
+EPOCH_DECLARED = (*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "skipped_images", "memory_bytes")
 #: trials.parquet values taken from the trial's latest epoch row that has one
 FROM_LAST_ROW = ("reference_raw_recall_at_1", SETUP_COLUMN, "best_weights")
 FLOAT_COLUMNS = frozenset({*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "train_fraction",
@@ -74,17 +74,30 @@ def epoch_key_fields() -> list[pa.Field]:
     return [pa.field(n, column_type(n)) for n in ("experiment", "stage", "trial_id", "epoch", "node_id", "gpu_ids")]
 
 
-def summary_names(metric: str) -> tuple[str, ...]:
-    """The metrics that get ``best_``/``final_`` columns: the sweep's, then ``ALWAYS_SUMMARISED``."""
-    return tuple(dict.fromkeys((metric, *ALWAYS_SUMMARISED)))
+#: objectives that are a trial's own columns in trials.parquet (no epoch column, no best_/final_)
+TRIAL_OBJECTIVES = ("gpu_hours", "wall_time_s")
 
 
-def trial_fields(metric: str, metric_types: Mapping[str, pa.DataType] | None = None) -> list[pa.Field]:
+def summary_names(metric: str, extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The metrics that get ``best_``/``final_`` columns: the sweep's, its other objectives (``extra``, but
+    ``TRIAL_OBJECTIVES``), then ``ALWAYS_SUMMARISED``."""
+    return tuple(dict.fromkeys((metric, *(m for m in extra if m not in TRIAL_OBJECTIVES), *ALWAYS_SUMMARISED)))
+
+
+def objective_column(metric: str) -> str:
+    """The trials.parquet column holding a trial's value of an objective: ``final_<metric>`` (the value its
+    last epoch reported, what the searcher is told), or the trial's own column for ``TRIAL_OBJECTIVES``."""
+    return metric if metric in TRIAL_OBJECTIVES else f"final_{metric}"
+
+
+def trial_fields(metric: str, metric_types: Mapping[str, pa.DataType] | None = None,
+                 extra: Sequence[str] = ()) -> list[pa.Field]:
     """trials.parquet's columns before the ``config.*`` ones, in order. ``metric_types`` (a metric's
-    type as reported) types its ``best_``/``final_`` columns; float64 otherwise."""
+    type as reported) types its ``best_``/``final_`` columns; float64 otherwise. ``extra``: the sweep's
+    other objectives."""
     s, f, i = pa.string(), pa.float64(), pa.int64()
     summary = []
-    for name in summary_names(metric):
+    for name in summary_names(metric, extra):
         kind = (metric_types or {}).get(name, f)
         summary += [pa.field(f"best_{name}", kind), pa.field(f"final_{name}", kind)]
         if name == metric:
@@ -102,20 +115,23 @@ def finite(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def summarise(rows: Sequence[Mapping[str, Any]], metric: str, mode: str) -> dict[str, Any]:
+def summarise(rows: Sequence[Mapping[str, Any]], metric: str, mode: str,
+              extra: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A trial's summary from its epoch rows (sorted by epoch):
 
-    * ``best_<m>``, ``final_<m>`` for ``m`` in ``summary_names(metric)``, and ``best_epoch`` (the sweep
-      metric's): the best under ``mode`` for the sweep's metric (``max`` for the others), the first
+    * ``best_<m>``, ``final_<m>`` for ``m`` in ``summary_names(metric, extra)``, and ``best_epoch`` (the sweep
+      metric's): the best under ``mode`` for the sweep's metric, under its own mode for an ``extra``
+      objective (name -> mode; ``max`` for the others), the first
       epoch reaching it on a tie; final = the last FINITE value (an epoch without evaluation, a NaN, is
       skipped, so an ``eval_every`` > 1 trial has a final value); None when no value is finite;
     * the sums of ``EPOCH_TIME_COLUMNS`` over the rows (None when no row has a finite value);
     * ``FROM_LAST_ROW``: the latest row's non-null value.
     """
     out: dict[str, Any] = {}
-    for name in summary_names(metric):
+    modes = {**dict(extra or {}), metric: mode}
+    for name in summary_names(metric, tuple(extra or ())):
         scored = [(r[name], r.get("epoch")) for r in rows if finite(r.get(name))]
-        higher = mode == "max" or name != metric
+        higher = modes.get(name, "max") == "max"
         best = (max if higher else min)(scored, key=lambda p: p[0]) if scored else (None, None)
         out[f"best_{name}"] = best[0]
         out[f"final_{name}"] = scored[-1][0] if scored else None

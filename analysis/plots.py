@@ -265,3 +265,18 @@ def plot_schedules(frame: pd.DataFrame):
     axes[-1].set_xlabel("epoch")
     axes[0].set_title("PBT schedules: each trial's mutable values by epoch")
     return fig
+
+
+def plot_pareto(result):
+    """Every eligible trial on the first two objectives, the front highlighted and joined (from
+    ``analysis.dominance.pareto_front``); with one objective, none to draw."""
+    x, y = result.columns[0], result.columns[1]
+    fig, ax = _figure(6, 4.5)
+    points, front = result.points, result.front.sort_values(x)
+    ax.scatter(points[x], points[y], s=14, color="0.7", label="trials")
+    ax.plot(front[x], front[y], color="C3", marker="o", ms=5, lw=1, drawstyle="steps-post", label="Pareto front")
+    ax.set_xlabel(f"{x} ({result.modes[0]})")
+    ax.set_ylabel(f"{y} ({result.modes[1]})")
+    ax.set_title(f"Pareto front: {len(front)} of {len(points)} trials")
+    ax.legend(fontsize=8)
+    return fig

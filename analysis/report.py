@@ -55,7 +55,8 @@ class _Report:
 
     def render(self) -> str:
         parts = self.overview()
-        for title, build in (("Leaderboard", self.leaderboard), ("Recall@K", self.recall_at_k),
+        for title, build in (("Leaderboard", self.leaderboard), ("Pareto front", self.pareto),
+                             ("Recall@K", self.recall_at_k),
                              ("Best per normaliser kind", self.best_per_kind),
                              ("Variant comparison", self.variants), ("Confirmation", self.confirmation),
                              ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
@@ -96,6 +97,20 @@ class _Report:
         return ", ".join(shown) or key
 
     # ---- sections ---------------------------------------------------------------------------------
+    def pareto(self) -> list[str]:
+        """The non-dominated trials of a several-objective sweep (``analysis.dominance``), and their plot."""
+        from analysis.dominance import pareto_front
+
+        record = self.sweep.record
+        if len(record.metrics) < 2:
+            raise NotApplicable("one objective (give --metric several times for a front)")
+        result = pareto_front(self.sweep.trials, record.metrics, record.modes)
+        table = result.front[["trial_id", *result.columns]].head(TOP)
+        lines = [f"{len(result.front)} of {len(result.points)} trials are non-dominated on "
+                 + ", ".join(f"`{c}` ({m})" for c, m in zip(result.columns, result.modes)) + ".", "",
+                 markdown.table(table), ""]
+        return lines + [self.figure(plots.plot_pareto(result), "pareto", "Pareto front")]
+
     def overview(self) -> list[str]:
         s = self.sweep
         space = s.record.space

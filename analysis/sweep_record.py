@@ -59,14 +59,17 @@ class SpaceRecord:
 
 @dataclass(frozen=True)
 class SweepRecord:
-    """``sweep.json``. ``metric``/``mode`` are the sweep's one objective (``metrics``/``modes`` give them as
-    tuples for readers that will handle several); ``options`` are the CLI's (``SweepOptions.to_dict``);
+    """``sweep.json``. ``metric``/``mode`` are the sweep's first objective (what ASHA stops on; old readers
+    know only it), ``extra_metrics``/``extra_modes`` its others (``--metric`` repeated); ``metrics``/``modes``
+    give them all as tuples; ``options`` are the CLI's (``SweepOptions.to_dict``);
     ``extra`` keeps keys this version does not know, so that rewriting a newer record loses nothing."""
 
     experiment: str | None = None
     stage: str = "sweep"
     metric: str = "recall_at_1"
     mode: str = "max"
+    extra_metrics: tuple[str, ...] = ()
+    extra_modes: tuple[str, ...] = ()
     max_epochs: int | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     space: SpaceRecord = field(default_factory=SpaceRecord)
@@ -86,8 +89,9 @@ class SweepRecord:
             raise ValueError(f"sweep.json must hold a JSON object, but holds a {type(data).__name__}")
         known = {f.name for f in fields(cls)} - {"extra", "space", "version"}
         values = {k: data[k] for k in known if data.get(k) is not None}
-        if "fairness_warnings" in values:
-            values["fairness_warnings"] = tuple(values["fairness_warnings"])
+        for key in ("fairness_warnings", "extra_metrics", "extra_modes"):
+            if key in values:
+                values[key] = tuple(values[key])
         for key in ("options", "paths"):
             values[key] = dict(values.get(key) or {})
         extra = {k: v for k, v in data.items() if k not in known | {"space", "version"}}
@@ -105,7 +109,8 @@ class SweepRecord:
             if f.name not in ("extra", "version"):
                 out[f.name] = getattr(self, f.name)
         out.update(space=self.space.to_dict(), options=dict(self.options), paths=dict(self.paths),
-                   fairness_warnings=list(self.fairness_warnings))
+                   fairness_warnings=list(self.fairness_warnings), extra_metrics=list(self.extra_metrics),
+                   extra_modes=list(self.extra_modes))
         return out
 
     def to_json(self) -> str:
@@ -122,11 +127,11 @@ class SweepRecord:
 
     @property
     def metrics(self) -> tuple[str, ...]:
-        return (self.metric,)
+        return (self.metric, *self.extra_metrics)
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return (self.mode,)
+        return (self.mode, *self.extra_modes)
 
     @property
     def provenance(self) -> dict[str, Any]:

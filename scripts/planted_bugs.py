@@ -56,7 +56,7 @@ PLANTS = [
      'return 0 if counts.get("completed", 0) + counts.get("stopped_early", 0) > 0 else 1', "return 0",
      ["tests/tune/test_cli.py::test_sweep_exits_1_only_when_every_trial_failed"]),
     ("fifo stops early", "tune/schedulers.py",
-     "    return FIFOScheduler()", "    return AsyncHyperBandScheduler(time_attr=TIME_ATTR, max_t=max_epochs)",
+     "    return GuardedFIFO()", "    return RecordingASHA({}, time_attr=TIME_ATTR, max_t=max_epochs)",
      ["tests/tune/test_sweep.py::test_every_registry_entry_builds"]),
     ("grace check removed", "tune/plan.py",
      "raise SweepInputError(f\"--grace-period must be <= the epoch budget", "print(f\"--grace-period must be <= the epoch budget",

@@ -14,7 +14,7 @@ import traceback
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
 
-from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, cpus_option, parse_overrides
+from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, cpus_option, metric_options, parse_overrides
 
 #: set to 1 to see the full traceback of an unexpected error (for a bug report)
 DEBUG_VARIABLE = "XBM_TUNE_DEBUG"
@@ -55,11 +55,15 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
     d = SweepOptions()
     search = parser.add_argument_group("search")
     search.add_argument("--search", default=d.search,
-                        help="optuna (seeded TPE) | random | grid (default: grid for a grid-only space, else optuna)")
+                        help="optuna or tpe (seeded TPE) | gp (Gaussian process) | cmaes (CMA-ES) | random | grid "
+                             "(default: grid for a grid-only space, else optuna)")
     search.add_argument("--num-samples", type=int, default=d.num_samples,
                         help="trials; with grid, repeats of the whole grid (default: 1 for grid, else 20)")
-    search.add_argument("--metric", default=d.metric, help="metric to optimise (default %(default)s)")
-    search.add_argument("--mode", default=d.mode, choices=["max", "min"], help="(default %(default)s)")
+    search.add_argument("--metric", action="append", default=None, metavar="NAME[:MODE]",
+                        help="metric to optimise (default recall_at_1); repeat for several objectives, e.g. "
+                             "--metric recall_at_1:max --metric gpu_hours:min (ASHA stops on the first)")
+    search.add_argument("--mode", default=d.mode, choices=["max", "min"],
+                        help="mode of a --metric given without :MODE (default %(default)s)")
     search.add_argument("--seed", type=int, default=d.seed,
                         help="seeds the searcher, and every trial unless the space sets seed (default %(default)s)")
     search.add_argument("--warm-start", metavar="OLD_PATH", default=None,
@@ -78,6 +82,13 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
                       help="keep 1/factor of trials per rung (default %(default)s)")
     stop.add_argument("--strict", action="store_true",
                       help="refuse (exit 2) when early stopping is unfair to a swept start epoch")
+    stop.add_argument("--stop-collapsed", action=argparse.BooleanOptionalAction, default=d.stop_collapsed,
+                      help="stop a trial whose loss saw no positive pair for 2 epochs, or still below raw pixels "
+                           "after --grace-period epochs (default: on)")
+    stop.add_argument("--time-budget", type=duration_option, default=None, metavar="DURATION",
+                      help="e.g. 90s, 30m, 2h: then no new trial, running ones stop after their current epoch")
+    stop.add_argument("--gpu-hours-budget", type=float, default=None, metavar="HOURS",
+                      help="the same for the trials' wall time x GPUs")
     res = parser.add_argument_group("resources and faults")
     res.add_argument("--cpus-per-trial", type=cpus_option, default=d.cpus_per_trial,
                      help="CPUs per trial, or auto: 1 without GPUs, else the node's CPUs x --gpus-per-trial / its "
@@ -118,10 +129,23 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         num_samples=args.num_samples, search=args.search, scheduler=args.scheduler, max_epochs=args.max_epochs,
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
-        checkpoint_period=args.checkpoint_period, perturbation_interval=args.perturbation_interval, max_failures=args.max_failures,
-        metric=args.metric, mode=args.mode, seed=args.seed, storage=args.storage, name=args.name,
+        checkpoint_period=args.checkpoint_period, perturbation_interval=args.perturbation_interval,
+        max_failures=args.max_failures,
+        **metric_options(args.metric, args.mode), seed=args.seed, storage=args.storage, name=args.name,
         **cluster, strict=args.strict, warm_start=args.warm_start,
-        overrides=parse_overrides(args.set), smoke_test=args.smoke_test)
+        overrides=parse_overrides(args.set), smoke_test=args.smoke_test,
+        **{k: getattr(args, k) for k in ("stop_collapsed", "gpu_hours_budget") if hasattr(args, k)},
+        time_budget_s=getattr(args, "time_budget", None))
+
+
+def duration_option(text: str) -> float:
+    """``--time-budget``'s value in seconds (``tune.guards.parse_duration``), its rule on bad input."""
+    from tune.guards import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -138,7 +162,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"{plan.options.scheduler}, {plan.options.num_samples} sample(s), {plan.max_epochs} epoch(s) max")
     print(f"results: {plan.results_uri}")
     print_watch_help(plan)
-    return finish(run_sweep(plan))
+    code = finish(run_sweep(plan))
+    guards = getattr(plan.scheduler, "guards", None)
+    if guards is not None and guards.spent:  # the last line says the sweep ended on its budget
+        print(f"{guards.spent}: the sweep stopped its trials after their current epoch; the Parquet is complete")
+    return code
 
 
 def print_watch_help(plan) -> None:

@@ -22,7 +22,9 @@ Selection (``select_top``, pure): ``stage == "sweep"`` trials with a finite ``be
 sweep's metric and mode from ``results/sweep.json``); ``completed`` trials rank before
 ``stopped_early`` ones (ASHA judged those at a rung and culled them, whatever their best value), then
 by ``best_<metric>``; trials with the same configuration (all ``config.*`` but the seed, nulls
-included) count once, at their best. Fewer than K candidates: all of them, with a note.
+included) count once, at their best. Fewer than K candidates: all of them, with a note. A sweep with
+several objectives (``--metric`` repeated) takes its candidates from its Pareto front (``front_rows``,
+``analysis.pareto``), ranked the same way by the first objective.
 """
 from __future__ import annotations
 
@@ -74,6 +76,23 @@ def select_top(rows: Sequence[Mapping[str, Any]], metric: str, mode: str, top: i
             chosen[key] = [row, 1, config]
     return [Candidate(i + 1, str(row.get("trial_id")), row["status"], float(row[column]), config, n)
             for i, (row, n, config) in enumerate(chosen.values())]
+
+
+def front_rows(rows: Sequence[Mapping[str, Any]], record) -> list[Mapping[str, Any]]:
+    """A several-objective sweep's candidates: its Pareto front (``analysis.dominance``), which
+    ``select_top`` then ranks by the first objective; a one-objective sweep's rows as they are."""
+    if len(record.metrics) < 2:
+        return list(rows)
+    import pandas as pd
+
+    from analysis.dominance import pareto_front
+    from analysis.errors import NotApplicable
+
+    try:
+        front = set(pareto_front(pd.DataFrame(list(rows)), record.metrics, record.modes).front["trial_id"])
+    except NotApplicable:
+        return []
+    return [row for row in rows if row.get("trial_id") in front]
 
 
 def confirm_configs(candidates: Sequence[Candidate], seeds: Sequence[int],
@@ -131,7 +150,7 @@ def plan(args: argparse.Namespace) -> ConfirmPlan:
     try:
         record = read_record(uri)
         metric, mode = record.metric, record.mode
-        candidates = select_top(read_trials(uri), metric, mode, args.top)
+        candidates = select_top(front_rows(read_trials(uri), record), metric, mode, args.top)
         if not candidates:
             raise SweepInputError(f"nothing to confirm in {uri}: no completed or early-stopped sweep trial has "
                                   f"a finite best_{metric}")

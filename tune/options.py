@@ -29,7 +29,12 @@ class SweepOptions:
     """What ``xbm-tune sweep`` runs. ``max_epochs`` None keeps the space's (or TrainConfig's) epochs.
 
     ``cpus_per_trial`` ``auto`` is resolved once Ray is connected (``tune.resources``); ``checkpoint_period``
-    is in seconds of a trial's epochs (``tune.checkpoints``).
+    is in seconds of a trial's epochs (``tune.checkpoints``). ``stop_collapsed``, ``time_budget_s`` and
+    ``gpu_hours_budget`` are the guards every scheduler carries (``tune.guards``).
+
+    Several objectives: ``metric``/``mode`` are the first (what ASHA stops on), ``extra_metrics`` /
+    ``extra_modes`` the others (``--metric recall_at_1:max --metric gpu_hours:min``); ``metrics``/``modes``
+    give them all.
 
     ``seed`` seeds the searcher (TPE, random) and is every trial's ``seed`` unless the space or
     ``--set`` gives one: trials then differ by config only (common random numbers), which is what a
@@ -59,6 +64,11 @@ class SweepOptions:
     warm_start: str | None = None
     overrides: Mapping[str, Any] = field(default_factory=dict)
     smoke_test: bool = False
+    stop_collapsed: bool = True
+    time_budget_s: float | None = None
+    gpu_hours_budget: float | None = None
+    extra_metrics: tuple[str, ...] = ()
+    extra_modes: tuple[str, ...] = ()
 
     @classmethod
     def from_record(cls, options: Mapping[str, Any]) -> "SweepOptions":
@@ -98,6 +108,26 @@ class SweepOptions:
         _check(self.name is None or (self.name and "/" not in self.name and self.name not in (".", "..")),
                "--name", "a folder name without '/'", self.name)
         _check(bool(self.storage), "--storage", "a folder or URI", self.storage)
+        object.__setattr__(self, "extra_metrics", tuple(self.extra_metrics))  # sweep.json gives lists
+        object.__setattr__(self, "extra_modes", tuple(self.extra_modes))
+        _check(len(self.extra_modes) == len(self.extra_metrics), "--metric", "one mode per metric",
+               list(zip(self.extra_metrics, self.extra_modes)))
+        for name, mode in zip(self.extra_metrics, self.extra_modes):
+            _check(bool(name) and mode in MODES, "--metric", f"NAME:MODE with MODE one of {list(MODES)}",
+                   f"{name}:{mode}")
+        _check(len(set(self.metrics)) == len(self.metrics), "--metric", "each metric once", list(self.metrics))
+        _check(self.time_budget_s is None or self.time_budget_s > 0, "--time-budget", "> 0 seconds",
+               self.time_budget_s)
+        _check(self.gpu_hours_budget is None or self.gpu_hours_budget > 0, "--gpu-hours-budget", "> 0 GPU hours",
+               self.gpu_hours_budget)
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric, *self.extra_metrics)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return (self.mode, *self.extra_modes)
 
     def replace(self, **changes: Any) -> "SweepOptions":
         return dataclasses.replace(self, **changes)
@@ -114,6 +144,17 @@ class SweepOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "overrides": dict(self.overrides)}
+
+
+def metric_options(values: list[str] | None, default_mode: str) -> dict[str, Any]:
+    """Repeated ``--metric NAME[:MODE]`` -> the options' ``metric``, ``mode``, ``extra_metrics``,
+    ``extra_modes`` (a metric without ``:MODE`` takes ``default_mode``, i.e. ``--mode``)."""
+    pairs = []
+    for text in values or [SweepOptions.metric]:
+        name, _, mode = str(text).partition(":")
+        pairs.append((name, mode or default_mode))
+    return {"metric": pairs[0][0], "mode": pairs[0][1], "extra_metrics": tuple(n for n, _ in pairs[1:]),
+            "extra_modes": tuple(m for _, m in pairs[1:])}
 
 
 def cpus_option(text: str) -> float | str:

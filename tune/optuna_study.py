@@ -93,13 +93,13 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
     return out, name, counts
 
 
-def name_objective(study, metric: str) -> None:
-    """Name the objective after the sweep's metric (optuna-dashboard shows it instead of "Objective 0")."""
+def name_objective(study, metric: str | list[str]) -> None:
+    """Name the objective(s) after the sweep's metric(s) (optuna-dashboard shows them instead of "Objective 0")."""
     import warnings
 
     with warnings.catch_warnings():  # set_metric_names is marked experimental
         warnings.simplefilter("ignore")
-        study.set_metric_names([metric])
+        study.set_metric_names(list(metric) if isinstance(metric, (list, tuple)) else [metric])
 
 
 def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]], metric: str) -> str:

@@ -25,6 +25,7 @@ from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions
 from tune.parquet import RESULTS, Storage, check_storage
 from tune.schedulers import build_scheduler
 from tune.searchers import build_searcher, check_search_options
+from tune.spaces.space import OPTUNA_SEARCHES
 from tune.trainable import train_config
 from xbm.inputs import PATH_KEYS, absolute_paths
 
@@ -56,8 +57,8 @@ class SweepPlan:
 
     @property
     def optuna_journal(self) -> str | None:
-        """The live Optuna study's file (optuna search on a local folder), else None."""
-        return live_journal(self.results_uri) if self.options.search == "optuna" else None
+        """The live Optuna study's file (an Optuna searcher on a local folder), else None."""
+        return live_journal(self.results_uri) if self.options.search in OPTUNA_SEARCHES else None
 
 
 def prepare(space_name: str, options: SweepOptions) -> SweepPlan:

@@ -24,7 +24,7 @@ def sweep_record(plan) -> SweepRecord:
     space = plan.space
     return SweepRecord(
         experiment=plan.experiment, stage="sweep", metric=plan.options.metric, mode=plan.options.mode,
-        max_epochs=plan.max_epochs, options=plan.options.to_dict(), space=space_record(space),
+        extra_metrics=plan.options.extra_metrics, extra_modes=plan.options.extra_modes, max_epochs=plan.max_epochs, options=plan.options.to_dict(), space=space_record(space),
         paths={k: space.base[k] for k in PATH_KEYS if space.base.get(k) and k not in space.params},
         fairness_warnings=tuple(plan.warnings), created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **provenance())

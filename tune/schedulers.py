@@ -7,7 +7,9 @@ stops a trial whose results lack the time attribute; the trainer's results alway
 (1-based, continuous across restores).
 
 Each scheduler here records why it stopped a trial (``stop_reasons``: trial_id -> text), which the
-Parquet sink writes as ``stop_reason``.
+Parquet sink writes as ``stop_reason``. Every one is a ``tune.guards.GuardedScheduler``: collapse-aware
+stopping (``--no-stop-collapsed`` turns it off) and the budgets (``--time-budget``, ``--gpu-hours-budget``)
+judge each result first, whatever the scheduler.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 from ray.tune.schedulers import (AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, PopulationBasedTraining,
                                  TrialScheduler)
 
+from tune.guards import Budget, GuardedScheduler, Guards
 from tune.options import SweepInputError
 
 TIME_ATTR = "epoch"
@@ -42,15 +45,15 @@ class _RecordsStops:
         return decision
 
 
-class RecordingASHA(_RecordsStops, AsyncHyperBandScheduler):
+class RecordingASHA(GuardedScheduler, _RecordsStops, AsyncHyperBandScheduler):
     label = "asha"
 
 
-class RecordingHyperBand(_RecordsStops, HyperBandScheduler):
+class RecordingHyperBand(GuardedScheduler, _RecordsStops, HyperBandScheduler):
     label = "hyperband"
 
 
-class RecordingPBT(PopulationBasedTraining):
+class RecordingPBT(GuardedScheduler, PopulationBasedTraining):
     """Population-based training (Jaderberg et al. 2017) that records every exploit: ``exploits`` maps the
     exploiting trial's id to its ``"<donor trial>@<donor's epoch>"`` entries, in order (the Parquet sink's
     ``exploits`` column). The exploiting trial restarts from the donor's latest checkpoint (weights,
@@ -68,6 +71,11 @@ class RecordingPBT(PopulationBasedTraining):
         return super()._exploit(tune_controller, trial, trial_to_clone)
 
 
+
+class GuardedFIFO(GuardedScheduler, FIFOScheduler):
+    """FIFO: no early stopping of its own, only the guards'."""
+
+
 def _asha(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
     return RecordingASHA(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs, grace_period=options.grace_period,
                          reduction_factor=options.reduction_factor)
@@ -79,7 +87,7 @@ def _hyperband(options, max_epochs: int, stop_reasons: dict, space=None) -> Tria
 
 
 def _fifo(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
-    return FIFOScheduler()
+    return GuardedFIFO()
 
 
 def _pbt(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
@@ -103,19 +111,26 @@ SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo, "pbt": _pbt
 def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ...]:
     """The epochs at which ``scheduler`` may stop a trial: a trial evaluates them whatever its
     ``eval_every``, so every decision is taken on a measured value. ASHA: its rungs (every bracket's);
-    FIFO: none; any other scheduler: every epoch (no saving, but no blind
-    decision either)."""
-    if type(scheduler) is FIFOScheduler:  # every other scheduler subclasses it
-        return ()
-    if isinstance(scheduler, AsyncHyperBandScheduler):
-        rungs = {int(m) for bracket in scheduler._brackets for m, _ in bracket._rungs if m <= max_epochs}
-        return tuple(sorted(rungs))
-    return tuple(range(1, max_epochs + 1))
+    FIFO: none; any other scheduler: every epoch (no saving, but no blind decision either). With
+    collapse-aware stopping, also the epoch the below-raw-pixels rule judges (``Guards.raw_epoch``)."""
+    guards = getattr(scheduler, "guards", None)
+    grace = {guards.raw_epoch} if guards is not None and guards.stop_collapsed else set()
+    if type(scheduler) in (FIFOScheduler, GuardedFIFO):  # every other scheduler subclasses FIFOScheduler
+        epochs = set()
+    elif isinstance(scheduler, AsyncHyperBandScheduler):
+        epochs = {int(m) for bracket in scheduler._brackets for m, _ in bracket._rungs}
+    else:
+        epochs = set(range(1, max_epochs + 1))
+    return tuple(sorted(e for e in epochs | grace if e <= max_epochs))
 
 
 def build_scheduler(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
     """The ``--scheduler``; ``space`` (a ``tune.spaces.SearchSpace``) gives PBT its mutable params."""
     if options.scheduler not in SCHEDULERS:
         raise SweepInputError(f"--scheduler must be one of {sorted(SCHEDULERS)}, but got {options.scheduler!r}")
-    return SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons, space)
+    scheduler = SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons, space)
+    budget = Budget(options.time_budget_s, options.gpu_hours_budget)
+    if options.stop_collapsed or budget.active:
+        scheduler.guards = Guards(stop_reasons, options.stop_collapsed, options.grace_period, budget)
+    return scheduler
 

@@ -1,4 +1,18 @@
-"""Searchers registry (``--search``): ``optuna`` (seeded TPE, define-by-run), ``random``, ``grid``.
+"""Searchers registry (``--search``): ``optuna`` / ``tpe`` (seeded TPE, define-by-run), ``gp`` (Optuna's
+``GPSampler``: Gaussian process, log EI), ``cmaes`` (Optuna's ``CmaEsSampler``, the ``cmaes`` package),
+``nsga2`` (Optuna's ``NSGAIISampler``, several objectives), ``random``, ``grid``.
+
+``gp`` and ``cmaes`` suit small continuous spaces (``pcxbn_lambdas``, ``axbn_kalman``) where a few
+expensive trials favour a model of the whole surface. Both model the space's continuous parameters
+(CMA-ES: the intersection of every trial's parameters); categorical and conditional ones are drawn by
+Optuna's independent sampler (random, seeded). Both learn from completed trials only: a trial the
+scheduler stopped (told ``PRUNED``, below) does not enter their model.
+
+Several objectives (``--metric`` repeated): the study gets one direction per metric and each finished
+trial is told the values of its last epoch; ``tpe`` (MOTPE), ``gp`` and ``nsga2`` optimise them jointly
+(``cmaes`` cannot: refused). Optuna keeps no intermediate values for several objectives, so a stopped trial
+is told ``PRUNED`` without them. ``gpu_hours`` is not an epoch metric: it is the trial's Tune time
+(``time_total_s``) x its GPUs / 3600, as the Parquet sink computes it.
 
 Early-stopped trials and TPE
 ----------------------------
@@ -30,19 +44,22 @@ from ray.tune.search.optuna import OptunaSearch
 from tune.optuna_study import RAY_TRIAL_ID, name_objective
 from tune.options import SweepInputError
 from tune.parquet import finite
+from tune.spaces.space import OPTUNA_SEARCHES
 from tune.trainable import ERROR_KEY
 
 
 class PrunedOptunaSearch(OptunaSearch):
     """OptunaSearch that reports trials stopped before ``budget`` epochs as ``PRUNED`` (see module doc)."""
 
-    def __init__(self, space: Callable, metric: str, mode: str, seed: int, budget: int,
+    def __init__(self, space: Callable, metric: str | list[str], mode: str | list[str], seed: int, budget: int,
                  time_attr: str = "epoch", points: list[dict] | None = None,
-                 rewards: list[float] | None = None, study_name: str | None = None, storage=None) -> None:
+                 rewards: list[float] | None = None, study_name: str | None = None, storage=None,
+                 sampler: str = "tpe", gpus: float = 0.0) -> None:
         self._budget = int(budget)
+        self._gpus = float(gpus)  # per trial: a trial's gpu_hours objective
         self._time_attr = time_attr
         self._steps: dict[str, set[int]] = {}
-        sampler = optuna.samplers.TPESampler(seed=seed)
+        sampler = SAMPLERS[sampler](seed)
         super().__init__(space=space, metric=metric, mode=mode, sampler=sampler,
                          points_to_evaluate=points or None, evaluated_rewards=rewards or None,
                          study_name=study_name, storage=storage)
@@ -71,27 +88,45 @@ class PrunedOptunaSearch(OptunaSearch):
             self._ot_trials[trial_id].set_user_attr(RAY_TRIAL_ID, trial_id)
         return config
 
+    @property
+    def _several(self) -> bool:
+        return isinstance(self._metric, (list, tuple))
+
+    def _objectives(self, result: Mapping[str, Any]) -> list[Any]:
+        """The result's value of each objective (``gpu_hours`` from Tune's time when not reported)."""
+        names = list(self._metric) if self._several else [self._metric]
+        values = []
+        for name in names:
+            value = result.get(name)
+            if value is None and name == "gpu_hours" and finite(result.get("time_total_s")):
+                value = float(result["time_total_s"]) * self._gpus / 3600.0
+            values.append(value)
+        return values
+
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if ERROR_KEY in result or trial_id not in self._ot_trials:
-            return
+        if ERROR_KEY in result or trial_id not in self._ot_trials or self._several:
+            return  # Optuna keeps no intermediate values for several objectives
         self._report(trial_id, result)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return super().on_trial_complete(trial_id, result, error)
         result = result or {}
-        value = result.get(self.metric)
+        values = self._objectives(result)
         epoch = result.get(self._time_attr)
         ot_trial = self._ot_trials[trial_id]
-        if error or ERROR_KEY in result or not finite(value):
+        if error or ERROR_KEY in result or not all(finite(v) for v in values):
             self._ot_study.tell(ot_trial, None, state=TrialState.FAIL)
         elif epoch is not None and int(epoch) < self._budget:
             # the scheduler's STOP skipped on_trial_result for this last result: record it first
-            self._report(trial_id, result)
+            if not self._several:
+                self._report(trial_id, result)
             self._ot_study.tell(ot_trial, None, state=TrialState.PRUNED)
         else:
-            self._report(trial_id, result)  # the last epoch too, so the study's curve is whole
-            self._ot_study.tell(ot_trial, float(value), state=TrialState.COMPLETE)
+            if not self._several:
+                self._report(trial_id, result)  # the last epoch too, so the study's curve is whole
+            told = [float(v) for v in values]
+            self._ot_study.tell(ot_trial, told if self._several else told[0], state=TrialState.COMPLETE)
         self._completed_trials.add(trial_id)
 
     def add_evaluated_point(self, parameters: dict, value: float, error: bool = False, pruned: bool = False,
@@ -108,12 +143,29 @@ class PrunedOptunaSearch(OptunaSearch):
             self._ot_study.tell(ot_trial, float(value), state=TrialState.PRUNED if pruned else TrialState.COMPLETE)
 
     def _report(self, trial_id: str, result: Mapping[str, Any]) -> None:
-        value, step = result.get(self.metric), result.get(self._time_attr)
+        value, step = result.get(self._metric), result.get(self._time_attr)
         seen = self._steps.setdefault(trial_id, set())
         # a trial retried from its checkpoint re-reports epochs; Optuna keeps the first value per step
         if finite(value) and step is not None and int(step) not in seen:
             self._ot_trials[trial_id].report(float(value), int(step))
             seen.add(int(step))
+
+
+def _cmaes(seed: int) -> optuna.samplers.BaseSampler:
+    try:
+        import cmaes  # noqa: F401  (Optuna imports it lazily, at the first relative draw)
+    except ImportError:
+        raise SweepInputError("--search cmaes needs the cmaes package: pip install cmaes") from None
+    return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+
+
+#: ``--search`` name -> the Optuna sampler, seeded
+SAMPLERS = {
+    "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed),
+    "gp": lambda seed: optuna.samplers.GPSampler(seed=seed),
+    "cmaes": _cmaes,
+    "nsga2": lambda seed: optuna.samplers.NSGAIISampler(seed=seed),
+}
 
 
 class FixedConfigs(Searcher):
@@ -149,8 +201,11 @@ def _optuna(space, options, budget: int, warm, study=None) -> tuple[PrunedOptuna
     seed = options.seed + len(points or ())
     # an explicit in-memory storage, so that keep_study can copy the study out of it
     name, storage = study if study is not None else (None, optuna.storages.InMemoryStorage())
-    searcher = PrunedOptunaSearch(space.define_by_run, options.metric, options.mode, seed, budget,
-                                  points=points, rewards=rewards, study_name=name, storage=storage)
+    sampler = "tpe" if options.search == "optuna" else options.search
+    several = len(options.metrics) > 1
+    metric, mode = (list(options.metrics), list(options.modes)) if several else (options.metric, options.mode)
+    searcher = PrunedOptunaSearch(space.define_by_run, metric, mode, seed, budget, points=points, rewards=rewards,
+                                  study_name=name, storage=storage, sampler=sampler, gpus=options.gpus_per_trial)
     return searcher, {}
 
 
@@ -162,16 +217,27 @@ def _variants(space, options, budget: int, warm, study=None) -> tuple[BasicVaria
 
 #: name -> factory(space, options, budget, warm_start, study=(name, optuna storage) or None)
 #:   -> (search_alg, param_space of swept params)
-SEARCHERS = {"optuna": _optuna, "random": _variants, "grid": _variants}
+SEARCHERS = {"optuna": _optuna, "tpe": _optuna, "gp": _optuna, "cmaes": _optuna, "nsga2": _optuna,
+             "random": _variants, "grid": _variants}
+#: Optuna samplers that optimise one objective only
+SINGLE_OBJECTIVE = ("cmaes",)
 
 
 def check_search_options(options) -> None:
-    """A known ``--search``, and ``--warm-start`` only with optuna (random and grid have no model)."""
+    """A known ``--search``, and ``--warm-start`` only with an Optuna searcher (random and grid have no model)."""
     if options.search not in SEARCHERS:
         raise SweepInputError(f"--search must be one of {sorted(SEARCHERS)}, but got {options.search!r}")
-    if options.warm_start and options.search != "optuna":
-        raise SweepInputError(f"--warm-start needs --search optuna (a model to seed), but got "
-                              f"--search {options.search}: drop --warm-start or use --search optuna")
+    if options.warm_start and options.search not in OPTUNA_SEARCHES:
+        raise SweepInputError(f"--warm-start needs --search optuna (or another Optuna searcher of "
+                              f"{list(OPTUNA_SEARCHES)}: a model to seed), but got --search {options.search}: drop "
+                              f"--warm-start or use --search optuna")
+    several = len(options.metrics) > 1
+    if several and options.search in SINGLE_OBJECTIVE:
+        raise SweepInputError(f"several --metric need a searcher that optimises them jointly (tpe, gp, nsga2), but "
+                              f"got --search {options.search}: use --search tpe or nsga2, or give one --metric")
+    if several and options.warm_start:
+        raise SweepInputError("--warm-start seeds one objective, but several --metric were given: drop --warm-start "
+                              "or give one --metric")
 
 
 def build_searcher(space, options, budget: int, warm=None, study=None):

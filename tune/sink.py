@@ -53,16 +53,18 @@ class ParquetSink(Callback):
 
     ``stage`` tells sweep rows from confirm rows (``sweep`` | ``confirm``); ``swept`` lists the space's
     parameter names, whose absence from a trial's config (a conditional parameter whose ``when`` did
-    not hold) is written as null; ``stop_reasons`` (trial_id -> text) is filled by the scheduler, and
+    not hold) is written as null; ``stop_reasons`` (trial_id -> text) is filled by the scheduler; ``extra``
+    (name -> mode) are the sweep's other objectives, summarised like its metric; and
     ``exploits`` (trial_id -> ``"<donor>@<epoch>"`` entries) by population-based training, whose explore
     also changes a trial's config: every epoch row carries the values the trial had at that epoch.
     """
 
     def __init__(self, results_dir: str | None, experiment: str, metric: str, mode: str, stage: str = "sweep",
                  swept: tuple[str, ...] = (), stop_reasons: Mapping[str, str] | None = None,
-                 provenance: Mapping[str, Any] | None = None,
+                 provenance: Mapping[str, Any] | None = None, extra: Mapping[str, str] | None = None,
                  exploits: Mapping[str, list[str]] | None = None) -> None:
         self.results_dir = results_dir
+        self.extra = dict(extra or {})  # the sweep's other objectives: name -> mode (best_/final_ columns)
         self.experiment = experiment
         self.metric, self.mode, self.stage = metric, mode, stage
         self.swept = tuple(swept)
@@ -259,7 +261,7 @@ class ParquetSink(Callback):
         row["epochs_completed"] = len(rows)
         # issue 8: epochs whose loss saw no positive pair
         row["collapsed_epochs"] = sum(1 for r in rows if collapsed(r))
-        row.update(contract.summarise(rows, self.metric, self.mode))
+        row.update(contract.summarise(rows, self.metric, self.mode, self.extra))
         if "time_total_s" in result:
             row["wall_time_s"] = float(result["time_total_s"])
         gpus = float(trial.placement_group_factory.required_resources.get("GPU", 0.0))
@@ -289,7 +291,7 @@ class ParquetSink(Callback):
         return fixed + metrics + declared + config_fields()
 
     def trial_fields(self) -> list[pa.Field]:
-        return trial_fields(self.metric, self.metric_types) + config_fields()
+        return trial_fields(self.metric, self.metric_types, tuple(self.extra)) + config_fields()
 
     def _write_epochs(self, trial_id: str) -> None:
         """Rewrite the trial's epoch file from its rows. Each row is cleaned once and kept (a trial's file

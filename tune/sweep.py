@@ -70,6 +70,7 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     options = plan.options
     sink = ParquetSink(None, plan.experiment, options.metric, options.mode, stage="sweep",
                        swept=tuple(plan.space.params), stop_reasons=plan.stop_reasons, provenance=provenance(),
+                       extra=dict(zip(options.extra_metrics, options.extra_modes)),
                        exploits=getattr(plan.scheduler, "exploits", None))
     tune_config = tune.TuneConfig(
         metric=options.metric, mode=options.mode, search_alg=plan.searcher, scheduler=plan.scheduler,

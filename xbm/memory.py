@@ -52,6 +52,12 @@ class EmbeddingMemory(nn.Module):
     def dim(self) -> int:
         return self.embeddings.shape[1]
 
+    @property
+    def nbytes(self) -> int:
+        """The memory's size in bytes: every buffer (embeddings M x d fp32, labels, indices, iterations M
+        longs, pointer, filled), what a checkpoint and the device hold for it (``memory_bytes``)."""
+        return sum(b.numel() * b.element_size() for b in self.buffers())
+
     def __len__(self) -> int:
         return self._filled
 

@@ -210,6 +210,7 @@ class Trainer:
                        data_wait_s=result.data_wait_s, eval_s=now - evaluated,
                        gpu_memory_peak_gib=peak())
         metrics["skipped_images"] = self.splits.skipped_images  # on_bad_image=skip (xbm.data.bad_images)
+        metrics["memory_bytes"] = self.xbm.memory.nbytes if self.xbm is not None else 0  # an objective (issue 22)
         return metrics
 
     # ---- evaluation ----------------------------------------------------------------------------

@@ -143,3 +143,18 @@ def test_unknown_keys_survive_a_rewrite():
     assert record.replace(paths={"data_root": "/new"}).to_dict()["objectives"] == ["loss", "r1"]
     with pytest.raises(ValueError, match="JSON object"):
         SweepRecord.from_dict(["not", "a", "record"])
+
+
+def test_extra_objectives_are_summarised_under_their_own_mode():
+    """Bug caught: a second objective (memory_bytes:min) summarised as max like the always-summarised
+    metrics, best_epoch taken from it instead of the first metric, or a trial-level objective (gpu_hours)
+    given best_/final_ columns nobody fills."""
+    rows = [{"epoch": 1, "recall_at_1": 0.2, "memory_bytes": 300}, {"epoch": 2, "recall_at_1": 0.5, "memory_bytes": 100},
+            {"epoch": 3, "recall_at_1": 0.4, "memory_bytes": 200}]
+    out = contract.summarise(rows, "recall_at_1", "max", {"memory_bytes": "min", "gpu_hours": "min"})
+    assert (out["best_memory_bytes"], out["final_memory_bytes"], out["best_epoch"]) == (100, 200, 2)
+    assert "best_gpu_hours" not in out
+    names = [f.name for f in contract.trial_fields("recall_at_1", extra=("memory_bytes", "gpu_hours"))]
+    assert "final_memory_bytes" in names and "final_gpu_hours" not in names and names.count("gpu_hours") == 1
+    assert contract.objective_column("gpu_hours") == "gpu_hours"
+    assert contract.objective_column("memory_bytes") == "final_memory_bytes"

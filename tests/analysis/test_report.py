@@ -88,3 +88,25 @@ def test_report_marks_collapsed_and_below_raw_trials(build_sweep, tmp_path):
     assert f"- `{trials[0]['trial_id']}`: collapsed 3 epochs" in text
     assert f"- `{trials[1]['trial_id']}`: below raw pixels (" in text
     assert f"`{trials[2]['trial_id']}`:" not in text
+
+
+def test_a_two_objective_report_draws_the_front_and_a_single_objective_one_says_why_not(build_sweep, tmp_path):
+    """Bug caught: the front computed but never shown, drawn for a one-objective sweep, or listing
+    dominated trials."""
+    from analysis.dominance import pareto_front
+
+    b = build_sweep
+    trials, epochs = b["finished_rows"]()
+    for i, row in enumerate(trials):
+        row.update(final_memory_bytes=float(100 * (i % 4 + 1)), best_memory_bytes=float(100 * (i % 4 + 1)))
+    folder = b["write_sweep"](tmp_path / "mo", trials, epochs, {"extra_metrics": ["memory_bytes"],
+                                                                  "extra_modes": ["min"]})
+    text = _check_links(write_report(folder))
+    import pandas as pd
+    front = pareto_front(pd.DataFrame(trials), ["recall_at_1", "memory_bytes"], ["max", "min"]).front
+    section = text.split("## Pareto front", 1)[1].split("\n## ", 1)[0]
+    assert f"{len(front)} of " in section and "figures/pareto.png" in section
+    listed = set(re.findall(r"\|\s*(\S+)\s*\|\s*0\.\d+", section))
+    assert listed == set(front.trial_id.astype(str).head(10))
+    single = _check_links(write_report(b["write_sweep"](tmp_path / "one", *b["finished_rows"]())))
+    assert "## Pareto front\n\n_Omitted: one objective" in single

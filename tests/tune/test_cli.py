@@ -165,3 +165,51 @@ def test_an_unexpected_error_shows_its_traceback_with_xbm_tune_debug(tmp_path, c
     assert ("Traceback (most recent call last)" in err and "in broken" in err) == (debug == "1")
     assert "RuntimeError: boom inside status" in err
     assert ("set XBM_TUNE_DEBUG=1 to see the traceback" in err) == (debug == "")
+
+
+def test_sweep_flags_for_objectives_guards_and_budgets_reach_the_options():
+    """Bug caught: a repeated --metric keeping only the last one, --no-stop-collapsed or the budgets
+    parsed but never reaching SweepOptions (the sweep then runs without them), 2h read as seconds."""
+    from tune.cli import build_parser, options_from
+
+    args = build_parser().parse_args(["sweep", "quickstart", "--metric", "recall_at_1:max", "--metric",
+                                      "memory_bytes:min", "--no-stop-collapsed", "--time-budget", "2h",
+                                      "--gpu-hours-budget", "10", "--search", "nsga2"])
+    options = options_from(args)
+    assert options.metrics == ("recall_at_1", "memory_bytes") and options.modes == ("max", "min")
+    assert options.stop_collapsed is False and options.time_budget_s == 7200.0 and options.gpu_hours_budget == 10.0
+    defaults = options_from(build_parser().parse_args(["sweep", "quickstart"]))
+    assert defaults.stop_collapsed is True and defaults.time_budget_s is None and defaults.metrics == ("recall_at_1",)
+
+
+def test_a_bad_time_budget_exits_2_with_the_rule(capsys):
+    from tune.cli import main
+
+    """Bug caught: a typo'd budget (2d) crashing with a traceback, or accepted as some other number."""
+    assert main(["sweep", "quickstart", "--time-budget", "2d"]) == 2
+    assert "--time-budget must be a number of seconds or a duration" in capsys.readouterr().err
+
+
+def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsys):
+    """Bug caught: a sweep cut short by --time-budget ending on the usual summary, so the user cannot
+    tell a finished study from a truncated one."""
+    from types import SimpleNamespace
+
+    from tune import plan as plan_module, sweep as sweep_module
+    from tune.cli import main
+    from tune.guards import Guards
+    from tune.options import SweepOptions
+
+    guards = Guards({})
+    guards.spent = "budget: the time budget (2h) was spent"
+    fake = SimpleNamespace(warnings=[], warm=None, experiment="e", space=SimpleNamespace(name="s"),
+                           options=SweepOptions(search="random", num_samples=1), max_epochs=1, results_uri="/x/e/results",
+                           experiment_uri="/x/e", scheduler=SimpleNamespace(guards=guards))
+    outcome = SimpleNamespace(counts=lambda: {"stopped_early": 1}, best=lambda: None, results_uri="/x/e/results",
+                              experiment_uri="/x/e", exit_code=lambda: 0, metric="recall_at_1", swept=())
+    monkeypatch.setattr(plan_module, "prepare", lambda space, options: fake)
+    monkeypatch.setattr(sweep_module, "run_sweep", lambda plan: outcome)
+    monkeypatch.setattr("tune.cli.print_watch_help", lambda plan: None)
+    assert main(["sweep", "quickstart", "--time-budget", "2h"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("budget: the time budget (2h) was spent: the sweep stopped its trials")

@@ -78,7 +78,7 @@ def run(tmp_path, name: str, **options):
     (tmp_path / "space.yaml").write_text(SPACE)
     plan = prepare(str(tmp_path / "space.yaml"), SweepOptions(
         search="grid", scheduler="fifo", num_samples=1, storage=str(tmp_path / "out"), name=name,
-        dashboard=False, **options))
+        dashboard=False, **{"stop_collapsed": False, **options}))  # the toy MLP starts below raw pixels
     watch = MostAtOnce()
     start(plan, callbacks=(watch,)).tuner.fit()
     return plan, outcome(plan.experiment_uri, "recall_at_1", "max").trials, watch.most
@@ -125,3 +125,15 @@ def test_auto_cpus_follow_the_gpu_nodes_and_are_recorded(cluster, tmp_path):
     assert (trials.status == "completed").all()
     record = SweepRecord.from_dict(__import__("json").loads(open(f"{plan.results_uri}/sweep.json").read()))
     assert record.options["cpus_per_trial"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_gpu_hour_budget_stops_the_trials_on_fake_gpus(cluster, tmp_path):
+    """Bug caught: GPU hours counted without the trials' GPUs (a GPU budget never spent), counted only after
+    a trial's result was stored (the trials then reach their last epoch and complete), or a spent budget
+    missing from trials.parquet's stop_reason."""
+    plan, trials, _ = run(tmp_path, "gpu-budget", cpus_per_trial=0.5, gpus_per_trial=0.5, gpu_hours_budget=1e-6,
+                          stop_collapsed=False)
+    assert trials.stop_reason.str.startswith("budget: the GPU-hour budget (1e-06 h").all()
+    assert (trials.status == "stopped_early").all() and trials.epochs_completed.max() == 1
+    assert trials.gpu_hours.sum() >= 1e-6

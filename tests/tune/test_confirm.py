@@ -157,3 +157,25 @@ def test_plan_reads_files_where_the_sweep_records_them_and_checks_them(tmp_path,
     assert p.configs[0]["pretrained_path"] == str(weights) and p.configs[0]["data_root"] == str(tmp_path / "data")
     with pytest.raises(SweepInputError, match=f"pretrained_path must name an existing.*{tmp_path / 'gone.pth'}"):
         plan(args(path, "--set", "pretrained_path=gone.pth"))
+
+
+def test_a_two_objective_sweep_confirms_its_pareto_front(tmp_path):
+    """Bug caught: confirm --top on a several-objective sweep taking the first objective's top K (dominated
+    trials re-run, cheap non-dominated ones left out) instead of the front."""
+    rows = [{**r, "final_recall_at_1": r["best_recall_at_1"]} for r in ROWS]
+    cost = {"a": 1.0, "b": 5.0, "b_again": 5.0, "early": 10.0, "c": 6.0, "failed": 0.1, "nan": 0.1, "old_confirm": 0.1}
+    for r in rows:
+        r["gpu_hours"] = cost[r["trial_id"]]
+    path = write_sweep(tmp_path, [{k: v for k, v in r.items() if k not in ("final_recall_at_1", "gpu_hours")}
+                                  for r in rows])
+    results = tmp_path / "sweep" / "results"
+    table = pq.read_table(results / "trials.parquet")
+    table = table.append_column("final_recall_at_1", pa.array([r["final_recall_at_1"] for r in rows], pa.float64()))
+    table = table.append_column("gpu_hours", pa.array([r["gpu_hours"] for r in rows], pa.float64()))
+    pq.write_table(table, results / "trials.parquet")
+    record = json.loads((results / "sweep.json").read_text())
+    (results / "sweep.json").write_text(json.dumps({**record, "extra_metrics": ["gpu_hours"], "extra_modes": ["min"]}))
+    # front on (final recall max, gpu_hours min): early (0.99, 10), b (0.70, 5), a (0.50, 1); b dominates c
+    # (0.60, 6) and b_again; ranked as select_top does (completed first, then recall): the first objective
+    # alone would have taken b, c, a
+    assert [c.trial_id for c in plan(args(path, "--top", "3")).candidates] == ["b", "a", "early"]

@@ -112,9 +112,9 @@ def test_sink_and_loader_summarise_with_the_same_function(tmp_path, monkeypatch)
     calls = []
     original = contract.summarise
 
-    def spy(rows, metric, mode):
+    def spy(rows, metric, mode, extra=None):  # extra: a several-objective sweep's other metrics
         calls.append((len(rows), metric, mode))
-        return original(rows, metric, mode)
+        return original(rows, metric, mode, extra)
 
     monkeypatch.setattr(contract, "summarise", spy)
     folder = written_sweep(tmp_path)

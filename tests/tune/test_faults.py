@@ -46,7 +46,7 @@ def test_killed_trial_is_retried_from_its_checkpoint_and_nan_fails_alone(ray_ses
     (tmp_path / "faults.yaml").write_text(FAULTS)
     plan = prepare(str(tmp_path / "faults.yaml"), SweepOptions(
         search="grid", scheduler="fifo", num_samples=1, max_concurrent=1, max_failures=1, checkpoint_period=0,
-        storage=str(tmp_path / "out"), name="faults", dashboard=False))
+        storage=str(tmp_path / "out"), name="faults", dashboard=False, stop_collapsed=False))
     killer = KillMidEpoch()
     start(plan, callbacks=(killer,)).tuner.fit()
 

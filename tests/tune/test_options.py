@@ -17,3 +17,22 @@ def test_sweep_options_use_the_shared_check_and_parser_with_their_exception():
     assert parse_overrides([" lr = 3e-4 ", "normaliser.kind=xbn"]) == {"lr": "3e-4", "normaliser.kind": "xbn"}
     with pytest.raises(SweepInputError, match="--set must satisfy the form key=value"):
         parse_overrides(["lr"])
+
+
+def test_repeated_metric_with_modes_gives_the_first_as_metric_and_the_rest_as_extras():
+    """Bug caught: a second --metric replacing the first (argparse's default for a repeated flag), a
+    metric without :MODE ignoring --mode, or mismatched extras accepted."""
+    from tune.options import metric_options
+
+    got = metric_options(["recall_at_1:max", "gpu_hours:min", "memory_bytes"], "min")
+    options = SweepOptions(**got)
+    assert (options.metric, options.mode) == ("recall_at_1", "max")
+    assert options.metrics == ("recall_at_1", "gpu_hours", "memory_bytes") and options.modes == ("max", "min", "min")
+    assert metric_options(None, "max") == {"metric": "recall_at_1", "mode": "max", "extra_metrics": (),
+                                           "extra_modes": ()}
+    with pytest.raises(SweepInputError, match="--metric must satisfy NAME:MODE with MODE one of"):
+        SweepOptions(**metric_options(["recall_at_1", "gpu_hours:least"], "max"))
+    with pytest.raises(SweepInputError, match="--metric must satisfy each metric once"):
+        SweepOptions(**metric_options(["recall_at_1", "recall_at_1:min"], "max"))
+    # sweep.json stores the extras as lists: they come back as tuples
+    assert SweepOptions.from_record(options.to_dict()).extra_metrics == ("gpu_hours", "memory_bytes")

@@ -140,7 +140,7 @@ def test_check_search_rules(tmp_path):
         mixed.check_search("optuna")
     with pytest.raises(SpaceError, match="search 'grid' needs every param to be a grid, but lr is loguniform"):
         mixed.check_search("grid")
-    with pytest.raises(SpaceError, match="unknown search 'bayes'; valid: optuna, random, grid"):
+    with pytest.raises(SpaceError, match="unknown search 'bayes'; valid: optuna, tpe, gp, cmaes, nsga2, random, grid"):
         mixed.check_search("bayes")
     grid = load_space("variants")
     assert grid.is_grid and not mixed.is_grid
@@ -250,7 +250,7 @@ def test_fairness_warnings_for_swept_start_epochs():
 def test_describe_lists_base_params_and_searches():
     text = load_space("quickstart").describe()
     for fragment in ("space: quickstart", "dataset = 'toy'", "normaliser.lambda_mu", "when normaliser.kind == 'pcxbn'",
-                     "searches: optuna, random"):
+                     "searches: optuna, tpe, gp, cmaes, nsga2, random"):
         assert fragment in text
 
 

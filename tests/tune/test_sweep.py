@@ -7,12 +7,12 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 from optuna.trial import TrialState
-from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, PopulationBasedTraining
+from ray.tune.schedulers import AsyncHyperBandScheduler, HyperBandScheduler, PopulationBasedTraining
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune.options import SweepInputError, SweepOptions
-from tune.schedulers import SCHEDULERS, build_scheduler
+from tune.schedulers import SCHEDULERS, GuardedFIFO, build_scheduler
 from tune.searchers import SEARCHERS, FixedConfigs, PrunedOptunaSearch, build_searcher
 from tune.spaces import SpaceError, load_space
 from tune.plan import prepare
@@ -117,11 +117,14 @@ def test_fixed_configs_come_in_order_then_finish():
 
 # ---- registries and checks before Ray ------------------------------------------------------------
 def test_every_registry_entry_builds(tmp_path, space_file):
-    assert set(SEARCHERS) == {"optuna", "random", "grid"} and set(SCHEDULERS) == {"asha", "hyperband", "fifo", "pbt"}
-    for search, text in (("optuna", TOY), ("random", TOY), ("grid", GRID)):
+    assert set(SEARCHERS) == {"optuna", "tpe", "gp", "cmaes", "nsga2", "random", "grid"}
+    assert set(SCHEDULERS) == {"asha", "hyperband", "fifo", "pbt"}
+    for search, text in (("optuna", TOY), ("tpe", TOY), ("gp", TOY), ("cmaes", TOY), ("nsga2", TOY), ("random", TOY),
+                         ("grid", GRID)):
         space = load_space(space_file(text, search))
         searcher, param_space = build_searcher(space, options(tmp_path, search=search), 3)
-        assert searcher is not None and (search == "optuna" or "normaliser.kind" in param_space)
+        optuna_based = isinstance(searcher, PrunedOptunaSearch)
+        assert optuna_based == (search not in ("random", "grid")) and (optuna_based or "normaliser.kind" in param_space)
     # Bug caught: a registry name building another scheduler (e.g. fifo stopping trials early, or asha /
     # hyperband counting Tune's iterations instead of our 1-based epochs, or ignoring the epoch budget).
     built = {name: build_scheduler(options(tmp_path, scheduler=name), 9, {}) for name in SCHEDULERS if name != "pbt"}
@@ -130,7 +133,7 @@ def test_every_registry_entry_builds(tmp_path, space_file):
     pbt = build_scheduler(options(tmp_path, scheduler="pbt", search="random", perturbation_interval=3), 9, {}, mutable)
     assert isinstance(pbt, PopulationBasedTraining) and pbt._perturbation_interval == 3 and pbt._time_attr == "epoch"
     assert set(pbt._hyperparam_mutations) == {"weight_decay"}
-    assert type(built["fifo"]) is FIFOScheduler  # no early stopping at all
+    assert type(built["fifo"]) is GuardedFIFO  # no early stopping of its own (only tune.guards')
     assert isinstance(built["asha"], AsyncHyperBandScheduler) and isinstance(built["hyperband"], HyperBandScheduler)
     for name in ("asha", "hyperband"):
         assert built[name]._time_attr == "epoch", name
@@ -142,7 +145,7 @@ def test_every_registry_entry_builds(tmp_path, space_file):
 
 
 BAD_INPUT = {  # case: (options changed, space, error type, what the message must say)
-    "search": ({"search": "bayes"}, "toy", SpaceError, "unknown search 'bayes'; valid: optuna, random, grid"),
+    "search": ({"search": "bayes"}, "toy", SpaceError, "unknown search 'bayes'; valid: optuna, tpe, gp, cmaes, nsga2, random, grid"),
     "grid_optuna": ({"search": "optuna"}, "grid", SpaceError, "search 'optuna' cannot run grid params"),
     "grace": ({"grace_period": 5}, "toy", SweepInputError, "--grace-period must be <= the epoch budget (3), but got 5"),
     "set_key": ({"overrides": {"lr_typo": "1"}}, "toy", SpaceError, "key 'lr_typo': unknown --set key"),
@@ -258,7 +261,8 @@ def test_a_label_free_sweep_composes_with_asha_the_contract_and_analysis(ray_ses
     import analysis
 
     plan = prepare(space_file(MOCO, "moco"), options(tmp_path, num_samples=4, grace_period=1, reduction_factor=2,
-                                                     max_concurrent=1, name="moco", seed=3))
+                                                     max_concurrent=1, name="moco", seed=3,
+                                                     stop_collapsed=False))  # ASHA alone decides here
     run_sweep(plan)
     trials = outcome(plan.experiment_uri, "recall_at_1", "max").trials
     assert set(trials["config.objective"]) == {"moco"} and trials["config.moco.momentum"].nunique() == 4

@@ -33,7 +33,7 @@ def _sweep(tmp_path, name, space, **options):
     (tmp_path / f"{name}.yaml").write_text(space)
     plan = prepare(str(tmp_path / f"{name}.yaml"), SweepOptions(
         search="grid", num_samples=1, max_concurrent=1, storage=str(tmp_path / "out"), name=name,
-        dashboard=False, **options))
+        dashboard=False, **{"stop_collapsed": False, **options}))  # every trial runs its epochs
     start(plan).tuner.fit()
     return plan, outcome(plan.experiment_uri, "recall_at_1", "max").trials
 

@@ -67,7 +67,9 @@ def layout(tmp_path, monkeypatch):
 
 
 def sweep_options(tmp_path, **changes) -> SweepOptions:
-    return SweepOptions(storage=str(tmp_path / "sweeps"), dashboard=False, scheduler="fifo", **changes)
+    # trials run to their epochs (the toy MLP starts below raw pixels: collapse-aware stopping would end them)
+    return SweepOptions(storage=str(tmp_path / "sweeps"), dashboard=False, scheduler="fifo", stop_collapsed=False,
+                        **changes)
 
 
 # ---- no Ray -------------------------------------------------------------------------------------

@@ -110,7 +110,7 @@ def test_warm_start_end_to_end_on_the_toy_trainable(ray_session, toy_space, tmp_
     import pandas as pd
     from tune.cli import main
 
-    common = ["--search", "optuna", "--scheduler", "fifo", "--no-dashboard", "--storage", str(tmp_path),
+    common = ["--search", "optuna", "--scheduler", "fifo", "--no-dashboard", "--no-stop-collapsed", "--storage", str(tmp_path),
               "--max-concurrent", "1"]
     assert main(["sweep", str(toy_space), "--num-samples", "2", "--name", "old", "--seed", "0", *common]) == 0
     capsys.readouterr()

@@ -207,3 +207,13 @@ def test_a_tensor_iteration_is_written_into_every_kept_row():
     memory.enqueue(torch.randn(3, 3), torch.arange(3), iteration=torch.tensor(7))
     memory.enqueue(torch.randn(4, 3), torch.arange(4), iteration=torch.tensor(8))
     assert memory.iterations.tolist() == [8, 8, 7, 8, 8] and memory.valid().iterations.dtype == torch.long
+
+
+def test_nbytes_counts_every_buffer_whatever_the_fill():
+    """Bug caught: memory_bytes counting the embeddings alone or only the filled rows (the memory is
+    preallocated, so its cost does not grow with the fill)."""
+    memory = EmbeddingMemory(10, 4)
+    empty = memory.nbytes
+    assert empty == 10 * 4 * 4 + 3 * 10 * 8 + 2 * 8  # embeddings fp32; labels, indices, iterations; pointer, filled
+    memory.enqueue(torch.randn(3, 4), torch.arange(3))
+    assert memory.nbytes == empty

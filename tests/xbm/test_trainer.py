@@ -23,7 +23,7 @@ METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1",
            "intra_distance_mean", "superclass_top_k", "memory_neg_pairs", "batch_neg_pairs", "memory_fill",
            "memory_pos_pairs", "batch_pos_pairs", "loss_pos_pairs", "embedding_spread",
            "reference_untrained_recall_at_1", "reference_raw_recall_at_1", "skipped_images", "train_s",
-           "data_wait_s", "eval_s", "gpu_memory_peak_gib")
+           "data_wait_s", "eval_s", "gpu_memory_peak_gib", "memory_bytes")
 
 
 def config(**values):
@@ -391,3 +391,13 @@ def test_scxbn_checks_the_training_labels_against_the_superclass_map_once_at_con
     splits.superclass_of = splits.superclass_of[: classes - 1]
     with pytest.raises(ValueError, match=rf"labels must lie in \[0, {classes - 1}\).*\[0, {classes - 1}\]"):
         Trainer(cfg, splits=splits)
+
+
+def test_memory_bytes_is_the_memory_buffers_size_and_zero_without_a_memory():
+    """Bug caught: memory_bytes (an objective of several-metric sweeps, issue 22) counting the embeddings
+    alone, the filled part, or reported for a run that has no memory."""
+    trainer = Trainer(config(epochs=1, warmup_epochs=0))
+    rows = list(trainer.fit())
+    slots = trainer.xbm.memory.size
+    assert rows[0]["memory_bytes"] == slots * (32 * 4 + 3 * 8) + 2 * 8  # fp32 [M, 32]; 3 longs per slot; 2 scalars
+    assert train(epochs=1, warmup_epochs=0, **{"memory.enabled": False})[0]["memory_bytes"] == 0

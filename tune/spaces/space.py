@@ -25,7 +25,9 @@ from tune.spaces.errors import SpaceError
 from tune.spaces.param import Param
 from tune.spaces.validation import DEFAULTS
 
-SEARCHES = ("optuna", "random", "grid")
+#: the searchers that sample through an Optuna study (define-by-run); ``optuna`` and ``tpe`` are TPE
+OPTUNA_SEARCHES = ("optuna", "tpe", "gp", "cmaes", "nsga2")
+SEARCHES = (*OPTUNA_SEARCHES, "random", "grid")
 
 
 def drop_absent(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,8 +69,8 @@ class SearchSpace:
             raise SpaceError(self.source, None, f"unknown search {search!r}; valid: {', '.join(SEARCHES)}")
         grids = [k for k, p in self.params.items() if p.is_grid]
         others = [k for k, p in self.params.items() if not p.is_grid]
-        if search == "optuna" and grids:
-            raise SpaceError(self.source, grids[0], "search 'optuna' cannot run grid params (TPE samples, it "
+        if search in OPTUNA_SEARCHES and grids:
+            raise SpaceError(self.source, grids[0], f"search {search!r} cannot run grid params (Optuna samples, it "
                              f"does not enumerate); grid params: {grids}. Use --search grid (all grid) or "
                              "random (grid x random draws), or write the values as choice")
         if search == "grid" and others:
