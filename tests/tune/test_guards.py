@@ -88,13 +88,18 @@ def test_budget_spent_by_time_or_gpu_hours():
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))
-def test_every_scheduler_carries_the_guards_and_decides_at_the_grace_period(name):
+def test_every_scheduler_carries_the_guards_and_decides_at_the_grace_period(name, tmp_path):
     """Bug caught: a scheduler of the registry without the guards (collapse-aware stopping silently off with
     it), or the grace period skipped by eval_every (the below-raw check then judged late)."""
-    scheduler = build_scheduler(SweepOptions(scheduler=name, grace_period=2), 9, {})
-    assert isinstance(scheduler.guards, Guards) and scheduler.guards.grace_period == 2
-    assert 2 in decision_epochs(scheduler, 9)
-    off = build_scheduler(SweepOptions(scheduler=name, stop_collapsed=False), 9, {})
+    from tune.spaces import load_space
+
+    (tmp_path / "s.yaml").write_text("description: s\nbase: {dataset: toy}\nparams:\n"
+                                     "  lr: {loguniform: [1.0e-4, 1.0e-2], mutable: true}\n")
+    space, search = (load_space(str(tmp_path / "s.yaml")), "random") if name == "pbt" else (None, None)
+    scheduler = build_scheduler(SweepOptions(scheduler=name, grace_period=4, search=search), 9, {}, space)
+    assert isinstance(scheduler.guards, Guards) and scheduler.guards.grace_period == 4
+    assert name == "pbt" or 4 in decision_epochs(scheduler, 9)  # PBT's decision epochs are its intervals
+    off = build_scheduler(SweepOptions(scheduler=name, stop_collapsed=False, search=search), 9, {}, space)
     assert off.guards is None
 
 

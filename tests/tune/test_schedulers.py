@@ -4,6 +4,7 @@ from tune.schedulers import build_scheduler, decision_epochs
 
 
 def _epochs(scheduler, max_epochs=9, **options):
+    options.setdefault("stop_collapsed", False)  # the scheduler's own decisions (the guards' below)
     return decision_epochs(build_scheduler(SweepOptions(scheduler=scheduler, **options), max_epochs, {}), max_epochs)
 
 
@@ -15,5 +16,7 @@ def test_asha_decides_at_its_rungs_fifo_never_and_others_every_epoch():
     assert _epochs("asha", 20, grace_period=2, reduction_factor=2) == (2, 4, 8, 16)
     assert _epochs("asha", 20, grace_period=3, reduction_factor=2, stop_collapsed=False) == (3, 6, 12)
     assert _epochs("fifo", stop_collapsed=False) == ()
-    assert _epochs("fifo", grace_period=4) == (4,)  # the below-raw-pixels check
+    assert _epochs("fifo", grace_period=4, stop_collapsed=True) == (4,)  # the below-raw-pixels check
     assert _epochs("hyperband", 4) == (1, 2, 3, 4)
+    # collapse-aware stopping judges raw pixels at max(grace period, 3): that epoch is evaluated too
+    assert _epochs("fifo", stop_collapsed=True) == (3,) and _epochs("fifo", 2, stop_collapsed=True) == ()
