@@ -55,15 +55,14 @@ class _Report:
 
     def render(self) -> str:
         parts = self.overview()
-        for title, build in (("Leaderboard", self.leaderboard), ("Pareto front", self.pareto),
-                             ("Recall@K", self.recall_at_k),
+        for title, build in (("Leaderboard", self.leaderboard), ("Recall@K", self.recall_at_k),
                              ("Best per normaliser kind", self.best_per_kind),
                              ("Variant comparison", self.variants), ("Confirmation", self.confirmation),
                              ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
                              ("ASHA survival", self.survival), ("One-parameter effects", self.effects),
                              ("lambda_mu × lambda_sigma", self.heatmap), ("PBT schedules", self.schedules),
                              ("Drift and staleness", self.drift), ("Parallel coordinates", self.parallel),
-                             ("Retrieval examples", self.retrieval)):
+                             ("Retrieval examples", self.retrieval), ("Pareto front", self.pareto)):
             parts += ["", f"## {title}", ""] + self.section(build)
         return "\n".join(parts) + "\n"
 

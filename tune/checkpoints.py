@@ -10,7 +10,8 @@ epochs and at its last epoch; its best epoch's weights always kept; one full che
   copy to the CPU happens at once; the write runs in a background thread while the next epoch trains.
 - **When a trial ends** (completed or stopped by the scheduler), :class:`KeepLatestCheckpoint` deletes all
   but its newest full checkpoint. While it runs, Tune keeps two (``tune.sweep.KEEP_CHECKPOINTS``: a killed
-  driver's last snapshot may still name the older one).
+  driver's last snapshot may still name the older one). Under population-based training every checkpoint
+  is kept until the sweep ends (an exploit may restore any trial's last-perturbation checkpoint), then pruned.
 """
 from __future__ import annotations
 
@@ -114,12 +115,28 @@ class BestWeights:
 
 class KeepLatestCheckpoint(Callback):
     """When a trial completes (its budget, or stopped by the scheduler), delete every full checkpoint of it
-    but the newest. Failed trials keep theirs: ``resume`` may restart them."""
+    but the newest. Failed trials keep theirs: ``resume`` may restart them. ``at_end``: prune every completed
+    trial when the sweep ends instead (population-based training may still restore a finished trial's older
+    checkpoint into another trial until then)."""
+
+    def __init__(self, at_end: bool = False) -> None:
+        self.at_end = at_end
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
-        storage = getattr(trial, "storage", None)
-        if storage is not None:
-            prune_checkpoints(storage.storage_filesystem, storage.trial_fs_path)
+        if not self.at_end:
+            _prune(trial)
+
+    def on_experiment_end(self, trials, **info) -> None:
+        if self.at_end:
+            for trial in trials:
+                if trial.status == "TERMINATED":
+                    _prune(trial)
+
+
+def _prune(trial) -> None:
+    storage = getattr(trial, "storage", None)
+    if storage is not None:
+        prune_checkpoints(storage.storage_filesystem, storage.trial_fs_path)
 
 
 def prune_checkpoints(fs: pafs.FileSystem, trial_folder: str, keep: int = 1) -> list[str]:

@@ -139,10 +139,13 @@ def trainable(options: SweepOptions, sweep: str | None = None, paths: Mapping[st
 
 
 def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: list) -> tune.RunConfig:
+    # PBT: an exploit restores a donor's checkpoint from its last perturbation, which a newer one (num_to_keep)
+    # or the donor's end (KeepLatestCheckpoint) would have deleted: keep them all until the sweep ends
+    pbt = options.scheduler == "pbt"
     return tune.RunConfig(
-        name=name, storage_path=storage_path, callbacks=[*callbacks, KeepLatestCheckpoint()], verbose=1,
+        name=name, storage_path=storage_path, callbacks=[*callbacks, KeepLatestCheckpoint(at_end=pbt)], verbose=1,
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS))
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=None if pbt else KEEP_CHECKPOINTS))
 
 
 def run_sweep(plan: SweepPlan, **init_kwargs) -> SweepOutcome:

@@ -28,7 +28,18 @@ def _drawings(sweep):
         "parallel": lambda: plots.plot_parallel_coordinates(parallel_coordinates(sweep), "recall_at_1"),
         "retrieval": lambda: plots.plot_retrieval_grid(_grid()),
         "schedules": lambda: plots.plot_schedules(_schedules()),
+        "pareto": lambda: plots.plot_pareto(_pareto()),
     }
+
+
+def _pareto():
+    import pandas as pd
+
+    from analysis.dominance import pareto_front
+
+    trials = pd.DataFrame({"status": "completed", "final_recall_at_1": [0.5, 0.6, 0.4],
+                           "final_memory_bytes": [10.0, 20.0, 30.0]})
+    return pareto_front(trials, ["recall_at_1", "memory_bytes"], ["max", "min"])
 
 
 def _schedules():
@@ -60,7 +71,7 @@ def test_every_plot_writes_a_png(sweep, tmp_path):
     assert drawn == {"matplotlib.figure"}
     covered = {"plot_leaderboard", "plot_variant_comparison", "plot_paired_differences", "plot_importance",
                "plot_learning_curves", "plot_survival", "plot_param_effect", "plot_heatmap",
-               "plot_drift_staleness", "plot_parallel_coordinates", "plot_retrieval_grid", "plot_schedules"}
+               "plot_drift_staleness", "plot_parallel_coordinates", "plot_retrieval_grid", "plot_schedules", "plot_pareto"}
     assert public == covered  # a new plot function must be added to this smoke test
 
 

@@ -73,3 +73,26 @@ def test_storage_uris_are_given_back_with_their_scheme():
     assert storage_uri(pafs.LocalFileSystem(), "/data/sweep/trial_1") == "/data/sweep/trial_1"
     s3 = pafs.S3FileSystem(region="us-east-1", anonymous=True)
     assert storage_uri(s3, "bucket/sweep/trial_1") == "s3://bucket/sweep/trial_1"
+
+
+def test_under_pbt_checkpoints_are_pruned_when_the_sweep_ends_not_when_a_trial_does(tmp_path):
+    """Bug caught: a PBT exploit restoring a finished donor's last-perturbation checkpoint that pruning had
+    already deleted ("Could not recover from checkpoint as it does not exist on storage anymore"), or failed
+    trials pruned at the end (resume restarts them from their checkpoints)."""
+    from types import SimpleNamespace
+
+    from tune.checkpoints import KeepLatestCheckpoint
+
+    def trial(name, status):
+        for n in (1, 2):
+            (tmp_path / name / f"checkpoint_{n:06d}").mkdir(parents=True)
+        storage = SimpleNamespace(storage_filesystem=pafs.LocalFileSystem(), trial_fs_path=str(tmp_path / name))
+        return SimpleNamespace(storage=storage, status=status)
+
+    done, failed = trial("done", "TERMINATED"), trial("failed", "ERROR")
+    keep = KeepLatestCheckpoint(at_end=True)
+    keep.on_trial_complete(0, [done, failed], done)
+    assert len(list((tmp_path / "done").iterdir())) == 2  # still there while the population may need it
+    keep.on_experiment_end([done, failed])
+    assert [p.name for p in (tmp_path / "done").iterdir()] == ["checkpoint_000002"]
+    assert len(list((tmp_path / "failed").iterdir())) == 2

@@ -55,7 +55,7 @@ def test_a_pbt_sweep_exploits_records_and_changes_the_values_mid_run(ray_session
     """Bugs caught: exploits not recorded (no way to read a trial's schedule), epoch rows that keep the
     trial's first config after an explore (the Parquet would lie about which lambda_mu trained an epoch),
     or an exploiting trial that restarts from scratch instead of continuing its donor's epochs."""
-    plan = _plan(tmp_path, PBT, cpus_per_trial=0.5)
+    plan = _plan(tmp_path, PBT, cpus_per_trial=0.5, stop_collapsed=False)  # PBT's own exploits, not the guards
     start(plan).tuner.fit()
     trials = outcome(plan.experiment_uri, "recall_at_1", "max").trials
     assert (trials.status == "completed").all(), trials[["trial_id", "status", "error"]]
