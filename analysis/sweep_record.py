@@ -57,8 +57,22 @@ class SpaceRecord:
                 "base": dict(self.base), "params": dict(self.params)}
 
 
+
+class Objectives:
+    """The sweep's objectives, in order (``metric``/``mode`` first, then ``extra_metrics``/``extra_modes``):
+    shared by the record and the CLI's ``tune.options.SweepOptions``."""
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric, *self.extra_metrics)
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return (self.mode, *self.extra_modes)
+
+
 @dataclass(frozen=True)
-class SweepRecord:
+class SweepRecord(Objectives):
     """``sweep.json``. ``metric``/``mode`` are the sweep's first objective (what ASHA stops on; old readers
     know only it), ``extra_metrics``/``extra_modes`` its others (``--metric`` repeated); ``metrics``/``modes``
     give them all as tuples; ``options`` are the CLI's (``SweepOptions.to_dict``);
@@ -125,13 +139,6 @@ class SweepRecord:
         """The swept parameters' names, in the space's order."""
         return tuple(self.space.params)
 
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return (self.metric, *self.extra_metrics)
-
-    @property
-    def modes(self) -> tuple[str, ...]:
-        return (self.mode, *self.extra_modes)
 
     @property
     def provenance(self) -> dict[str, Any]:

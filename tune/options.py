@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from analysis.sweep_record import Objectives
 from xbm.checks import checker
 from xbm.checks import parse_overrides as _parse_overrides
 
@@ -25,7 +26,7 @@ _check = checker(error=SweepInputError)
 
 
 @dataclass(frozen=True)
-class SweepOptions:
+class SweepOptions(Objectives):
     """What ``xbm-tune sweep`` runs. ``max_epochs`` None keeps the space's (or TrainConfig's) epochs.
 
     ``cpus_per_trial`` ``auto`` is resolved once Ray is connected (``tune.resources``); ``checkpoint_period``
@@ -121,13 +122,6 @@ class SweepOptions:
         _check(self.gpu_hours_budget is None or self.gpu_hours_budget > 0, "--gpu-hours-budget", "> 0 GPU hours",
                self.gpu_hours_budget)
 
-    @property
-    def metrics(self) -> tuple[str, ...]:
-        return (self.metric, *self.extra_metrics)
-
-    @property
-    def modes(self) -> tuple[str, ...]:
-        return (self.mode, *self.extra_modes)
 
     def replace(self, **changes: Any) -> "SweepOptions":
         return dataclasses.replace(self, **changes)
