@@ -74,6 +74,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
                            "'mutable: true' params) (default %(default)s)")
     stop.add_argument("--perturbation-interval", type=int, default=d.perturbation_interval, metavar="EPOCHS",
                       help="pbt: exploit and explore every EPOCHS epochs (default %(default)s)")
+    stop.add_argument("--pbt-synch", action="store_true",
+                      help="pbt: exploit and explore the whole population at once at each interval (every "
+                           "trial waits for the slowest; default: each trial when it reaches the interval)")
     stop.add_argument("--max-epochs", type=int, default=None,
                       help="epoch budget per trial (default: the space's epochs)")
     stop.add_argument("--grace-period", type=int, default=d.grace_period,
@@ -130,6 +133,7 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
         checkpoint_period=args.checkpoint_period, perturbation_interval=args.perturbation_interval,
+        pbt_synch=args.pbt_synch,
         max_failures=args.max_failures,
         **metric_options(args.metric, args.mode), seed=args.seed, storage=args.storage, name=args.name,
         **cluster, strict=args.strict, warm_start=args.warm_start,

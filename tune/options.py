@@ -53,6 +53,7 @@ class SweepOptions(Objectives):
     gpus_per_trial: float = 0.0
     checkpoint_period: float = 600.0
     perturbation_interval: int = 2
+    pbt_synch: bool = False
     max_failures: int = 2
     metric: str = "recall_at_1"
     mode: str = "max"

@@ -101,7 +101,7 @@ def _pbt(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialSched
         raise SweepInputError(f"--scheduler pbt draws its population with --search random, but got --search "
                               f"{options.search}: PBT changes the configs itself, which a searcher cannot follow")
     return RecordingPBT(time_attr=TIME_ATTR, perturbation_interval=options.perturbation_interval,
-                        hyperparam_mutations=mutations, quantile_fraction=0.25)
+                        hyperparam_mutations=mutations, quantile_fraction=0.25, synch=options.pbt_synch)
 
 
 #: name -> factory(options, max_epochs, stop_reasons, space) -> TrialScheduler
