@@ -60,10 +60,10 @@ def toy_space(tmp_path):
 
 
 # ---- a sweep driver killed halfway (tests/tune/test_faults.py on a local folder, test_s3.py on a bucket) ----
-# Batches of 4 (2 classes x 2): ~640 steps, an epoch of over a second even on an idle machine. At batch 32
+# Batches of 4 (2 classes x 2): ~640 steps, an epoch of 0.5-0.8 s since issue 18 (over a second before). At batch 32
 # (0.3 s epochs) polls that read every epoch file back from the S3 server missed the kill point (a trial at
-# exactly 2 of 4 epochs), and epochs shorter than TUNE_GLOBAL_CHECKPOINT_S (1 s) void what KEEP_CHECKPOINTS
-# relies on (tune/sweep.py): the snapshot may then name a checkpoint already deleted.
+# exactly 2 of 4 epochs), and epochs shorter than TUNE_GLOBAL_CHECKPOINT_S void what KEEP_CHECKPOINTS relies on
+# (tune/sweep.py): the snapshot may then name a checkpoint already deleted (the driver below sets 0.3 s).
 RESUME_SPACE = """description: resume
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 4, warmup_epochs: 0, batch_size: 4,
        samples_per_class: 2, lr: 1.0e-3}
@@ -115,7 +115,9 @@ def killed_driver(tmp_path):
 
     def run(address: str, storage: str) -> KilledDriver:
         (tmp_path / "resume.yaml").write_text(RESUME_SPACE)
-        env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        # experiment snapshots every 0.3 s: shorter than an epoch (0.5-0.8 s at batch 4 since issue 18's
+        # step without host waits), so the snapshot names each checkpoint before the next replaces it
+        env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "0.3", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
         argv = [sys.executable, "-m", "tune.cli", "sweep", str(tmp_path / "resume.yaml"), "--search", "grid",
                 "--num-samples", "1", "--scheduler", "fifo", "--max-concurrent", "1", "--storage", storage,
                 "--name", "drv", "--address", address, "--no-dashboard", "--checkpoint-period", "0",
