@@ -6,6 +6,7 @@ import torch
 from pytorch_metric_learning import losses, miners
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
+from tests.xbm.conftest import assert_matches_pml
 from xbm.loss import XBMLoss
 from xbm.normalisers import NormaliserConfig, build_normaliser
 
@@ -30,15 +31,7 @@ def test_matches_pml_cross_batch_memory_with_wrap_around(memory_size, setup, nor
     pml = losses.CrossBatchMemory(make_loss(), D, memory_size, miner=_miner() if use_miner else None)
     norm = None if normaliser is None else build_normaliser(NormaliserConfig(kind=normaliser))
     ours = XBMLoss(make_loss(), D, memory_size, miner=_miner() if use_miner else None, normaliser=norm)
-    for step, (emb, labels) in enumerate(_batches(7, seed=memory_size)):
-        a, b = emb.clone().requires_grad_(), emb.clone().requires_grad_()
-        want, got = pml(a, labels), ours(b, labels, epoch=step)
-        want.backward()
-        got.backward()
-        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
-        torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7)
-    # The memory holds the same rows as PML's (whose unfilled tail never mattered: it wrapped).
-    torch.testing.assert_close(ours.memory.valid().embeddings, pml.embedding_memory, rtol=0, atol=0)
+    assert_matches_pml(pml, ours, _batches(7, seed=memory_size))
 
 
 def test_adapts_the_stored_rows_then_enqueues_then_scores_against_the_memory():
