@@ -38,7 +38,7 @@ ALWAYS_SUMMARISED = ("recall_at_1", "map_at_r")
 # ---- column types ---------------------------------------------------------------------------------
 #: counters: int64 wherever they appear (epoch rows and trials.parquet)
 INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries", "collapsed_epochs",
-                         "skipped_images", "memory_bytes"})
+                         "skipped_images", "memory_bytes", "workers"})
 #: text columns (``sweep_dir`` and ``variant`` are added by ``analysis.load``, never written)
 STRING_COLUMNS = frozenset({"experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error",
                             "node_id", "gpu_ids", "git_sha", "package_version", "eval_split", "best_weights", "exploits",
@@ -105,7 +105,7 @@ def trial_fields(metric: str, metric_types: Mapping[str, pa.DataType] | None = N
     head = ["experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error", "epochs_completed",
             "collapsed_epochs"]
     tail = ["reference_raw_recall_at_1", "wall_time_s", "gpu_hours", *EPOCH_TIME_COLUMNS, SETUP_COLUMN,
-            "train_fraction", "best_weights", "exploits", "retries", "seed", "node_id", "gpu_ids", "git_sha", "package_version"]
+            "train_fraction", "best_weights", "exploits", "retries", "seed", "workers", "node_id", "gpu_ids", "git_sha", "package_version"]
     return ([pa.field(n, column_type(n)) for n in head] + summary + [pa.field(n, column_type(n)) for n in tail])
 
 

@@ -45,6 +45,7 @@ SWEEP_EXAMPLES = """examples:
   xbm-tune sweep delay --max-epochs 30 --grace-period 11 --strict
   xbm-tune sweep pcxbn_lambdas --search grid --scheduler fifo --cpus-per-trial 2
   xbm-tune sweep full --num-samples 200 --gpus-per-trial 0.5 --warm-start ~/xbm_sweeps/full-v1
+  xbm-tune sweep variants --gpus-per-trial 2 --cpus-per-trial 4      # each trial on 2 GPUs (2 DDP workers)
   xbm-tune sweep quickstart --smoke-test --no-dashboard --storage /tmp/sweeps
 """
 
@@ -97,8 +98,12 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
                      help="CPUs per trial, or auto: 1 without GPUs, else the node's CPUs x --gpus-per-trial / its "
                           "GPUs (default %(default)s)")
     res.add_argument("--gpus-per-trial", type=float, default=d.gpus_per_trial,
-                     help="fractions share a GPU, e.g. 0.5; each trial's CUDA memory is capped at its share "
-                          "(default %(default)s)")
+                     help="fractions share a GPU, e.g. 0.5; each trial's CUDA memory is capped at its share; a "
+                          "whole N > 1 is N workers of 1 GPU (--workers-per-trial N); per worker with "
+                          "--workers-per-trial (default %(default)s)")
+    res.add_argument("--workers-per-trial", type=int, default=d.workers_per_trial, metavar="N",
+                     help="each trial a data-parallel run of N Ray Train workers (gloo on CPUs, NCCL on GPUs); "
+                          "--cpus-per-trial and --gpus-per-trial are then per worker (default %(default)s)")
     res.add_argument("--checkpoint-period", type=float, default=d.checkpoint_period, metavar="SECONDS",
                      help="a full checkpoint every SECONDS of a trial's epochs and at its last epoch; 0 = every "
                           "epoch; the best epoch's weights are always kept (default %(default)s)")
@@ -132,6 +137,7 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         num_samples=args.num_samples, search=args.search, scheduler=args.scheduler, max_epochs=args.max_epochs,
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+        workers_per_trial=args.workers_per_trial,
         checkpoint_period=args.checkpoint_period, perturbation_interval=args.perturbation_interval,
         pbt_synch=args.pbt_synch,
         max_failures=args.max_failures,
@@ -338,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=20, help="rows to show, best first (default %(default)s)")
     p.add_argument("--all", action="store_true", help="show every trial")
     p.set_defaults(func=cmd_status)
-    _add_delegated(sub, "train", "one training run (no Ray)", "xbm.train_cli")
+    # tune.train_workers: xbm.train_cli's flags and run, plus --workers N (a local Ray Train run)
+    _add_delegated(sub, "train", "one training run (no Ray; --workers N: N data-parallel workers on a local Ray)",
+                   "tune.train_workers")
     _add_delegated(sub, "confirm", "re-run the top configs over seeds into the same sweep folder", "tune.confirm")
     _add_delegated(sub, "export", "a trial's (or a train run's) best weights as an embedder folder", "tune.export")
     _add_delegated(sub, "embed", "embed a folder of images with an export folder, into Parquet", "xbm.embed_cli")

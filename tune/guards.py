@@ -85,8 +85,9 @@ class Guards:
     """Collapse-aware stopping (``stop_collapsed``) and the budget, for one sweep (driver side)."""
 
     def __init__(self, stop_reasons: dict, stop_collapsed: bool = True, grace_period: int = 1,
-                 budget: Budget = Budget()) -> None:
+                 budget: Budget = Budget(), gpus_per_worker: float | None = None) -> None:
         self.stop_reasons = stop_reasons
+        self.gpus_per_worker = gpus_per_worker  # a trial's GPUs: its workers x these (tune.workers.trial_gpus)
         self.stop_collapsed, self.grace_period, self.budget = stop_collapsed, grace_period, budget
         self.spent: str | None = None  # the budget's reason once spent
         self.clock = time.monotonic  # the driver's clock for the time budget (a test moves it)
@@ -133,7 +134,8 @@ class Guards:
         if self._started is None:
             self._started = now
         trials = controller.get_trials()
-        used = sum(_gpu_hours(t, result if t is reporting else t.last_result) for t in trials)
+        gpus = getattr(self, "gpus_per_worker", None)  # absent from guards pickled before issue 20
+        used = sum(_gpu_hours(t, result if t is reporting else t.last_result, gpus) for t in trials)
         self.spent = self.budget.spent(now - self._started, used)
         if self.spent is None:
             return
@@ -145,8 +147,10 @@ class Guards:
                 controller.stop_trial(trial)
 
 
-def _gpu_hours(trial, result: dict | None) -> float:
-    gpus = float(trial.placement_group_factory.required_resources.get("GPU", 0.0))
+def _gpu_hours(trial, result: dict | None, gpus_per_worker: float | None = None) -> float:
+    from tune.workers import trial_gpus
+
+    gpus = trial_gpus(trial, gpus_per_worker)
     return float((result or {}).get("time_total_s") or 0.0) * gpus / 3600.0
 
 

@@ -29,6 +29,11 @@ _check = checker(error=SweepInputError)
 class SweepOptions(Objectives):
     """What ``xbm-tune sweep`` runs. ``max_epochs`` None keeps the space's (or TrainConfig's) epochs.
 
+    ``workers_per_trial`` > 1 makes each trial a data-parallel run of that many Ray Train workers
+    (``tune.data_parallel``); ``cpus_per_trial`` and ``gpus_per_trial`` are then per worker, and a whole
+    ``gpus_per_trial`` > 1 alone is shorthand for that many workers of one GPU each (``workers``,
+    ``gpus_per_worker``, ``trial_gpus`` give the resolved shape).
+
     ``cpus_per_trial`` ``auto`` is resolved once Ray is connected (``tune.resources``); ``checkpoint_period``
     is in seconds of a trial's epochs (``tune.checkpoints``). ``stop_collapsed``, ``time_budget_s`` and
     ``gpu_hours_budget`` are the guards every scheduler carries (``tune.guards``).
@@ -51,6 +56,7 @@ class SweepOptions(Objectives):
     max_concurrent: int | None = None
     cpus_per_trial: float | str = "auto"
     gpus_per_trial: float = 0.0
+    workers_per_trial: int = 1
     checkpoint_period: float = 600.0
     perturbation_interval: int = 2
     pbt_synch: bool = False
@@ -104,6 +110,11 @@ class SweepOptions(Objectives):
         _check(self.gpus_per_trial >= 0, "--gpus-per-trial", ">= 0", self.gpus_per_trial)
         _check(self.gpus_per_trial <= 1 or float(self.gpus_per_trial).is_integer(), "--gpus-per-trial",
                "a fraction <= 1 or a whole number (Ray cannot split more than one GPU)", self.gpus_per_trial)
+        _check(isinstance(self.workers_per_trial, int) and self.workers_per_trial >= 1, "--workers-per-trial",
+               ">= 1 (workers of one data-parallel trial)", self.workers_per_trial)
+        _check(self.workers_per_trial == 1 or self.gpus_per_trial in (0, 1), "--gpus-per-trial",
+               "0 or 1 with --workers-per-trial > 1 (it is per worker: a fraction would put two ranks on one GPU, "
+               "which NCCL refuses, and a worker uses one GPU)", self.gpus_per_trial)
         _check(self.max_failures >= 0, "--max-failures", ">= 0", self.max_failures)
         _check(self.mode in MODES, "--mode", f"one of {list(MODES)}", self.mode)
         _check(bool(self.metric), "--metric", "a metric name such as recall_at_1", self.metric)
@@ -123,6 +134,23 @@ class SweepOptions(Objectives):
         _check(self.gpu_hours_budget is None or self.gpu_hours_budget > 0, "--gpu-hours-budget", "> 0 GPU hours",
                self.gpu_hours_budget)
 
+
+    @property
+    def workers(self) -> int:
+        """Workers of each trial: ``--workers-per-trial``, or a whole ``--gpus-per-trial`` N > 1 (N workers
+        of one GPU each)."""
+        if self.workers_per_trial == 1 and self.gpus_per_trial > 1:
+            return int(self.gpus_per_trial)
+        return self.workers_per_trial
+
+    @property
+    def gpus_per_worker(self) -> float:
+        return 1.0 if self.workers_per_trial == 1 and self.gpus_per_trial > 1 else float(self.gpus_per_trial)
+
+    @property
+    def trial_gpus(self) -> float:
+        """The GPUs one trial uses: its workers x each one's GPUs (what ``gpu_hours`` bills)."""
+        return self.workers * self.gpus_per_worker
 
     def replace(self, **changes: Any) -> "SweepOptions":
         return dataclasses.replace(self, **changes)

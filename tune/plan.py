@@ -27,6 +27,7 @@ from tune.schedulers import build_scheduler
 from tune.searchers import build_searcher, check_search_options
 from tune.spaces.space import OPTUNA_SEARCHES
 from tune.trainable import train_config
+from tune.workers import WORKERS_KEY, check_space
 from xbm.inputs import PATH_KEYS, absolute_paths
 
 
@@ -72,11 +73,14 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     overrides = dict(options.overrides)
     if options.max_epochs is not None:
         overrides["epochs"] = options.max_epochs
+    if options.workers > 1:  # a data-parallel trial's TrainConfig knows its workers (config.workers); --set's
+        overrides.setdefault(WORKERS_KEY, options.workers)  # own value, if any, is refused by check_space
     space = load_space(space_name, overrides=overrides or None)
     if "seed" not in space.base and "seed" not in space.params:
         space = load_space(space_name, overrides={**overrides, "seed": options.seed})
     options = options.for_space(space.is_grid)
     space.check_search(options.search)
+    check_space(space, options)  # before TrainConfig's own batch rule, to name --workers-per-trial
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs
     check_metric(space, options.metric)

@@ -131,6 +131,7 @@ def build_scheduler(options, max_epochs: int, stop_reasons: dict, space=None) ->
     scheduler = SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons, space)
     budget = Budget(options.time_budget_s, options.gpu_hours_budget)
     if options.stop_collapsed or budget.active:
-        scheduler.guards = Guards(stop_reasons, options.stop_collapsed, options.grace_period, budget)
+        scheduler.guards = Guards(stop_reasons, options.stop_collapsed, options.grace_period, budget,
+                                  options.gpus_per_worker)
     return scheduler
 

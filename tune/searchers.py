@@ -205,7 +205,7 @@ def _optuna(space, options, budget: int, warm, study=None) -> tuple[PrunedOptuna
     several = len(options.metrics) > 1
     metric, mode = (list(options.metrics), list(options.modes)) if several else (options.metric, options.mode)
     searcher = PrunedOptunaSearch(space.define_by_run, metric, mode, seed, budget, points=points, rewards=rewards,
-                                  study_name=name, storage=storage, sampler=sampler, gpus=options.gpus_per_trial)
+                                  study_name=name, storage=storage, sampler=sampler, gpus=options.trial_gpus)
     return searcher, {}
 
 

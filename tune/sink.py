@@ -37,6 +37,7 @@ from analysis import contract
 from analysis.contract import CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, train_fraction, trial_fields
 from tune.parquet import Storage, clean_row, config_fields, table_from_values
 from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY, train_config
+from tune.workers import config_workers, trial_gpus
 from xbm.signals import collapse_warning, collapsed
 
 #: Tune's own bookkeeping keys, not metrics of the run
@@ -62,8 +63,10 @@ class ParquetSink(Callback):
     def __init__(self, results_dir: str | None, experiment: str, metric: str, mode: str, stage: str = "sweep",
                  swept: tuple[str, ...] = (), stop_reasons: Mapping[str, str] | None = None,
                  provenance: Mapping[str, Any] | None = None, extra: Mapping[str, str] | None = None,
-                 exploits: Mapping[str, list[str]] | None = None) -> None:
+                 exploits: Mapping[str, list[str]] | None = None, gpus_per_worker: float | None = None) -> None:
         self.results_dir = results_dir
+        # a trial's GPUs are its workers x these (tune.workers.trial_gpus); None: its placement group's
+        self.gpus_per_worker = gpus_per_worker
         self.extra = dict(extra or {})  # the sweep's other objectives: name -> mode (best_/final_ columns)
         self.experiment = experiment
         self.metric, self.mode, self.stage = metric, mode, stage
@@ -231,6 +234,7 @@ class ParquetSink(Callback):
             row["exploits"] = "; ".join(self.exploits[trial.trial_id])
         seed = row.get(CONFIG_PREFIX + "seed")
         row["seed"] = seed
+        row["workers"] = config_workers(trial.config)
         return row
 
     def _config_columns(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,7 +268,7 @@ class ParquetSink(Callback):
         row.update(contract.summarise(rows, self.metric, self.mode, self.extra))
         if "time_total_s" in result:
             row["wall_time_s"] = float(result["time_total_s"])
-        gpus = float(trial.placement_group_factory.required_resources.get("GPU", 0.0))
+        gpus = trial_gpus(trial, getattr(self, "gpus_per_worker", None))  # issue 20: every worker's GPUs
         if row.get("wall_time_s") is not None:
             row["gpu_hours"] = row["wall_time_s"] * gpus / 3600.0
         row["train_fraction"] = train_fraction(row.get("train_s"), row.get("wall_time_s"))

@@ -38,6 +38,7 @@ from tune.searchers import FixedConfigs
 from tune.sink import ParquetSink
 from tune.tensorboard_logger import SweepTensorBoard
 from tune.trainable import TrialNamer, TrialPolicy, make_trainable, train_config, trial_dirname
+from tune.workers import check_node_gpus, config_workers, launcher_resources, max_concurrent, worker_resources
 from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS, live_decode_warning
 
 # The experiment state (what `resume` restores) is saved at most this often; Tune's "auto" can wait
@@ -71,10 +72,11 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     sink = ParquetSink(None, plan.experiment, options.metric, options.mode, stage="sweep",
                        swept=tuple(plan.space.params), stop_reasons=plan.stop_reasons, provenance=provenance(),
                        extra=dict(zip(options.extra_metrics, options.extra_modes)),
-                       exploits=getattr(plan.scheduler, "exploits", None))
+                       exploits=getattr(plan.scheduler, "exploits", None), gpus_per_worker=options.gpus_per_worker)
     tune_config = tune.TuneConfig(
         metric=options.metric, mode=options.mode, search_alg=plan.searcher, scheduler=plan.scheduler,
-        num_samples=options.num_samples, max_concurrent_trials=options.max_concurrent, reuse_actors=True,
+        num_samples=options.num_samples, max_concurrent_trials=options.max_concurrent,
+        reuse_actors=reuse_actors(options),
         trial_name_creator=TrialNamer(list(plan.space.params)), trial_dirname_creator=trial_dirname)
     watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard()]
     run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *watch, *callbacks])
@@ -110,12 +112,24 @@ def trial_policy(options: SweepOptions, scheduler, max_epochs: int, mutable: tup
 
 
 def resolved_resources(options: SweepOptions) -> SweepOptions:
-    """``options`` with ``cpus_per_trial`` a number (``auto`` resolved on the connected cluster's nodes)."""
+    """``options`` with ``cpus_per_trial`` a number (``auto`` resolved on the connected cluster's nodes: the
+    CPUs that come with one worker's GPUs), checked against the nodes' GPUs (a trial's GPUs must fit on
+    one node: SweepInputError naming every node's count), and for multi-worker trials ``max_concurrent``
+    capped to the trials whose workers fit together (``tune.workers``)."""
     import ray
 
-    needs_nodes = options.cpus_per_trial == "auto" and options.gpus_per_trial > 0
-    return options.replace(cpus_per_trial=resolve_cpus_per_trial(options.cpus_per_trial, options.gpus_per_trial,
-                                                                  ray.nodes() if needs_nodes else ()))
+    needs_nodes = options.gpus_per_trial > 0 or options.workers > 1
+    nodes = ray.nodes() if needs_nodes else ()
+    check_node_gpus(options, nodes)
+    options = options.replace(cpus_per_trial=resolve_cpus_per_trial(options.cpus_per_trial, options.gpus_per_worker,
+                                                                     nodes))
+    return options.replace(max_concurrent=max_concurrent(options, nodes))
+
+
+def reuse_actors(options: SweepOptions) -> bool:
+    """Tune reuses a one-worker trial's actor for the next trial; a multi-worker trial's launcher ends with
+    its trial, taking its Train workers with it (a reused launcher would have to wait for them)."""
+    return options.workers == 1
 
 
 def gpu_data_warnings(plan: SweepPlan) -> list[str]:
@@ -134,8 +148,8 @@ def trainable(options: SweepOptions, sweep: str | None = None, paths: Mapping[st
     options' checkpoint period and no decision epochs (FIFO). Ray must be connected (``auto`` CPUs)."""
     options = resolved_resources(options)
     policy = policy or TrialPolicy(options.checkpoint_period)
-    return make_trainable(options.metric, options.mode,
-                          {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}, paths, sweep, policy)
+    return make_trainable(options.metric, options.mode, launcher_resources(options), paths, sweep, policy,
+                          options.workers, worker_resources(options))
 
 
 def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: list) -> tune.RunConfig:
@@ -192,17 +206,24 @@ def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results
         raise SweepInputError("run_configs needs at least one config, but got none")
     for config in configs:
         train_config(config)
+        if config_workers(config) != options.workers:  # the same data-parallel run as the sweep's trial
+            raise SweepInputError(f"--gpus-per-trial / --workers-per-trial must give the {config_workers(config)} "
+                                  f"worker(s) the config ran with (workers={config_workers(config)}), but give "
+                                  f"{options.workers}: a config reruns with its own workers")
     sweep_uri = results_dir.rstrip("/").rsplit("/", 1)[0]
     record = read_record(sweep_uri)
     swept = record.swept
     sink = ParquetSink(results_dir, record.experiment or sweep_uri.rsplit("/", 1)[-1], options.metric,
-                       options.mode, stage=stage, swept=swept, provenance=provenance())
-    tune_config = tune.TuneConfig(
-        metric=options.metric, mode=options.mode, search_alg=FixedConfigs(configs, options.metric, options.mode),
-        scheduler=FIFOScheduler(), num_samples=len(configs), max_concurrent_trials=options.max_concurrent,
-        reuse_actors=True, trial_name_creator=TrialNamer([*swept, "seed"]), trial_dirname_creator=trial_dirname)
+                       options.mode, stage=stage, swept=swept, provenance=provenance(),
+                       gpus_per_worker=options.gpus_per_worker)
     name = f"{stage}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     with ray_session(options.address, options.dashboard, **init_kwargs):
+        options = resolved_resources(options)  # the cluster's nodes cap multi-worker trials at once
+        tune_config = tune.TuneConfig(
+            metric=options.metric, mode=options.mode, search_alg=FixedConfigs(configs, options.metric, options.mode),
+            scheduler=FIFOScheduler(), num_samples=len(configs), max_concurrent_trials=options.max_concurrent,
+            reuse_actors=reuse_actors(options), trial_name_creator=TrialNamer([*swept, "seed"]), trial_dirname_creator=trial_dirname)
+
         best = SweepBest(name, options.metric, options.mode)  # the stage's best, in the trials' lines
         tuner = tune.Tuner(trainable(options, name), tune_config=tune_config,
                            run_config=_run_config(options, name, sweep_uri, [sink, best]))

@@ -35,14 +35,10 @@ driver's check (``tune.plan.check_data``) only proves the files exist on the dri
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import socket
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -50,14 +46,13 @@ from ray import tune
 from ray.tune.trainable.function_trainable import wrap_function
 
 from tune import live
-from tune.checkpoints import DEFAULT_PERIOD_S, TRIAL_STATE, BestWeights, CheckpointClock, storage_uri
+from tune.checkpoints import DEFAULT_PERIOD_S, BestWeights, storage_uri
 from tune.parquet import Storage
+# CHECKPOINT_FILE, SETUP_KEY, BEST_WEIGHTS_KEY: re-exported (the loop that writes them moved to tune.trial_loop)
+from tune.trial_loop import BEST_WEIGHTS_KEY, CHECKPOINT_FILE, SETUP_KEY, TrialLoop, tune_reporter  # noqa: F401
 
-CHECKPOINT_FILE = "trainer.pt"
 #: result keys that mark the final report of a trial ended by a deterministic error, and why it stopped
 ERROR_KEY, STOP_REASON_KEY = "error", "stop_reason"
-#: trial-level facts of every row: set-up seconds, the best weights' URI
-SETUP_KEY, BEST_WEIGHTS_KEY = "setup_s", "best_weights"
 #: trial-level facts reported with every epoch (strings; the sink puts them in trials.parquet too)
 NODE_KEY, GPU_KEY = "node_id", "gpu_ids"
 #: result key: {path key: value} a trial read instead of its config's (a sweep moved on resume)
@@ -119,16 +114,14 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     Tune's checkpoint if any. ``paths`` replace the config's values of those keys (module docstring).
 
     It prints a header and one line per epoch to the actor's stdout (``tune.live``); ``sweep`` is the
-    experiment name under which the driver publishes the sweep's best so far."""
+    experiment name under which the driver publishes the sweep's best so far. The epoch loop is
+    ``tune.trial_loop.TrialLoop``, which rank 0 of a data-parallel trial runs too (``tune.data_parallel``)."""
     started = time.perf_counter()
     # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
     import ray
-    import torch
 
-    from tune.resources import cap_gpu_memory, out_of_memory_reason
-    from xbm.checkpoint import load_checkpoint
+    from tune.resources import cap_gpu_memory
     from xbm.cpus import use_cpus
-    from xbm.errors import BadImageError, NonFiniteLossError
     from xbm.training.rng import seed_everything
 
     context = tune.get_context()
@@ -147,64 +140,64 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     gpu_share = float(assigned.get("GPU", 0.0))
     if cfg.device.startswith("cuda"):
         cap_gpu_memory(gpu_share)
-    storage = context.get_storage()
-    best = BestWeights(Storage(storage.trial_fs_path, filesystem=storage.storage_filesystem),
-                       storage_uri(storage.storage_filesystem, storage.trial_fs_path), mode)
-    clock = CheckpointClock(policy.checkpoint_period_s)
-    epoch, written_s = 0, 0.0  # written_s: writing the last checkpoint, billed to the next row
+    loop = TrialLoop(trial_id, cfg, metric, mode, policy, sweep, where, trial_best_weights(context.get_storage(), mode),
+                     tune_reporter(), started)
     try:
         trainer = _trainer(cfg, cpus, policy, node_id, sweep)
         checkpoint = tune.get_checkpoint()
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:
-                # weights_only (the state is tensors and plain values); a corrupt file is named (BadCheckpointError)
-                state = load_checkpoint(Path(folder) / CHECKPOINT_FILE)
-                policy_state = _read_json(Path(folder) / TRIAL_STATE)
-            trainer.load_state_dict(state, mutable=policy.mutable)
-            if policy_state.get("trial_id", trial_id) == trial_id:  # an exploit's donor kept its best elsewhere
-                best.load_state(policy_state.get("best", {}))
+                loop.restore(trainer, folder)
         trainer.prepare()
-        setup = {SETUP_KEY: time.perf_counter() - started}
-        for metrics in trainer.fit():
-            epoch = int(metrics["epoch"])
-            metrics.setdefault(metric, math.nan)  # an epoch eval_every skips: measured nothing
-            print(live.epoch_line(trial_id, metrics, cfg.epochs, metric, mode, live.published_best(sweep)), flush=True)
-            begun = time.perf_counter()
-            best.offer(epoch, metrics[metric], trainer.model, {"config": cfg.to_dict(), "metric": metric,
-                                                                "preprocessing": trainer.preprocessing_dict()})
-            row = {**metrics, **where, **setup, BEST_WEIGHTS_KEY: best.uri}
-            every = policy.checkpoint_every and epoch % policy.checkpoint_every == 0
-            if not clock.due(metrics["epoch_time_s"], last=epoch >= cfg.epochs or bool(every)):
-                tune.report({**row, "checkpoint_s": written_s + time.perf_counter() - begun})
-                written_s = 0.0
-                continue
-            with tempfile.TemporaryDirectory(prefix="xbm-ckpt-") as folder:
-                torch.save(trainer.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
-                Path(folder, TRIAL_STATE).write_text(json.dumps({"best": best.state(), "trial_id": trial_id}))
-                row["checkpoint_s"] = written_s + time.perf_counter() - begun
-                reported = time.perf_counter()
-                # report() persists the folder to the trial's storage before it returns
-                tune.report(row, checkpoint=tune.Checkpoint.from_directory(folder))
-                written_s = time.perf_counter() - reported
-    except NonFiniteLossError as exc:
-        print(f"{live.PREFIX} trial {trial_id} epoch {exc.epoch}/{cfg.epochs} failed: {exc}", flush=True)
+        loop.run(trainer)
+    except Exception as exc:
+        failure = deterministic_failure(exc, cfg, loop.epoch, gpu_share)
+        if failure is None:  # retried by FailureConfig(max_failures) from the last checkpoint
+            raise
+        print(f"{live.PREFIX} trial {trial_id} epoch {failure[0]}/{cfg.epochs} failed: {failure[1]}", flush=True)
         # no checkpoint: the last good one stays the trial's last checkpoint
-        _report_error(max(exc.epoch, epoch), metric, mode, where, exc, "non-finite loss")
-    except torch.OutOfMemoryError as exc:
-        reason = out_of_memory_reason(cfg.batch_size, gpu_share or 1.0)
-        print(f"{live.PREFIX} trial {trial_id} epoch {epoch + 1}/{cfg.epochs} failed: {reason}", flush=True)
-        _report_error(epoch + 1, metric, mode, where, exc, reason)
-    except BadImageError as exc:  # on_bad_image=stop: every retry would stop on the same file
-        print(f"{live.PREFIX} trial {trial_id} failed: {exc}", flush=True)
-        _report_error(epoch + 1, metric, mode, where, exc, "bad image (on_bad_image=stop)")
+        tune.report(error_row(failure, metric, mode, where, exc))
     finally:
-        best.wait()
+        loop.best.wait()
 
 
-def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str, sweep: str | None):
+def trial_best_weights(storage, mode: str) -> BestWeights:
+    """The trial's best weights, beside its checkpoints in Tune's trial folder (``storage``: Tune's
+    ``StorageContext`` of the trial)."""
+    return BestWeights(Storage(storage.trial_fs_path, filesystem=storage.storage_filesystem),
+                       storage_uri(storage.storage_filesystem, storage.trial_fs_path), mode)
+
+
+def deterministic_failure(exc: BaseException, cfg, epoch: int, gpu_share: float) -> tuple[int, str] | None:
+    """``(epoch, reason)`` for an error that every retry would meet again (module docstring): a non-finite
+    loss, a CUDA out-of-memory error, a bad image under ``on_bad_image=stop``; None for any other.
+    ``epoch`` is the last epoch reported."""
+    import torch
+
+    from tune.resources import out_of_memory_reason
+    from xbm.errors import BadImageError, NonFiniteLossError
+
+    if isinstance(exc, NonFiniteLossError):
+        return max(exc.epoch, epoch), "non-finite loss"
+    if isinstance(exc, torch.OutOfMemoryError):
+        return epoch + 1, out_of_memory_reason(cfg.batch_size, gpu_share or 1.0)
+    if isinstance(exc, BadImageError):  # on_bad_image=stop: every retry would stop on the same file
+        return epoch + 1, "bad image (on_bad_image=stop)"
+    return None
+
+
+def error_row(failure: tuple[int, str], metric: str, mode: str, where: Mapping[str, Any],
+              exc: BaseException) -> dict[str, Any]:
+    """The last result of a trial ended by a deterministic error: not retried, ranked last."""
+    return {"epoch": failure[0], metric: worst_value(mode), **where, ERROR_KEY: f"{type(exc).__name__}: {exc}",
+            STOP_REASON_KEY: failure[1]}
+
+
+def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str, sweep: str | None, ranks=None):
     """The trial's Trainer, reusing the references and warm-up that an earlier trial of the sweep computed
     on this node for the same inputs (``xbm.training.reuse``); files missing on this node raise
-    :class:`MissingOnNodeError` naming it."""
+    :class:`MissingOnNodeError` naming it. ``ranks`` (``xbm.distributed.Ranks``): this process's place in a
+    data-parallel trial (``tune.data_parallel``); None for a one-worker trial."""
     from ray.util import get_node_ip_address
 
     from xbm.trainer import Trainer
@@ -212,7 +205,9 @@ def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str, sweep: str | Non
 
     try:
         # num_workers=auto: the CPUs Ray gave this trial (--cpus-per-trial) minus one
-        return Trainer(cfg, cpus=cpus, evaluate_at=policy.evaluate_at, reuse_dir=default_folder(sweep or "default"))
+        distributed = {} if ranks is None else {"ranks": ranks}
+        return Trainer(cfg, cpus=cpus, evaluate_at=policy.evaluate_at, reuse_dir=default_folder(sweep or "default"),
+                       **distributed)
     except FileNotFoundError as exc:  # DatasetNotFoundError, or a missing pretrained_path file
         missing = getattr(exc, "filename", None) or cfg.pretrained_path
         raise MissingOnNodeError(
@@ -221,21 +216,10 @@ def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str, sweep: str | Non
             f"shared file system, or a copy on each node); the driver's check only saw its own") from exc
 
 
-def _report_error(epoch: int, metric: str, mode: str, where: Mapping[str, Any], exc: BaseException,
-                  reason: str) -> None:
-    """The last result of a trial ended by a deterministic error: not retried, ranked last."""
-    tune.report({"epoch": epoch, metric: worst_value(mode), **where, ERROR_KEY: f"{type(exc).__name__}: {exc}",
-                 STOP_REASON_KEY: reason})
-
-
-def _read_json(path: Path) -> dict:
-    """A checkpoint's policy state; {} for checkpoints written before it existed."""
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None = None,
                    paths: Mapping[str, Any] | None = None, sweep: str | None = None,
-                   policy: TrialPolicy = TrialPolicy()) -> type:
+                   policy: TrialPolicy = TrialPolicy(), workers: int = 1,
+                   per_worker: Mapping[str, float] | None = None) -> type:
     """The Tune trainable class for a sweep ``sweep`` optimising ``metric`` in ``mode``.
 
     A function trainable (``run_trial``) wrapped by Ray, subclassed to name its actors and their logs:
@@ -246,11 +230,17 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
     prefix follows the new trial (``tune.live.announce_actor_name``). ``resources`` (e.g.
     ``{"cpu": 1, "gpu": 0.5}``) is each trial's request; set on the function before Ray wraps it, so the
     class keeps its name (``tune.with_resources`` on the class would rename it ``ResourceTrainable``).
-    ``paths`` and ``policy`` go to ``run_trial``.
+    ``paths`` and ``policy`` go to ``run_trial``. With ``workers`` > 1 each trial is the launcher of a Ray
+    Train run of that many workers of ``per_worker`` resources (``tune.data_parallel``), and ``resources``
+    the launcher's own request.
     """
     paths = dict(paths or {})
 
     def xbm_trial(config):
+        if workers > 1:
+            from tune.data_parallel import run_parallel_trial
+
+            return run_parallel_trial(config, metric, mode, paths, sweep, policy, workers, dict(per_worker or {}))
         return run_trial(config, metric, mode, paths, sweep, policy)
 
     if resources is not None:

@@ -1,0 +1,141 @@
+"""The shape of a trial that is a data-parallel run of several workers (issue 20), and its checks.
+
+A sweep's options give each trial ``workers`` Ray Train workers of ``cpus_per_trial`` CPUs and
+``gpus_per_worker`` GPUs each (``SweepOptions.workers``; ``--gpus-per-trial N`` alone is N workers of one
+GPU). The trial itself is a Tune function that launches a ``TorchTrainer`` (``tune.data_parallel``); Ray
+Train V2 reserves its workers in a placement group of its own, which cannot draw on the Tune trial's, so
+Tune's request for a multi-worker trial is only the launcher's small bundle (``launcher_resources``), and
+the whole footprint is accounted for by capping the trials run at once to those whose workers fit in the
+cluster (``max_concurrent``: Ray's Train-in-Tune guide, "Set max_concurrent_trials"). A Train run starts
+only once all its workers are placed at once, so runs wait for each other but never hold half a footprint:
+no deadlock, even with more trials than fit.
+
+Bad input is refused with the flag and the rule before Ray starts (``check_space``) or, for the nodes'
+GPUs, once Ray is connected and before anything is written (``check_node_gpus``).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Iterable, Mapping
+
+from tune.options import SweepInputError, SweepOptions
+
+#: the TrainConfig key holding a run's number of workers (``config.workers`` in Parquet)
+WORKERS_KEY = "workers"
+#: what the launcher of a multi-worker trial asks Tune for: it only starts the workers and forwards reports
+LAUNCHER_CPU = 0.01
+
+
+def config_workers(config: Mapping[str, Any]) -> int:
+    """A trial config's workers (1 when absent or null)."""
+    value = config.get(WORKERS_KEY)
+    return int(value) if value is not None and value == value else 1
+
+
+def trial_gpus(trial, gpus_per_worker: float | None = None) -> float:
+    """The GPUs a Tune trial uses: its config's workers x ``gpus_per_worker``. Without ``gpus_per_worker``
+    (an object pickled before it existed), the GPUs of the trial's placement group, which are a
+    one-worker trial's GPUs (a multi-worker trial's workers are outside it)."""
+    if gpus_per_worker is None:
+        return float(trial.placement_group_factory.required_resources.get("GPU", 0.0))
+    return config_workers(trial.config) * float(gpus_per_worker)
+
+
+def launcher_resources(options: SweepOptions) -> dict[str, float]:
+    """What Tune reserves for one trial: the trial's own CPUs and GPUs with one worker (it trains in the
+    Tune actor), else the launcher's bundle alone (the workers are Ray Train's)."""
+    if options.workers == 1:
+        return {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
+    return {"cpu": LAUNCHER_CPU, "gpu": 0.0}
+
+
+def worker_resources(options: SweepOptions) -> dict[str, float]:
+    """One worker's resources, as Ray Train's ``ScalingConfig.resources_per_worker`` wants them."""
+    resources = {"CPU": float(options.cpus_per_trial)}
+    if options.gpus_per_worker > 0:
+        resources["GPU"] = float(options.gpus_per_worker)
+    return resources
+
+
+def check_space(space, options: SweepOptions) -> None:
+    """Before Ray starts: ``workers`` is the flag's, never a space's or ``--set``'s (the resources are the
+    sweep's), and every global batch the space can give splits into whole classes per rank."""
+    workers = options.workers
+    if WORKERS_KEY in space.params:
+        raise SweepInputError(f"the space must not sweep {WORKERS_KEY!r}: a trial's workers are the sweep's "
+                              f"resources; run one sweep per --workers-per-trial value")
+    given = space.base.get(WORKERS_KEY)
+    if given is not None and int(given) != workers:
+        raise SweepInputError(f"--workers-per-trial must give the trials' workers, but the space or --set says "
+                              f"{WORKERS_KEY}={given} while the flags give {workers}; drop {WORKERS_KEY} from the "
+                              f"space and --set, and use --workers-per-trial")
+    if workers > 1:
+        check_batch_split(_values(space, "batch_size"), _values(space, "samples_per_class"),
+                          _values(space, "objective"), workers)
+
+
+def check_batch_split(batch_sizes: Iterable[int], samples_per_class: Iterable[int], objectives: Iterable[str],
+                      workers: int) -> None:
+    """Each rank draws ``batch_size / workers`` rows of every global PK batch, whole classes for the
+    supervised objective: ``batch_size / workers`` must be a whole multiple of ``samples_per_class``."""
+    for batch, per_class, objective in itertools.product(batch_sizes, samples_per_class, objectives):
+        if batch is None:
+            continue
+        per_class = per_class if objective == "supervised" else 1
+        if batch % (workers * per_class):
+            rule = (f"a multiple of {workers} x samples_per_class={per_class}, so that each rank draws whole "
+                    f"classes" if per_class > 1 else f"a multiple of {workers}, one share per rank")
+            raise SweepInputError(f"--workers-per-trial {workers} needs batch_size (the global batch) to be {rule}, "
+                                  f"but got batch_size={batch} ({batch / workers:g} rows per rank); use batch_size="
+                                  f"{max(1, round(batch / (workers * per_class))) * workers * per_class}")
+
+
+def _values(space, key: str) -> list:
+    """Every value of ``key`` the space can give: its swept values (discrete) or its base value; the
+    TrainConfig default when the space says nothing. A continuous swept value is checked in its trial."""
+    from xbm.config import TrainConfig
+
+    if key in space.params:
+        return space.params[key].possible_values() or []
+    return [space.base.get(key, getattr(TrainConfig(), key))]
+
+
+def check_node_gpus(options: SweepOptions, nodes: Iterable[Mapping[str, Any]]) -> None:
+    """Once Ray is connected: a trial's GPUs must fit on one node (Ray Train packs a trial's workers; a
+    trial larger than every node would wait forever). The error names every node's GPU count."""
+    need = options.trial_gpus
+    if need <= 0:
+        return
+    alive = [n for n in nodes if n.get("Alive", True)]
+    counts = {_node_name(n): float(n.get("Resources", {}).get("GPU", 0.0)) for n in alive}
+    if any(count >= need for count in counts.values()):
+        return
+    shown = ", ".join(f"{name}: {count:g}" for name, count in counts.items()) or "no nodes"
+    flag = (f"--gpus-per-trial {options.gpus_per_trial:g}" if options.workers_per_trial == 1
+            else f"--workers-per-trial {options.workers} x --gpus-per-trial {options.gpus_per_trial:g}")
+    raise SweepInputError(f"{flag} asks {need:g} GPUs per trial, more than any node has (GPUs per node: {shown}); "
+                          f"ask for at most the largest node's GPUs per trial")
+
+
+def _node_name(node: Mapping[str, Any]) -> str:
+    return f"{node.get('NodeManagerHostname') or node.get('NodeManagerAddress', '?')} ({str(node.get('NodeID', ''))[:8]})"
+
+
+def max_concurrent(options: SweepOptions, nodes: Iterable[Mapping[str, Any]]) -> int | None:
+    """The trials that may run at once: ``--max-concurrent``, capped for multi-worker trials by the trials
+    whose workers fit on the connected cluster's nodes together (at least 1). One-worker trials: as given
+    (Tune's own placement groups count their resources)."""
+    if options.workers == 1:
+        return options.max_concurrent
+    per_worker = worker_resources(options)
+    fits = 0
+    for node in nodes:
+        if not node.get("Alive", True):
+            continue
+        have = node.get("Resources", {})
+        # the launchers' small bundles share the nodes' CPUs too
+        workers = min(math.floor((have.get(k, 0.0) + 1e-9) / v) for k, v in per_worker.items() if v > 0)
+        fits += workers
+    trials = max(1, fits // options.workers)
+    return trials if options.max_concurrent is None else min(options.max_concurrent, trials)
