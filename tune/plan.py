@@ -73,14 +73,15 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     overrides = dict(options.overrides)
     if options.max_epochs is not None:
         overrides["epochs"] = options.max_epochs
-    if options.workers > 1:  # a data-parallel trial's TrainConfig knows its workers (config.workers); --set's
-        overrides.setdefault(WORKERS_KEY, options.workers)  # own value, if any, is refused by check_space
     space = load_space(space_name, overrides=overrides or None)
     if "seed" not in space.base and "seed" not in space.params:
-        space = load_space(space_name, overrides={**overrides, "seed": options.seed})
+        overrides["seed"] = options.seed
+        space = load_space(space_name, overrides=overrides)
     options = options.for_space(space.is_grid)
     space.check_search(options.search)
-    check_space(space, options)  # before TrainConfig's own batch rule, to name --workers-per-trial
+    check_space(space, options)  # a space's own workers; each rank's share of the batch, named after the flag
+    if options.workers > 1 and WORKERS_KEY not in space.base:  # the trials' TrainConfig knows them: config.workers
+        space = load_space(space_name, overrides={**overrides, WORKERS_KEY: options.workers})
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs
     check_metric(space, options.metric)

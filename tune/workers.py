@@ -76,9 +76,10 @@ def check_space(space, options: SweepOptions) -> None:
 
 
 def check_batch_split(batch_sizes: Iterable[int], samples_per_class: Iterable[int], objectives: Iterable[str],
-                      workers: int) -> None:
+                      workers: int, flag: str = "--workers-per-trial") -> None:
     """Each rank draws ``batch_size / workers`` rows of every global PK batch, whole classes for the
-    supervised objective: ``batch_size / workers`` must be a whole multiple of ``samples_per_class``."""
+    supervised objective: ``batch_size / workers`` must be a whole multiple of ``samples_per_class``.
+    ``flag`` is the one the error names."""
     for batch, per_class, objective in itertools.product(batch_sizes, samples_per_class, objectives):
         if batch is None:
             continue
@@ -86,7 +87,7 @@ def check_batch_split(batch_sizes: Iterable[int], samples_per_class: Iterable[in
         if batch % (workers * per_class):
             rule = (f"a multiple of {workers} x samples_per_class={per_class}, so that each rank draws whole "
                     f"classes" if per_class > 1 else f"a multiple of {workers}, one share per rank")
-            raise SweepInputError(f"--workers-per-trial {workers} needs batch_size (the global batch) to be {rule}, "
+            raise SweepInputError(f"{flag} {workers} needs batch_size (the global batch) to be {rule}, "
                                   f"but got batch_size={batch} ({batch / workers:g} rows per rank); use batch_size="
                                   f"{max(1, round(batch / (workers * per_class))) * workers * per_class}")
 

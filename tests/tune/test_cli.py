@@ -213,3 +213,44 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
     assert main(["sweep", "quickstart", "--time-budget", "2h"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("budget: the time budget (2h) was spent: the sweep stopped its trials")
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["sweep", "SPACE", "--workers-per-trial", "0"], "--workers-per-trial must satisfy >= 1"),
+    (["sweep", "SPACE", "--workers-per-trial", "2", "--gpus-per-trial", "0.5"],
+     "--gpus-per-trial must satisfy 0 or 1 with --workers-per-trial > 1"),
+    # 128 rows over 3 ranks: not whole; over 64 ranks: 2 rows each, half a class of 4
+    (["sweep", "SPACE", "--workers-per-trial", "3"], "--workers-per-trial 3 needs batch_size (the global batch) to be a "
+                                                      "multiple of 3 x samples_per_class=4"),
+    (["sweep", "SPACE", "--gpus-per-trial", "64"], "--workers-per-trial 64 needs batch_size"),
+    (["sweep", "SPACE", "--workers-per-trial", "2", "--set", "workers=4"], "--workers-per-trial must give the trials' workers"),
+    (["train", "--set", "dataset=toy", "--set", "batch_size=16", "--workers", "8", "--output", "OUT"],
+     "--workers 8 needs batch_size (the global batch) to be a multiple of 8 x samples_per_class=4"),
+    (["train", "--set", "dataset=toy", "--workers", "0", "--output", "OUT"], "--workers must be >= 1"),
+])
+def test_bad_worker_input_exits_2_naming_the_flag_before_ray_starts(tmp_path, capsys, argv, named):
+    """Bug caught (issue 20): a data-parallel sweep or run with zero workers, fractional GPUs per worker, a
+    global batch that does not split into whole classes per rank, or a space's own ``workers`` against the
+    flag's, reaching Ray (a worker then fails, or waits, after the sweep started and wrote its folder)."""
+    (tmp_path / "space.yaml").write_text(TOY)
+    argv = [str(tmp_path / "space.yaml") if a == "SPACE" else str(tmp_path / "out") if a == "OUT" else a
+            for a in argv]
+    extra = ["--storage", str(tmp_path / "out"), "--no-dashboard"] if argv[0] == "sweep" else []
+    assert main([*argv, *extra]) == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert not ray.is_initialized()  # nothing started
+
+
+@pytest.mark.slow
+def test_more_gpus_per_trial_than_any_node_exits_2_naming_the_nodes(tmp_path, capsys):
+    """Bug caught (issue 20): a sweep asking 2 GPUs per trial on a machine without GPUs accepted: its trials
+    wait for GPUs forever. Checked once Ray is connected (it knows the nodes), before sweep.json is written."""
+    (tmp_path / "space.yaml").write_text(TOY)
+    code = main(["sweep", str(tmp_path / "space.yaml"), "--gpus-per-trial", "2", "--storage", str(tmp_path / "out"),
+                 "--no-dashboard", "--name", "gpus"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--gpus-per-trial 2 asks 2 GPUs per trial, more than any node has (GPUs per node: " in err and ": 0)" in err
+    assert not (tmp_path / "out" / "gpus" / "results" / "sweep.json").exists()
+    assert not ray.is_initialized()  # the session it started is closed
