@@ -20,8 +20,11 @@ identical, wraps DDP and evaluates on rank 0).
 - **Failures.** Train does not retry (``FailureConfig(max_failures=0)``): a worker's error ends the run,
   the launcher re-raises it and Tune's ``FailureConfig`` retries the trial from its last checkpoint, unless
   the error is deterministic (``tune.trainable.deterministic_failure``), which ends the trial as failed.
-- **Stopping.** A trial the scheduler stops is a launcher actor Tune ends; Train's controller and workers
-  belong to it and end with it. Multi-worker sweeps therefore do not reuse actors (``tune.sweep``).
+- **Stopping.** When Tune stops a trial (the scheduler, a budget), the trainable's ``cleanup`` aborts its
+  Train run (:func:`abort_running`: the controller shuts its workers down and removes their placement group)
+  before the launcher actor ends; Train's own clean-up of an orphaned run relies on the state API, which
+  fails where several Ray instances share a machine, and a leaked placement group holds its workers'
+  resources for the rest of the sweep. Multi-worker sweeps do not reuse actors (``tune.sweep``).
 """
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ from tune.trial_loop import Reporter, TrialLoop, follow, load_trainer_state
 
 #: the folder of a trial's Train runs, inside its Tune trial folder
 TRAIN_RUNS = "data_parallel"
+#: this launcher process's running Train controller (an actor handle), for :func:`abort_running`
+_RUNNING: dict[str, Any] = {}
 
 
 class ForwardToTune(UserCallback):
@@ -50,7 +55,25 @@ class ForwardToTune(UserCallback):
         self.queue = queue
 
     def after_report(self, run_context, metrics, checkpoint) -> None:
-        self.queue.put((dict(metrics[0]), checkpoint))
+        import ray
+
+        # this controller's own handle goes along, so the launcher can abort the run (abort_running)
+        self.queue.put((dict(metrics[0]), checkpoint, ray.get_runtime_context().current_actor))
+
+
+def abort_running(timeout_s: float = 60.0) -> None:
+    """Abort this launcher's running Train run, if any (Tune is stopping the trial): its workers end, their
+    placement group is removed, and the run's folder (Train's copies of the checkpoints) is deleted."""
+    import ray
+
+    controller, runs = _RUNNING.pop("controller", None), _RUNNING.pop("runs", None)
+    if controller is not None:
+        try:
+            ray.get(controller.abort.remote(), timeout=timeout_s)
+        except Exception:  # the controller exits inside abort (exit_actor), or was already gone
+            pass
+    if runs is not None:
+        _delete(*runs)
 
 
 def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[str, Any] | None,
@@ -67,6 +90,7 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
     storage = context.get_storage()
     runs = f"{storage.trial_fs_path}/{TRAIN_RUNS}"
     _delete(storage.storage_filesystem, runs)  # an earlier launch's runs: Tune's checkpoint is the one to resume
+    _RUNNING["runs"] = (storage.storage_filesystem, runs)
     gpus = float(per_worker.get("GPU", 0.0))
     queue = Queue(actor_options={"num_cpus": 0})
     job = {"config": dict(config), "metric": metric, "mode": mode, "paths": dict(paths or {}), "sweep": sweep,
@@ -85,7 +109,7 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
     last: dict[str, Any] = {}
     while True:
         try:
-            row, checkpoint = queue.get(timeout=0.5)
+            row, checkpoint, _RUNNING["controller"] = queue.get(timeout=0.5)
         except Empty:
             if fitting.is_alive() or not queue.empty():
                 continue
@@ -93,6 +117,8 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
         last = row
         tune.report(row, checkpoint=None if checkpoint is None else
                     tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem))
+    _RUNNING.pop("controller", None)
+    _RUNNING.pop("runs", None)
     _delete(storage.storage_filesystem, runs)
     if "error" in ended:
         _fail(ended["error"], config, metric, mode, last, gpus, trial_id)

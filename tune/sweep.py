@@ -81,6 +81,7 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard()]
     run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *watch, *callbacks])
     policy = trial_policy(options, plan.scheduler, plan.max_epochs, plan.space.mutable)
+    capped(plan.searcher, options.max_concurrent)
     tuner = tune.Tuner(trainable(options, plan.experiment, policy=policy),
                        param_space={**plan.space.base, **plan.swept_space},
                        tune_config=tune_config, run_config=run_config)
@@ -124,6 +125,17 @@ def resolved_resources(options: SweepOptions) -> SweepOptions:
     options = options.replace(cpus_per_trial=resolve_cpus_per_trial(options.cpus_per_trial, options.gpus_per_worker,
                                                                      nodes))
     return options.replace(max_concurrent=max_concurrent(options, nodes))
+
+
+def capped(search_alg, max_concurrent: int | None) -> None:
+    """Apply ``max_concurrent`` to Ray's variant generator (grid and random search) too: Tune applies
+    ``max_concurrent_trials`` only to a ``Searcher`` (it wraps it in a ``ConcurrencyLimiter``) and ignores it,
+    with a warning, for a ``BasicVariantGenerator``, whose own cap is its ``max_concurrent``. Multi-worker
+    trials rely on the cap (``tune.workers.max_concurrent``)."""
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    if isinstance(search_alg, BasicVariantGenerator) and max_concurrent:
+        search_alg.max_concurrent = int(max_concurrent)
 
 
 def reuse_actors(options: SweepOptions) -> bool:

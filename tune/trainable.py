@@ -256,7 +256,15 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
             live.announce_actor_name(repr(self))
         return ok
 
-    return type("XbmTrial", (base,), {"__repr__": __repr__, "reset_config": reset_config, "__module__": __name__})
+    def cleanup(self) -> None:
+        if workers > 1:  # a stopped data-parallel trial: its Train run ends before the launcher does
+            from tune.data_parallel import abort_running
+
+            abort_running()
+        base.cleanup(self)
+
+    return type("XbmTrial", (base,), {"__repr__": __repr__, "reset_config": reset_config, "cleanup": cleanup,
+                                      "__module__": __name__})
 
 
 class TrialNamer:

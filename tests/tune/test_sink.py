@@ -469,3 +469,25 @@ def test_a_collapse_warning_is_flushed_at_once(tmp_path, monkeypatch):
     sink.on_trial_result(0, [], trial, result(1, 0.1, loss_pos_pairs=0.0))
     assert console.calls[0][0] == "write" and console.calls[0][1].startswith("warning: trial t1: epoch 1")
     assert console.calls[-1] == ("flush", "")
+
+
+def test_a_two_worker_trial_is_one_row_billing_both_workers_gpus(tmp_path):
+    """Bug caught (issue 20): a data-parallel trial's gpu_hours read from its Tune placement group, which
+    holds only the launcher (0 GPUs), instead of its workers x each one's GPUs; ``workers`` missing from
+    trials.parquet or typed float."""
+    sink = make_sink(tmp_path, gpus_per_worker=1.0)
+    trial = FakeTrial("t2", {**BASE, "normaliser.kind": "none", "normaliser.lambda_mu": None, "workers": 2,
+                             "batch_size": 16})
+    feed(sink, trial, [1, 2])
+    sink.on_trial_complete(0, [], trial)
+    table = pq.read_table(tmp_path / "trials.parquet")
+    (row,) = table.to_pylist()
+    assert table.schema.field("workers").type == pa.int64()
+    assert row["workers"] == 2 and row["config.workers"] == 2
+    assert row["wall_time_s"] == 4.0 and row["gpu_hours"] == pytest.approx(4.0 * 2 * 1.0 / 3600)
+    # a one-worker trial of the same sink: its config has no workers key
+    one = FakeTrial("t1", {**BASE, "normaliser.kind": "none", "normaliser.lambda_mu": None})
+    feed(sink, one, [1])
+    sink.on_trial_complete(0, [], one)
+    rows = {r["trial_id"]: r for r in pq.read_table(tmp_path / "trials.parquet").to_pylist()}
+    assert rows["t1"]["workers"] == 1 and rows["t1"]["gpu_hours"] == pytest.approx(2.0 * 1.0 / 3600)
