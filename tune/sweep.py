@@ -75,13 +75,12 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
                        exploits=getattr(plan.scheduler, "exploits", None), gpus_per_worker=options.gpus_per_worker)
     tune_config = tune.TuneConfig(
         metric=options.metric, mode=options.mode, search_alg=plan.searcher, scheduler=plan.scheduler,
-        num_samples=options.num_samples, max_concurrent_trials=options.max_concurrent,
+        num_samples=options.num_samples, max_concurrent_trials=tune_cap(plan.searcher, options.max_concurrent),
         reuse_actors=reuse_actors(options),
         trial_name_creator=TrialNamer(list(plan.space.params)), trial_dirname_creator=trial_dirname)
     watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard()]
     run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *watch, *callbacks])
     policy = trial_policy(options, plan.scheduler, plan.max_epochs, plan.space.mutable)
-    capped(plan.searcher, options.max_concurrent)
     tuner = tune.Tuner(trainable(options, plan.experiment, policy=policy),
                        param_space={**plan.space.base, **plan.swept_space},
                        tune_config=tune_config, run_config=run_config)
@@ -127,15 +126,17 @@ def resolved_resources(options: SweepOptions) -> SweepOptions:
     return options.replace(max_concurrent=max_concurrent(options, nodes))
 
 
-def capped(search_alg, max_concurrent: int | None) -> None:
-    """Apply ``max_concurrent`` to Ray's variant generator (grid and random search) too: Tune applies
-    ``max_concurrent_trials`` only to a ``Searcher`` (it wraps it in a ``ConcurrencyLimiter``) and ignores it,
-    with a warning, for a ``BasicVariantGenerator``, whose own cap is its ``max_concurrent``. Multi-worker
-    trials rely on the cap (``tune.workers.max_concurrent``)."""
+def tune_cap(search_alg, max_concurrent: int | None) -> int | None:
+    """``TuneConfig.max_concurrent_trials`` for ``search_alg``: Tune applies it only to a ``Searcher`` (in a
+    ``ConcurrencyLimiter``) and ignores it, with a warning, for Ray's variant generator (grid and random
+    search), whose own cap is its ``max_concurrent``: that is set here instead. Multi-worker trials rely on
+    the cap (``tune.workers.max_concurrent``)."""
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    if isinstance(search_alg, BasicVariantGenerator) and max_concurrent:
-        search_alg.max_concurrent = int(max_concurrent)
+    if not isinstance(search_alg, BasicVariantGenerator):
+        return max_concurrent
+    search_alg.max_concurrent = int(max_concurrent or 0)  # 0: no cap
+    return None
 
 
 def reuse_actors(options: SweepOptions) -> bool:

@@ -130,13 +130,12 @@ def max_concurrent(options: SweepOptions, nodes: Iterable[Mapping[str, Any]]) ->
     if options.workers == 1:
         return options.max_concurrent
     per_worker = worker_resources(options)
-    fits = 0
-    for node in nodes:
-        if not node.get("Alive", True):
-            continue
-        have = node.get("Resources", {})
-        # the launchers' small bundles share the nodes' CPUs too
-        workers = min(math.floor((have.get(k, 0.0) + 1e-9) / v) for k, v in per_worker.items() if v > 0)
-        fits += workers
+    alive = [node.get("Resources", {}) for node in nodes if node.get("Alive", True)]
+    fits = sum(min(math.floor((have.get(k, 0.0) + 1e-9) / v) for k, v in per_worker.items() if v > 0)
+               for have in alive)
     trials = max(1, fits // options.workers)
+    # each trial's launcher holds LAUNCHER_CPU too: 2 trials of 2 one-CPU workers do not fit in 4 CPUs
+    cpus = sum(have.get("CPU", 0.0) for have in alive)
+    while trials > 1 and trials * (options.workers * per_worker["CPU"] + LAUNCHER_CPU) > cpus + 1e-9:
+        trials -= 1
     return trials if options.max_concurrent is None else min(options.max_concurrent, trials)

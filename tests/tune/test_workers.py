@@ -90,13 +90,14 @@ def test_trials_at_once_are_those_whose_workers_fit_together():
     """Bug caught: Tune, which reserves only each launcher's bundle, starting every trial at once: their
     Train runs then wait on each other's workers (Ray's guide: cap max_concurrent_trials)."""
     cpu = SweepOptions(workers_per_trial=2, cpus_per_trial=1.0)
-    assert max_concurrent(cpu, [node("a", 8)]) == 4  # 8 one-CPU workers = 4 trials of 2
+    assert max_concurrent(cpu, [node("a", 8.5)]) == 4  # 8 one-CPU workers = 4 trials of 2, + 4 x 0.01 CPU
+    assert max_concurrent(cpu, [node("a", 8)]) == 3  # the launchers' 0.01 CPU each: 4 x 2.01 > 8
     assert max_concurrent(cpu.replace(max_concurrent=3), [node("a", 8)]) == 3
     assert max_concurrent(cpu, [node("a", 1)]) == 1  # never 0: the trial waits, as Tune would
     gpu = SweepOptions(gpus_per_trial=2.0, cpus_per_trial=2.0)  # 2 workers x (2 CPUs, 1 GPU)
     # node a: min(16 / 2, 2 / 1) = 2 workers; node b: min(3 // 2, 4) = 1 worker; 3 workers = 1 trial
     assert max_concurrent(gpu, [node("a", 16, 2), node("b", 3, 4), node("c", 8, 8, alive=False)]) == 1
-    assert max_concurrent(gpu, [node("a", 16, 4), node("b", 16, 4)]) == 4
+    assert max_concurrent(gpu, [node("a", 16, 4), node("b", 16, 4)]) == 4  # 4 x (2 x 2 + 0.01) <= 32 CPUs
 
 
 def test_a_trials_gpus_are_its_workers_gpus():
