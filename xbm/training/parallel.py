@@ -5,6 +5,7 @@ rank 0's evaluation row). With one worker each of these is the identity, and the
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable, Iterable
 
 import torch
@@ -40,8 +41,10 @@ def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
     """``DistributedDataParallel`` over ``model`` (it averages the gradients). Buffers are not broadcast at
     each forward: SyncBatchNorm keeps them equal, and :func:`share_buffers` makes them equal after each epoch
     (MoCo's per-rank BatchNorm may call the model more than once per step)."""
-    return nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                               broadcast_buffers=False)
+    with warnings.catch_warnings():   # torch 2.14 renames it; the new name's False still syncs at init
+        warnings.simplefilter("ignore", FutureWarning)
+        return nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                                   broadcast_buffers=False)
 
 
 def share_rng(ranks: Ranks) -> None:
