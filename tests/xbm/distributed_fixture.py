@@ -25,8 +25,8 @@ from tests.xbm.conftest import TINY
 
 # The toy set of tests/xbm/conftest.py's tiny_trainer (192 training rows, batches of 32: 6 steps per epoch).
 BASE = {**TINY, "epochs": 3, "warmup_epochs": 1, "eval_every": 3, "num_workers": "0"}
-# The cases of tests/xbm/test_distributed.py: every normaliser kind, MoCo (its queue adapted by AXBN) and the
-# pair-margin miner. SupCon over every pair (miner.kind none) in the 3-epoch cases: a margin is a discontinuity,
+# The cases of tests/xbm/test_distributed.py: every normaliser kind, MoCo (its queue adapted by AXBN), the
+# pair-margin miner, a PML loss on index pairs and the other label-free objectives. SupCon over every pair (miner.kind none) in the 3-epoch cases: a margin is a discontinuity,
 # and a pair whose distance lies within rounding (1e-7) of it is mined by one run and not by the other (seen:
 # step 12 of 18, after which the memories differ by 1e-4); the miner's case stops after one epoch.
 ALL_PAIRS = {"miner.kind": "none"}
@@ -39,6 +39,12 @@ CASES = {
     "scxbn": {"normaliser.kind": "scxbn", **ALL_PAIRS},
     "moco": {"objective": "moco", "normaliser.kind": "axbn"},
     "miner": {"normaliser.kind": "xbn", "epochs": 1},
+    # PML's index-pair path (not SupCon's masks): a triplet loss, and the label-free objectives
+    "triplet": {"loss.kind": "triplet", "normaliser.kind": "xbn", **ALL_PAIRS},
+    # SGD: the toy's two views of an image are equal vectors, many gradient components cancel to rounding noise,
+    # and Adam's first steps scale noise to +-lr (seen: 1e-7 -> 1.6e-5 in the memory in one step; SGD: 6e-7)
+    "instance": {"objective": "instance", "normaliser.kind": "ema", "optimizer": "sgd", "lr": 0.05},
+    "neighbours": {"objective": "neighbours", "normaliser.kind": "xbn", "neighbours.threshold": 0.5},
 }
 # test_resnet on digits: BatchNorm in every block; batches of 16 (4 classes x 4), 8 rows per worker.
 RESNET = {"dataset": "digits", "model": "test_resnet", "image_size": 32, "batch_size": 16, "embedding_size": 16,
