@@ -49,6 +49,8 @@ CASES = {
 # test_resnet on digits: BatchNorm in every block; batches of 16 (4 classes x 4), 8 rows per worker.
 RESNET = {"dataset": "digits", "model": "test_resnet", "image_size": 32, "batch_size": 16, "embedding_size": 16,
           "epochs": 1, "warmup_epochs": 0, **ALL_PAIRS}
+RESNET_CASES = {"synced": {"sync_bn": "auto"}, "per_rank": {"sync_bn": "off"},
+                "moco": {"objective": "moco", "miner.kind": "pair_margin", "moco.bn_splits": 4}}
 
 
 def build(values: dict, ranks: Ranks = Ranks(), **kwargs) -> Trainer:
@@ -116,14 +118,15 @@ def first_steps(batches, description: str, steps: int = 4):
     return itertools.islice(batches, steps)
 
 
-def resnet_job(ranks: Ranks) -> list[float]:
-    """The loss of RESNET's first 4 steps on the ranks with sync_bn auto (on), then off. Four steps, not an
-    epoch: this run is chaotic (a 1e-7 relative change of the initial weights of one worker's run moves its
-    loss by 2e-4 at step 4 and by 1e-2 at step 8), so later steps compare rounding, not BatchNorm."""
-    losses = []
-    for sync_bn in ("auto", "off"):
-        trainer = build({**RESNET, "workers": ranks.world_size, "sync_bn": sync_bn}, ranks, progress=first_steps)
-        losses.append(next(trainer.fit())["loss"])
+def resnet_job(ranks: Ranks) -> dict[str, float]:
+    """The loss of RESNET's first 4 steps on the ranks: supervised with sync_bn auto (on) and off, and MoCo
+    (per-rank BatchNorm, its shuffling BN, 2 of bn_splits=4 sub-batches per rank). Four steps, not an epoch:
+    this run is chaotic (a 1e-7 relative change of the initial weights of one worker's run moves its loss by
+    2e-4 at step 4 and by 1e-2 at step 8), so later steps compare rounding, not BatchNorm."""
+    losses = {}
+    for name, values in RESNET_CASES.items():
+        trainer = build({**RESNET, **values, "workers": ranks.world_size}, ranks, progress=first_steps)
+        losses[name] = next(trainer.fit())["loss"]
     return losses
 
 

@@ -16,7 +16,7 @@ from xbm.trainer import TIMING_KEYS
 from xbm.training.loaders import make_sampler
 from xbm.training.sharding import ShardedSampler, scale_grad, to_global_order
 
-from .distributed_fixture import CASES, RESNET, batchnorm_job, build, cuda_job, first_steps, record, resnet_job, run_all, run_part, saved, spawn
+from .distributed_fixture import CASES, RESNET, RESNET_CASES, batchnorm_job, build, cuda_job, first_steps, record, resnet_job, run_all, run_part, saved, spawn
 
 
 # The gradient of N workers is a sum of N partial sums over the batch, one worker's one sum: the runs differ
@@ -115,15 +115,18 @@ def test_cpu_sync_batchnorm_is_batchnorm_over_the_whole_batch():
     assert one["buffers"]["1.num_batches_tracked"] == 1
 
 
-def test_sync_batchnorm_gives_the_one_worker_loss_on_a_resnet():
+def test_sync_batchnorm_and_moco_shuffle_give_the_one_worker_loss_on_a_resnet():
     """Bug caught: BatchNorm over each worker's half batch (sync_bn not applied, or a CPU SyncBatchNorm whose
-    statistics or gradients miss the other rank's rows): the loss leaves the one-worker run's. With
+    statistics or gradients miss the other rank's rows), or MoCo's keys shuffled within each rank (their
+    BatchNorm sub-batches are then not the one-worker run's): the loss leaves the one-worker run's. With
     ``sync_bn=off`` it must leave it (else the test could not tell)."""
-    synced, per_rank = spawn(resnet_job, 2)[0]
-    one = next(build(RESNET, progress=first_steps).fit())["loss"]
-    print(f"resnet loss: 1 worker {one!r}, 2 synced {synced!r}, 2 per-rank BatchNorm {per_rank!r}")
-    assert relative(synced, one) < 1e-4, (synced, one)
-    assert relative(per_rank, one) > 1e-3, (per_rank, one)
+    two = spawn(resnet_job, 2)[0]
+    one = {name: next(build({**RESNET, **values}, progress=first_steps).fit())["loss"]
+           for name, values in RESNET_CASES.items() if name != "per_rank"}
+    print(f"resnet loss: 1 worker {one}, 2 workers {two}")
+    assert relative(two["synced"], one["synced"]) < 1e-4
+    assert relative(two["per_rank"], one["synced"]) > 1e-3
+    assert relative(two["moco"], one["moco"]) < 1e-4
 
 
 def test_each_rank_takes_whole_classes_of_the_same_global_batches():
