@@ -41,11 +41,10 @@ from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import Embedder, resolve_workers, start_persistent_workers, train_loader
 from xbm.training.optim import main_optimizer, main_scheduler, rescale_optimizer, warmup_optimizer
-from xbm.training.parallel import check_workers, on_main, rank_runtime, share_buffers, share_rng, wrap_ddp
+from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
 from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
 from xbm.training.runtime import Runtime
-from xbm.training.sharding import GatheredCriterion, ShardedSampler
 from xbm.training.sync_bn import convert_sync_batchnorm
 
 STATE_VERSION = 2
@@ -102,7 +101,7 @@ class Trainer:
         if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
             self.model = convert_sync_batchnorm(self.model, self.runtime.device)
         self.model = self.model.to(self.runtime.device)
-        self._ddp: Optional[torch.nn.Module] = None   # the DDP wrapper of the main epochs (built at the first)
+        self.parallel = DataParallel(ranks, self.runtime.device)
         if self.runtime.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = main_optimizer(self.model, cfg)
@@ -122,7 +121,7 @@ class Trainer:
         sampler = self.objective.sampler(train.labels)
         self.loader = train_loader(self.objective.dataset(train), sampler, cfg, workers=self.workers,
                                    pin_memory=self.runtime.device.type == "cuda",
-                                   seeded=ShardedSampler(sampler, cfg.seed, cfg.batch_size, ranks) if ranks.distributed else None)
+                                   seeded=self.parallel.sampler(sampler, cfg.seed, cfg.batch_size))
         self.passes = 0  # passes over the training data so far: the augmentation seeds' epoch
         device = self.runtime.device
         self.prepare_train, prepare_eval = (_on(self.splits.batch_transform(role), device) for role in ("train", "eval"))
@@ -176,9 +175,9 @@ class Trainer:
         self.model.backbone.eval()  # frozen: no BatchNorm statistics move either
         self.model.backbone.requires_grad_(False)
         head = list(self.model.head.parameters())
-        step = Step(self.model, self.objective, self._gathered(self.warmup_loss), self.warmup_optimizer, self.scaler,
-                    head, self.cfg.clip_grad, self.prepare_train,
-                    sync_grads=(lambda: self.ranks.average_gradients(head)) if self.ranks.distributed else None)
+        step = Step(self.model, self.objective, self.parallel.criterion(self.warmup_loss, self.objective.blocks),
+                    self.warmup_optimizer, self.scaler, head, self.cfg.clip_grad, self.prepare_train,
+                    sync_grads=self.parallel.grad_sync(head))
         try:
             for w in range(self.cfg.warmup_epochs):
                 batches = self._batches(f"warm-up {w + 1}/{self.cfg.warmup_epochs}", epoch_index=-1)
@@ -200,24 +199,11 @@ class Trainer:
             return self.xbm
         return self.batch_loss
 
-    def _gathered(self, criterion):
-        """``criterion`` on the global batch rebuilt from every rank's rows (several ranks; xbm.training.sharding)."""
-        if not self.ranks.distributed:
-            return criterion
-        return GatheredCriterion(criterion, self.ranks, self.objective.blocks)
-
-    def _train_model(self) -> torch.nn.Module:
-        """The model the main epochs' steps call: the model, or its DDP wrapper (several ranks)."""
-        if not self.ranks.distributed:
-            return self.model
-        if self._ddp is None:
-            self._ddp = wrap_ddp(self.model, self.runtime.device)
-        return self._ddp
-
     def train_epoch(self, epoch: int) -> EpochResult:
         """The training pass of main epoch ``epoch`` (1-based) alone: no scheduler step, no evaluation."""
         self.model.train()
-        step = Step(self._train_model(), self.objective, self._gathered(self.criterion(epoch - 1)), self.optimizer,
+        step = Step(self.parallel.model(self.model), self.objective,
+                    self.parallel.criterion(self.criterion(epoch - 1), self.objective.blocks), self.optimizer,
                     self.scaler, list(self.model.parameters()), self.cfg.clip_grad, self.prepare_train)
         batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}", epoch_index=epoch - 1)
         result = run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)

@@ -5,6 +5,7 @@ rank 0's evaluation row). With one worker each of these is the identity, and the
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable, Iterable
 
 import torch
@@ -13,6 +14,7 @@ from torch import nn
 from xbm.distributed import Ranks
 from xbm.training.rng import rng_state, set_rng_state
 from xbm.training.runtime import Runtime
+from xbm.training.sharding import GatheredCriterion, ShardedSampler
 
 # The host RNG streams every rank draws its batches from (the CUDA generators are per device: left alone).
 SHARED_STREAMS = ("python", "numpy", "torch")
@@ -40,8 +42,10 @@ def wrap_ddp(model: nn.Module, device: torch.device) -> nn.Module:
     """``DistributedDataParallel`` over ``model`` (it averages the gradients). Buffers are not broadcast at
     each forward: SyncBatchNorm keeps them equal, and :func:`share_buffers` makes them equal after each epoch
     (MoCo's per-rank BatchNorm may call the model more than once per step)."""
-    return nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                               broadcast_buffers=False)
+    with warnings.catch_warnings():   # torch 2.14 renames it; the new name's False still syncs at init
+        warnings.simplefilter("ignore", FutureWarning)
+        return nn.parallel.DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                                   broadcast_buffers=False)
 
 
 def share_rng(ranks: Ranks) -> None:
@@ -59,3 +63,30 @@ def share_buffers(ranks: Ranks, modules: Iterable[nn.Module]) -> None:
 def on_main(ranks: Ranks, compute: Callable[[], Any]) -> Any:
     """``compute()`` on rank 0 only (no collective inside it), its value on every rank."""
     return ranks.broadcast_object(compute() if ranks.is_main else None)
+
+
+class DataParallel:
+    """The trainer's parts that change on a rank of several: the step's model (DDP, built at the first main
+    epoch: the warm-up trains the head alone, its gradients averaged by :meth:`grad_sync`), the step's
+    criterion (:class:`xbm.training.sharding.GatheredCriterion`) and the loader's sampler (this rank's
+    share). With one rank each is what the one-worker run uses."""
+
+    def __init__(self, ranks: Ranks, device: torch.device) -> None:
+        self.ranks, self.device = ranks, device
+        self._ddp: nn.Module | None = None
+
+    def model(self, model: nn.Module) -> nn.Module:
+        if not self.ranks.distributed:
+            return model
+        if self._ddp is None:
+            self._ddp = wrap_ddp(model, self.device)
+        return self._ddp
+
+    def criterion(self, criterion: nn.Module, blocks: int) -> nn.Module:
+        return GatheredCriterion(criterion, self.ranks, blocks) if self.ranks.distributed else criterion
+
+    def grad_sync(self, params: list[nn.Parameter]) -> Callable[[], None] | None:
+        return (lambda: self.ranks.average_gradients(params)) if self.ranks.distributed else None
+
+    def sampler(self, sampler, seed: int, batch_size: int) -> ShardedSampler | None:
+        return ShardedSampler(sampler, seed, batch_size, self.ranks) if self.ranks.distributed else None

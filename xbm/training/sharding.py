@@ -97,7 +97,7 @@ class GatheredCriterion(nn.Module):
             keys.append(enqueue_mask.long())
         gathered = ranks.gather(torch.stack(keys, dim=1))   # one collective for labels, indices and flags
         order = lambda t: to_global_order(t, ranks.world_size, self.blocks)  # noqa: E731
-        gathered = order(gathered)
-        return self.inner(order(torch.cat(rows)), gathered[:, 0], epoch=epoch,
-                          indices=gathered[:, 1] if indices is not None else None,
-                          enqueue_mask=gathered[:, 2].bool() if enqueue_mask is not None else None)
+        gathered = order(gathered).t().contiguous()   # one contiguous row per column (searchsorted wants it)
+        return self.inner(order(torch.cat(rows)), gathered[0], epoch=epoch,
+                          indices=gathered[1] if indices is not None else None,
+                          enqueue_mask=gathered[2].bool() if enqueue_mask is not None else None)

@@ -12,6 +12,7 @@ as ``F.batch_norm`` computes them on the concatenated batch. The sums go through
 ``torch.distributed.nn.functional.all_reduce``, whose backward all-reduces the gradient: each rank's rows get
 the gradient through the global statistics from every rank's loss, as in SyncBatchNorm's backward.
 Both keep BatchNorm's parameters and buffers, so state dicts load either way.
+``GlooSyncBatchNorm`` is kept for CPU tensors: on CUDA the model has torch's own.
 """
 from __future__ import annotations
 
@@ -19,16 +20,24 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.nn.functional import all_reduce
+from torch.nn.modules.batchnorm import _BatchNorm
 
 
-class GlooSyncBatchNorm(nn.SyncBatchNorm):
-    """``nn.SyncBatchNorm`` that also synchronises CPU tensors (see the module docstring); otherwise, and in
-    eval mode or without a process group, it is ``nn.SyncBatchNorm`` (plain BatchNorm)."""
+class GlooSyncBatchNorm(_BatchNorm):
+    """BatchNorm of any input rank whose training statistics are those of every rank's rows (see the module
+    docstring); in eval mode or without a process group of several ranks, plain BatchNorm. Not an
+    ``nn.SyncBatchNorm`` subclass: DDP refuses those on the CPU."""
+
+    process_group = None
+
+    def _check_input_dim(self, input: Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2-D input (N, C, ...), but got {input.dim()}-D")
 
     def forward(self, input: Tensor) -> Tensor:
         syncing = (self.training and dist.is_available() and dist.is_initialized()
                    and dist.get_world_size(self.process_group or dist.group.WORLD) > 1)
-        if not syncing or input.device.type != "cpu":
+        if not syncing:
             return super().forward(input)
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
@@ -68,4 +77,4 @@ def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
 
 def count_sync_batchnorm(model: nn.Module) -> int:
     """How many synchronised BatchNorm layers ``model`` holds."""
-    return sum(isinstance(m, nn.SyncBatchNorm) for m in model.modules())
+    return sum(isinstance(m, (nn.SyncBatchNorm, GlooSyncBatchNorm)) for m in model.modules())
