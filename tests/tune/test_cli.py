@@ -9,7 +9,8 @@ from tune.cli import main
 
 FLAGS = ("--num-samples", "--search", "--scheduler", "--max-epochs", "--grace-period", "--reduction-factor",
          "--max-concurrent", "--cpus-per-trial", "--gpus-per-trial", "--metric", "--mode", "--seed", "--storage",
-         "--name", "--address", "--dashboard", "--no-dashboard", "--strict", "--set", "--warm-start", "--smoke-test")
+         "--name", "--address", "--dashboard", "--no-dashboard", "--strict", "--set", "--warm-start", "--smoke-test",
+         "--workers-per-trial")
 TOY = """description: cli toy
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 2, warmup_epochs: 0, batch_size: 128}
 params:

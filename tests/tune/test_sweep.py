@@ -269,3 +269,14 @@ def test_a_label_free_sweep_composes_with_asha_the_contract_and_analysis(ray_ses
     assert (trials.status == "stopped_early").sum() >= 1 and (trials.status == "completed").sum() >= 1
     sweep = analysis.load(str(tmp_path / "sweeps" / "moco"))
     assert set(sweep.trials["variant"]) <= {"moco:none", "moco:xbn"} and len(sweep.trials) == 4
+
+
+def test_a_confirm_reruns_each_config_with_its_own_workers(tmp_path):
+    """Bug caught (issue 20): ``confirm --gpus-per-trial 2`` on a one-worker sweep (or 1 on a two-worker one)
+    rerunning a config as another data-parallel run than the one the sweep measured; refused before Ray."""
+    two = {"dataset": "toy", "model": "mlp", "batch_size": 16, "samples_per_class": 4, "workers": 2}
+    with pytest.raises(SweepInputError, match=r"give the 2 worker\(s\) the config ran with \(workers=2\), but give 1"):
+        run_configs([two], SweepOptions(), str(tmp_path / "sweep" / "results"))
+    with pytest.raises(SweepInputError, match=r"give the 1 worker\(s\).*but give 2"):
+        run_configs([{**two, "workers": 1}], SweepOptions(gpus_per_trial=2.0), str(tmp_path / "sweep" / "results"))
+    assert not ray.is_initialized()
