@@ -206,7 +206,7 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
     fake = SimpleNamespace(warnings=[], warm=None, experiment="e", space=SimpleNamespace(name="s"),
                            options=SweepOptions(search="random", num_samples=1), max_epochs=1, results_uri="/x/e/results",
                            experiment_uri="/x/e", scheduler=SimpleNamespace(guards=guards),
-                           loggers=[SimpleNamespace(closing=lambda: "W&B runs are offline; upload them with: wandb sync x"),
+                           loggers=[SimpleNamespace(closing=lambda: "W&B runs are offline; upload: wandb sync x"),
                                     SimpleNamespace(closing=lambda: None)])
     outcome = SimpleNamespace(counts=lambda: {"stopped_early": 1}, best=lambda: None, results_uri="/x/e/results",
                               experiment_uri="/x/e", exit_code=lambda: 0, metric="recall_at_1", swept=())
@@ -216,4 +216,4 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
     assert main(["sweep", "quickstart", "--time-budget", "2h"]) == 0
     *_, sync, last = capsys.readouterr().out.strip().splitlines()
     assert last.startswith("budget: the time budget (2h) was spent: the sweep stopped its trials")
-    assert sync == "W&B runs are offline; upload them with: wandb sync x"
+    assert sync == "W&B runs are offline; upload: wandb sync x"

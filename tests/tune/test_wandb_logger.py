@@ -74,6 +74,7 @@ def test_offline_runs_go_to_the_sweep_folder_and_a_bucket_is_refused(no_credenti
     callback = wl.build_wandb(str(tmp_path / "sweeps"), "exp")
     assert callback.kwargs == {"mode": "offline", "dir": str(tmp_path / "sweeps" / "exp")}
     assert callback.project == wl.DEFAULT_PROJECT and callback.group == "exp"
-    assert callback.closing() == f"W&B runs are offline; upload them with: wandb sync {tmp_path}/sweeps/exp/wandb/offline-run-*"
+    folder = tmp_path / "sweeps" / "exp" / "wandb"
+    assert callback.closing() == f"W&B runs are offline; upload them with: wandb sync {folder}/offline-run-*"
     with pytest.raises(SweepInputError, match="local --storage"):
         wl.build_wandb("s3://bucket/sweeps", "exp")
