@@ -45,7 +45,8 @@ class SweepMLflow(MLflowLoggerCallback):
     """Ray's callback, with two changes:
 
     - each trial's params are logged once: Ray logs them again whenever a trial starts, which PBT and PB2 do
-      after every exploit, with the explored values, and MLflow raises on a changed param (ending the sweep);
+      after every exploit, with the explored values, and MLflow raises on a changed param ("Changing param
+      values is not allowed"), inside Tune's driver loop;
     - params and each result go in one ``log_batch`` call: Ray's logs them one value at a time, each with a
       lookup of the run, which on a SQLite store took 1.3-1.8 s per epoch result (~120 values), blocking
       Tune's driver loop. The values and steps are Ray's: every number of the flattened result (``config/<key>``
