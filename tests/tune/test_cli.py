@@ -191,8 +191,9 @@ def test_a_bad_time_budget_exits_2_with_the_rule(capsys):
 
 
 def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsys):
-    """Bug caught: a sweep cut short by --time-budget ending on the usual summary, so the user cannot
-    tell a finished study from a truncated one."""
+    """Bugs caught: a sweep cut short by --time-budget ending on the usual summary, so the user cannot
+    tell a finished study from a truncated one; W&B's sync command (offline runs) not printed after the
+    sweep, or printed after the budget line."""
     from types import SimpleNamespace
 
     from tune import plan as plan_module, sweep as sweep_module
@@ -204,12 +205,15 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
     guards.spent = "budget: the time budget (2h) was spent"
     fake = SimpleNamespace(warnings=[], warm=None, experiment="e", space=SimpleNamespace(name="s"),
                            options=SweepOptions(search="random", num_samples=1), max_epochs=1, results_uri="/x/e/results",
-                           experiment_uri="/x/e", scheduler=SimpleNamespace(guards=guards))
+                           experiment_uri="/x/e", scheduler=SimpleNamespace(guards=guards),
+                           loggers=[SimpleNamespace(closing=lambda: "W&B runs are offline; upload: wandb sync x"),
+                                    SimpleNamespace(closing=lambda: None)])
     outcome = SimpleNamespace(counts=lambda: {"stopped_early": 1}, best=lambda: None, results_uri="/x/e/results",
                               experiment_uri="/x/e", exit_code=lambda: 0, metric="recall_at_1", swept=())
     monkeypatch.setattr(plan_module, "prepare", lambda space, options: fake)
     monkeypatch.setattr(sweep_module, "run_sweep", lambda plan: outcome)
     monkeypatch.setattr("tune.cli.print_watch_help", lambda plan: None)
     assert main(["sweep", "quickstart", "--time-budget", "2h"]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    *_, sync, last = capsys.readouterr().out.strip().splitlines()
     assert last.startswith("budget: the time budget (2h) was spent: the sweep stopped its trials")
+    assert sync == "W&B runs are offline; upload: wandb sync x"
