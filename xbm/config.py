@@ -25,6 +25,7 @@ OPTIMIZERS = ("adamw", "adam", "sgd")   # xbm.training.optim owns them; repeated
 SCHEDULES = ("step", "cosine", "multistep")
 AMP_MODES = ("off", "fp16", "bf16", "auto")
 COMPILE_MODES = ("off", "default", "max-autotune")  # torch.compile of the model (mode), or none
+SYNC_BN = ("auto", "on", "off")   # BatchNorm over the global batch of a data-parallel run (auto: on with workers > 1)
 # the values of augment / normalize (xbm.data.augment owns them; repeated here so config stays torch-free)
 AUGMENT = ("auto", "none", "shift", "metric", "randaugment")
 NORMALIZE = ("auto", "imagenet", "dataset", "none")
@@ -224,6 +225,8 @@ class TrainConfig:
     objective: str = "supervised"
     num_workers: str = "auto"
     device: str = "auto"
+    workers: int = 1
+    sync_bn: str = "auto"
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     normaliser: NormaliserConfig = field(default_factory=NormaliserConfig)
     miner: MinerConfig = field(default_factory=MinerConfig)
@@ -257,6 +260,31 @@ class TrainConfig:
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                "device", "'auto', 'cpu' or 'cuda[:N]'", self.device)
         self._check_objective()
+        self._check_workers()
+
+    def _check_workers(self) -> None:
+        """``workers`` data-parallel ranks share each global batch of ``batch_size`` (xbm.training.sharding)."""
+        _check(self.workers >= 1, "workers", ">= 1 (data-parallel ranks per run)", self.workers)
+        _check(self.sync_bn in SYNC_BN, "sync_bn", f"one of {list(SYNC_BN)}", self.sync_bn)
+        if self.workers == 1:
+            return
+        share = self.batch_size // self.workers
+        _check(self.batch_size % self.workers == 0, "batch_size",
+               f"a multiple of workers={self.workers} (batch_size is the global batch, split evenly over the "
+               "workers)", self.batch_size)
+        if self.objective == "supervised":
+            _check(share % self.samples_per_class == 0, "batch_size",
+                   f"batch_size / workers a whole multiple of samples_per_class={self.samples_per_class} (each "
+                   f"worker takes whole classes of the global batch; batch_size / workers = {self.batch_size} / "
+                   f"{self.workers} = {share}): change batch_size, workers or samples_per_class", self.batch_size)
+        if self.objective == "neighbours":
+            k = self.neighbours.k
+            _check(share % (k + 1) == 0, "batch_size", f"batch_size / workers = {share} a multiple of "
+                   f"neighbours.k + 1 = {k + 1} (each worker takes whole tuples)", self.batch_size)
+        if self.objective == "moco":
+            _check(self.moco.bn_splits % self.workers == 0, "moco.bn_splits",
+                   f"a multiple of workers={self.workers} (the global batch's shuffled BatchNorm sub-batches, "
+                   f"bn_splits / workers per worker)", self.moco.bn_splits)
 
     def _check_optimisation(self) -> None:
         """``optimizer``, ``schedule`` and the lr warm-up (xbm.training.optim)."""
@@ -296,6 +324,14 @@ class TrainConfig:
                    "batch_size / (k + 1) anchors with k neighbours each)", k)
             _check(self.batch_size % (k + 1) == 0, "batch_size", f"a multiple of neighbours.k + 1 = {k + 1} "
                    "(anchors with k neighbours each)", self.batch_size)
+
+    @property
+    def syncs_batchnorm(self) -> bool:
+        """Whether the model's BatchNorm layers run over the global batch (``sync_bn``): ``auto`` is on with
+        workers > 1, except under ``objective=moco``, whose per-worker BatchNorm is its shuffling BN (MoCo §3.3)."""
+        if self.sync_bn == "auto":
+            return self.workers > 1 and self.objective != "moco"
+        return self.sync_bn == "on"
 
     def recall_ks(self, dataset_ks: tuple[int, ...]) -> tuple[int, ...]:
         """The K of Recall@K: ``eval_ks`` when given, else ``dataset_ks`` (the data set's papers' set)."""

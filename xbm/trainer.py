@@ -31,6 +31,7 @@ import torch
 from xbm.config import MUTABLE_KEYS, TrainConfig
 from xbm.data import DatasetSplits, SampleDataset, build_dataset, recall_ks
 from xbm.data.images import configure_images
+from xbm.distributed import Ranks
 from xbm.loss import XBMLoss
 from xbm.models import compile_model, create_embedding_model
 from xbm.normalisers import build_normaliser
@@ -40,9 +41,11 @@ from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import Embedder, resolve_workers, start_persistent_workers, train_loader
 from xbm.training.optim import main_optimizer, main_scheduler, rescale_optimizer, warmup_optimizer
+from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
 from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
 from xbm.training.runtime import Runtime
+from xbm.training.sync_bn import convert_sync_batchnorm
 
 STATE_VERSION = 2
 # Keys that may differ between a checkpoint and the config resuming it: the state fits either way (more
@@ -64,13 +67,17 @@ class Trainer:
     says, e.g. a sweep scheduler's rung epochs, so that it decides on measured values. ``reuse_dir``: a folder
     where the references and the warm-up are stored and read back by later runs with the same inputs
     (:mod:`xbm.training.reuse`; None: always computed); ``reused_references`` and ``reused_warmup`` say
-    whether this run read them.
+    whether this run read them. ``ranks``: this process's place in a data-parallel run of ``cfg.workers``
+    ranks (docs/distributed.md): each trains on its share of every global batch and all keep the same memory,
+    normalisers and state; rank 0 evaluates and every rank yields rank 0's metrics.
     """
 
     def __init__(self, cfg: TrainConfig, splits: Optional[DatasetSplits] = None,
                  progress: Optional[Callable[[Iterable, str], Iterable]] = None, cpus: Optional[int] = None,
-                 evaluate_at: Iterable[int] = (), reuse_dir: Optional[str] = None) -> None:
+                 evaluate_at: Iterable[int] = (), reuse_dir: Optional[str] = None, ranks: Ranks = Ranks()) -> None:
+        check_workers(cfg.workers, ranks)
         self.cfg = cfg
+        self.ranks = ranks
         self.evaluate_at = frozenset(int(e) for e in evaluate_at)
         self.reuse = Reuse(reuse_dir)
         self.reused_references = self.reused_warmup = False
@@ -82,7 +89,7 @@ class Trainer:
             self.splits = splits
             configure_images(splits, cfg)
         images = self.splits.input_kind == "image"
-        self.runtime = Runtime.from_config(cfg.device, cfg.amp, images)
+        self.runtime = rank_runtime(Runtime.from_config(cfg.device, cfg.amp, images), ranks)
         self.workers = resolve_workers(cfg.num_workers, self.splits.input_kind, cpus)
         if images and self.workers == 0 and self.runtime.device.type == "cuda" and cfg.num_workers == "auto":
             raise ValueError(
@@ -90,7 +97,11 @@ class Trainer:
                 "CPU(s) for this run): every image would be decoded and augmented in the training process while "
                 "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
                 "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
-        self.model = create_embedding_model(cfg, tuple(self.splits.input_shape)).to(self.runtime.device)
+        self.model = create_embedding_model(cfg, tuple(self.splits.input_shape))
+        if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
+            self.model = convert_sync_batchnorm(self.model, self.runtime.device)
+        self.model = self.model.to(self.runtime.device)
+        self.parallel = DataParallel(ranks, self.runtime.device)
         if self.runtime.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = main_optimizer(self.model, cfg)
@@ -100,14 +111,17 @@ class Trainer:
         train = self.splits.train
         # The labels reach only the supervised objective and the neighbours' diagnostics.
         self.objective = build_objective(cfg, self.model, train.labels).to(self.runtime.device)
+        self.objective.ranks = ranks
         compile_model(self.model, cfg.compile)  # after the objective: MoCo's key encoder copies the plain model
         pair_loss = self.objective.pair_loss()
         self.warmup_loss = BatchLoss(pair_loss)
         miner = self.objective.miner()  # one miner (stateless) serves the batch loss and the memory loss
         self.batch_loss = BatchLoss(pair_loss, miner)
         self.xbm = self._build_xbm(pair_loss, miner) if cfg.memory.enabled else None
-        self.loader = train_loader(self.objective.dataset(train), self.objective.sampler(train.labels), cfg,
-                                   pin_memory=self.runtime.device.type == "cuda", workers=self.workers)
+        sampler = self.objective.sampler(train.labels)
+        self.loader = train_loader(self.objective.dataset(train), sampler, cfg, workers=self.workers,
+                                   pin_memory=self.runtime.device.type == "cuda",
+                                   seeded=self.parallel.sampler(sampler, cfg.seed, cfg.batch_size))
         self.passes = 0  # passes over the training data so far: the augmentation seeds' epoch
         device = self.runtime.device
         self.prepare_train, prepare_eval = (_on(self.splits.batch_transform(role), device) for role in ("train", "eval"))
@@ -138,12 +152,16 @@ class Trainer:
     def prepare(self) -> None:
         """Measure the references and run the warm-up, each once (a resumed run has both): everything
         before the first main epoch, which ``fit`` does first anyway. Callers that time set-up call it.
-        With a ``reuse_dir``, either may be read from it instead."""
+        With a ``reuse_dir``, either may be read from it instead (the warm-up only with one worker: its steps
+        are collective). Several ranks: rank 0 measures the references, every rank gets them."""
         if self.references is None:
-            self.references, self.reused_references = self.reuse.references(
-                self, lambda: evaluation.references(self.model, self._selection_split(), self.embed))
+            self.references, self.reused_references = on_main(self.ranks, lambda: self.reuse.references(
+                self, lambda: evaluation.references(self.model, self._selection_split(), self.embed)))
         if not self.warmup_done:
-            self.reused_warmup = self.reuse.warmup(self, self._warmup)
+            if self.ranks.distributed:
+                self._warmup()
+            else:
+                self.reused_warmup = self.reuse.warmup(self, self._warmup)
 
     def fit(self) -> Iterator[dict[str, Any]]:
         """Measure the references (once), run the warm-up (once) and the remaining main epochs, yielding
@@ -156,8 +174,10 @@ class Trainer:
         self.model.train()
         self.model.backbone.eval()  # frozen: no BatchNorm statistics move either
         self.model.backbone.requires_grad_(False)
-        step = Step(self.model, self.objective, self.warmup_loss, self.warmup_optimizer, self.scaler,
-                    list(self.model.head.parameters()), self.cfg.clip_grad, self.prepare_train)
+        head = list(self.model.head.parameters())
+        step = Step(self.model, self.objective, self.parallel.criterion(self.warmup_loss, self.objective.blocks),
+                    self.warmup_optimizer, self.scaler, head, self.cfg.clip_grad, self.prepare_train,
+                    sync_grads=self.parallel.grad_sync(head))
         try:
             for w in range(self.cfg.warmup_epochs):
                 batches = self._batches(f"warm-up {w + 1}/{self.cfg.warmup_epochs}", epoch_index=-1)
@@ -167,6 +187,7 @@ class Trainer:
         self.warmup_done = True
 
     def _batches(self, description: str, epoch_index: int) -> Iterable:
+        share_rng(self.ranks)   # every rank draws the same global batches
         self.objective.begin_epoch(epoch_index, self._embed_training_set, self.loader.sampler.sampler)
         self.loader.sampler.epoch = self.passes
         self.passes += 1
@@ -181,10 +202,13 @@ class Trainer:
     def train_epoch(self, epoch: int) -> EpochResult:
         """The training pass of main epoch ``epoch`` (1-based) alone: no scheduler step, no evaluation."""
         self.model.train()
-        step = Step(self.model, self.objective, self.criterion(epoch - 1), self.optimizer, self.scaler,
-                    list(self.model.parameters()), self.cfg.clip_grad, self.prepare_train)
+        step = Step(self.parallel.model(self.model), self.objective,
+                    self.parallel.criterion(self.criterion(epoch - 1), self.objective.blocks), self.optimizer,
+                    self.scaler, list(self.model.parameters()), self.cfg.clip_grad, self.prepare_train)
         batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}", epoch_index=epoch - 1)
-        return run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)
+        result = run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)
+        share_buffers(self.ranks, (self.model, self.objective))   # e.g. per-rank BatchNorm statistics
+        return result
 
     def evaluates(self, epoch: int) -> bool:
         """Whether main epoch ``epoch`` (1-based) is evaluated: every ``eval_every``-th, the last, and
@@ -200,13 +224,14 @@ class Trainer:
         metrics = {"epoch": epoch, "loss": result.loss, "lr": lr}
         evaluated = time.perf_counter()
         if self.evaluates(epoch):
-            metrics.update(self._evaluate(epoch))
+            metrics.update(self._evaluate_on_main(epoch))
         metrics.update(result.pairs, memory_fill=result.memory_fill)
         metrics.update(self.objective.epoch_metrics())
         metrics.update(self.references)
         self.epoch = epoch
         now = time.perf_counter()
-        metrics.update(epoch_time_s=now - start, images_per_s=result.images_per_s, train_s=result.seconds,
+        metrics.update(epoch_time_s=now - start, images_per_s=result.images_per_s * self.ranks.world_size,
+                       train_s=result.seconds,
                        data_wait_s=result.data_wait_s, eval_s=now - evaluated,
                        gpu_memory_peak_gib=peak())
         metrics["skipped_images"] = self.splits.skipped_images  # on_bad_image=skip (xbm.data.bad_images)
@@ -220,6 +245,18 @@ class Trainer:
 
     def _selection_split(self):
         return self.splits.val if self.splits.val is not None else self.splits.test
+
+    def _evaluate_on_main(self, epoch: int) -> dict[str, Any]:
+        """``_evaluate`` on rank 0 (the plain model: no collective), its row and drift probe on every rank."""
+        if not self.ranks.distributed:
+            return self._evaluate(epoch)
+
+        def evaluate():
+            metrics = self._evaluate(epoch)
+            return metrics, None if self.previous_probe is None else self.previous_probe.cpu()
+
+        metrics, self.previous_probe = on_main(self.ranks, evaluate)
+        return metrics
 
     def _evaluate(self, epoch: int) -> dict[str, Any]:
         splits, superclass_of = self.splits, self.splits.superclass_of

@@ -215,6 +215,19 @@ def _device(key, fx):
     assert tiny_trainer(device="cpu").runtime.device == torch.device("cpu")
 
 
+def _workers(key, fx):
+    # a run of 2 workers needs the process group's Ranks: the key reaches the trainer's check
+    with pytest.raises(ValueError, match="workers=2 must equal the data-parallel world size"):
+        tiny_trainer(workers=2)
+
+
+def _sync_bn(key, fx):
+    from xbm.training.sync_bn import count_sync_batchnorm
+    images = {"dataset": "digits", "model": "test_resnet", "image_size": 32, "batch_size": 20}
+    assert count_sync_batchnorm(tiny_trainer(**images, sync_bn="on").model) > 0
+    assert count_sync_batchnorm(tiny_trainer(**images).model) == 0   # auto with one worker: plain BatchNorm
+
+
 def _neighbours_pool(key, fx):
     trainer = tiny_trainer(**{**NEIGHBOURS, "neighbours.pool": 7})
     trainer._batches("epoch 1/1", epoch_index=0)
@@ -292,6 +305,9 @@ EFFECTS: dict[str, Any] = {
     "num_workers": RuntimeOnly("worker processes only load batches; vector data has no augmentation to draw",
                                _num_workers),
     "device": RuntimeOnly("where the run computes, not what (CPU and CUDA agree up to rounding)", _device),
+    "workers": RuntimeOnly("N data-parallel workers compute the one-worker run, split N ways (equal memory, "
+                           "loss and weights: tests/xbm/test_distributed.py)", _workers),
+    "sync_bn": Check(_sync_bn),
     "compile": RuntimeOnly("torch.compile of the same model: the loss agrees within 1e-4 (tests/xbm/test_models.py)",
                            _compile),
     "memory.enabled": Attribute(False, lambda t: (t.xbm, t.criterion(5) is t.batch_loss), (None, True)),

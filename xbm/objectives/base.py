@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, Sampler
 
 from xbm.config import TrainConfig
+from xbm.distributed import Ranks
 
 
 class Batch(NamedTuple):
@@ -36,6 +37,10 @@ class Objective(nn.Module):
 
     name = ""
     uses_labels = False
+    # A batch's rows are ``blocks`` consecutive blocks (two-view objectives: first views, then second views):
+    # data-parallel ranks gather them block by block into the one-worker order (xbm.training.sharding).
+    blocks = 1
+    ranks = Ranks()   # this process's place in a data-parallel run (set by the trainer)
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__()

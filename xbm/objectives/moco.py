@@ -19,6 +19,12 @@ task. On one device the batch is split into ``moco.bn_splits`` sub-batches, each
 its own GPU; queries are split in drawing order, keys after a random permutation and restored afterwards,
 so no key shares its sub-batch statistics with the same sub-batch of queries. The key encoder runs in the
 query encoder's train/eval modes; its BatchNorm running statistics follow its own batches, not the EMA.
+
+With N data-parallel ranks (MoCo's own ``_batch_shuffle_ddp``): the global batch's ``bn_splits`` sub-batches
+are spread over the ranks, ``bn_splits / N`` each. Queries: a rank's rows in ``bn_splits / N`` sub-batches.
+Keys: the second views of every rank are gathered, permuted by one permutation (drawn from the same RNG
+state on every rank), each rank embeds its ``B / N`` rows of the permuted batch, the keys are gathered back
+and unshuffled, and each rank keeps its own. Every sub-batch is then the one-worker run's.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import copy
 import torch
 from torch import nn
 
+from xbm.distributed import unwrap
 from xbm.objectives.base import Batch, embed_views
 from xbm.objectives.views import TwoViewObjective
 
@@ -41,9 +48,14 @@ class MoCo(TwoViewObjective):
         self.key_encoder = copy.deepcopy(model)  # MoCo initialises f_k as a copy of f_q
         self.key_encoder.requires_grad_(False)
 
+    @property
+    def rank_splits(self) -> int:
+        """BatchNorm sub-batches per rank: its share of the global batch's ``bn_splits``."""
+        return self.bn_splits // self.ranks.world_size
+
     def forward(self, model, x, y, idx, prepare, runtime) -> Batch:
-        queries = embed_views(model, x[:, 0], prepare, runtime, self.bn_splits)
-        keys = self.keys(model, x[:, 1], prepare, runtime)
+        queries = embed_views(model, x[:, 0], prepare, runtime, self.rank_splits)
+        keys = self.keys(unwrap(model), x[:, 1], prepare, runtime)
         ids = torch.cat([idx, idx])
         is_key = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
         is_key[len(idx):] = True
@@ -52,12 +64,15 @@ class MoCo(TwoViewObjective):
     @torch.no_grad()
     def keys(self, model, views, prepare, runtime) -> torch.Tensor:
         self._follow_modes(model)
+        ranks, own = self.ranks, len(views)
+        views = ranks.gather(views)   # every rank's views, rank order (one rank: its own)
         # the CPU generator: the same on every device; non_blocking: a pageable copy is staged at once, no wait
         order = torch.randperm(len(views)).to(views.device, non_blocking=True)
-        shuffled = embed_views(self.key_encoder, views[order], prepare, runtime, self.bn_splits)
+        share = views[order][ranks.rank * own:(ranks.rank + 1) * own]
+        shuffled = ranks.gather(embed_views(self.key_encoder, share, prepare, runtime, self.rank_splits))
         keys = torch.empty_like(shuffled)
         keys[order] = shuffled
-        return keys.detach()
+        return keys[ranks.rank * own:(ranks.rank + 1) * own].detach()
 
     def _follow_modes(self, model: nn.Module) -> None:
         for mine, theirs in zip(self.key_encoder.modules(), model.modules()):
@@ -66,6 +81,7 @@ class MoCo(TwoViewObjective):
     @torch.no_grad()
     def after_step(self, model: nn.Module) -> None:
         """theta_k <- m theta_k + (1 - m) theta_q (MoCo Eq. 2), parameters only."""
+        model = unwrap(model)
         mine = list(self.key_encoder.parameters())
         theirs = [p.detach() for p in model.parameters()]
         torch._foreach_mul_(mine, self.momentum)

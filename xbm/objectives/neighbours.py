@@ -58,8 +58,12 @@ class Neighbours(Objective):
 
     def begin_epoch(self, epoch_index, embed_training_set, sampler) -> None:
         due = self.pool_indices.numel() == 0 or (epoch_index >= 0 and epoch_index % self.cfg.neighbours.refresh_epochs == 0)
-        if due:
-            indices, similarities = build_pool(embed_training_set().float(), self.cfg.neighbours.pool)
+        if due:   # on rank 0 only, its pools on every rank (data-parallel ranks: one pool, bit for bit)
+            indices, similarities = build_pool(embed_training_set().float(), self.cfg.neighbours.pool) \
+                if self.ranks.is_main else (None, None)
+            if self.ranks.distributed:   # pickled through the CPU: a CUDA tensor would land on rank 0's GPU
+                indices, similarities = self.ranks.broadcast_object(
+                    (indices.cpu(), similarities.cpu()) if self.ranks.is_main else None)
             self.pool_indices = indices.to(self.pool_indices.device)
             self.pool_similarities = similarities.to(self.pool_similarities.device)
         sampler.pool = (self.pool_indices.cpu(), self.pool_similarities.cpu())

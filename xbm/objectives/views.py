@@ -62,6 +62,8 @@ class TwoViewObjective(Objective):
     """Base of ``instance`` and ``moco``: random passes over the images, two views of each, and PML's
     ``NTXentLoss(loss.temperature)`` over every pair (the two views of an image share its label)."""
 
+    blocks = 2
+
     def pair_loss(self) -> nn.Module:
         return losses.NTXentLoss(temperature=self.cfg.loss.temperature)
 

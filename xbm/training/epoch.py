@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Optional
 
 import torch
 from torch import nn
@@ -75,6 +75,8 @@ class Step:
     params: list[torch.nn.Parameter]
     clip_grad: float
     prepare: Callable = lambda x: x  # the batch on its device -> the model's input (e.g. uint8 -> normalised)
+    # after backward, before clipping: a data-parallel step outside DDP averages its gradients over the ranks
+    sync_grads: Optional[Callable[[], None]] = None
 
 
 def skips_on_device(step: Step) -> bool:
@@ -138,6 +140,8 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
             _raise_if_bad((iterations, loss.detach(), finite), epoch)   # the one sync, before backward
         step.optimizer.zero_grad(set_to_none=True)
         step.scaler.scale(loss).backward()
+        if step.sync_grads is not None:
+            step.sync_grads()
         if step.clip_grad > 0:
             step.scaler.unscale_(step.optimizer)
             torch.nn.utils.clip_grad_norm_(step.params, step.clip_grad)

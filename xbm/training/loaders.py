@@ -72,10 +72,13 @@ def make_sampler(labels: torch.Tensor, cfg: TrainConfig) -> MPerClassSampler:
 
 
 def train_loader(dataset: Dataset, sampler: Sampler, cfg: TrainConfig, pin_memory: bool,
-                 workers: int = 0) -> DataLoader:
+                 workers: int = 0, seeded: Optional[SeededSampler] = None) -> DataLoader:
     """Batches of ``(x, y, i)`` drawn by ``sampler`` (training-set indices, e.g. :func:`make_sampler`);
-    ``loader.sampler`` is the :class:`SeededSampler` around it (``.sampler``: the given one)."""
-    return DataLoader(dataset, batch_size=cfg.batch_size, sampler=SeededSampler(sampler, cfg.seed),
+    ``loader.sampler`` is the :class:`SeededSampler` around it (``.sampler``: the given one). ``seeded``: another
+    SeededSampler around ``sampler`` (a data-parallel rank's share, :class:`xbm.training.sharding.ShardedSampler`,
+    whose batches hold ``batch_size / cfg.workers`` rows)."""
+    seeded = SeededSampler(sampler, cfg.seed) if seeded is None else seeded
+    return DataLoader(dataset, batch_size=cfg.batch_size // cfg.workers, sampler=seeded,
                       drop_last=True, num_workers=workers, pin_memory=pin_memory, worker_init_fn=seed_worker,
                       persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None)
 

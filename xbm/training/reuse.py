@@ -58,10 +58,11 @@ WARMUP_IGNORES = ("memory.", "normaliser.", "miner.", "lr", "weight_decay", "lr_
                   "momentum", "nesterov", "schedule", "min_lr", "milestones", "warmup_lr_epochs", "epochs",
                   "evaluate_test", "eval_every", "eval_ks", "image_cache")
 # The references embed the selection split with the untrained model and read the raw inputs: the training
-# loop's keys (batches, losses, the objective's options, clipping, warm-up length, loader workers) do not
-# reach them either. ``objective`` stays: it builds next to the model.
+# loop's keys (batches, losses, the objective's options, clipping, warm-up length, loader workers, the
+# data-parallel workers and sync_bn: rank 0 measures them in eval mode, where a SyncBatchNorm is a BatchNorm)
+# do not reach them either. ``objective`` stays: it builds next to the model.
 REFERENCES_IGNORES = WARMUP_IGNORES + ("loss.", "moco.", "neighbours.", "warmup_epochs", "batch_size",
-                                       "samples_per_class", "clip_grad", "num_workers")
+                                       "samples_per_class", "clip_grad", "num_workers", "workers", "sync_bn")
 # The parts of Trainer.state_dict() the warm-up changes (tests/xbm/training/test_reuse.py diffs them).
 WARMUP_FIELDS = ("model", "warmup_optimizer", "scaler", "sampler_labels", "objective", "passes", "rng",
                  "warmup_done")
