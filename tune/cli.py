@@ -72,11 +72,11 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
     stop = parser.add_argument_group("early stopping")
     stop.add_argument("--scheduler", default=d.scheduler,
                       help="asha | hyperband | fifo | pbt (population-based training of the space's "
-                           "'mutable: true' params) (default %(default)s)")
+                           "'mutable: true' params) | pb2 (pbt exploring with a GP bandit) (default %(default)s)")
     stop.add_argument("--perturbation-interval", type=int, default=d.perturbation_interval, metavar="EPOCHS",
-                      help="pbt: exploit and explore every EPOCHS epochs (default %(default)s)")
+                      help="pbt, pb2: exploit and explore every EPOCHS epochs (default %(default)s)")
     stop.add_argument("--pbt-synch", action="store_true",
-                      help="pbt: exploit and explore the whole population at once at each interval (every "
+                      help="pbt, pb2: exploit and explore the whole population at once at each interval (every "
                            "trial waits for the slowest; default: each trial when it reaches the interval)")
     stop.add_argument("--max-epochs", type=int, default=None,
                       help="epoch budget per trial (default: the space's epochs)")
@@ -114,6 +114,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
     out.add_argument("--storage", default=DEFAULT_STORAGE,
                      help="a folder, or a URI pyarrow.fs understands (s3://, gs://) for clusters (default %(default)s)")
     out.add_argument("--name", default=None, help="experiment name (default <space>-<UTC time>); must be new")
+    out.add_argument("--log", action="append", default=None, metavar="NAME",
+                     help="also log every trial's epochs to wandb (offline without a key or a connection: "
+                          "<sweep>/wandb) or mlflow (MLFLOW_TRACKING_URI, else <sweep>/mlruns); repeat for both")
     if cluster:
         add_cluster_arguments(parser)
     cfg = parser.add_argument_group("training config")
@@ -143,7 +146,7 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         max_failures=args.max_failures,
         **metric_options(args.metric, args.mode), seed=args.seed, storage=args.storage, name=args.name,
         **cluster, strict=args.strict, warm_start=args.warm_start,
-        overrides=parse_overrides(args.set), smoke_test=args.smoke_test,
+        overrides=parse_overrides(args.set), smoke_test=args.smoke_test, loggers=tuple(args.log or ()),
         **{k: getattr(args, k) for k in ("stop_collapsed", "gpu_hours_budget") if hasattr(args, k)},
         time_budget_s=getattr(args, "time_budget", None))
 
@@ -173,6 +176,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"results: {plan.results_uri}")
     print_watch_help(plan)
     code = finish(run_sweep(plan))
+    for line in filter(None, (logger.closing() for logger in plan.loggers)):  # W&B's sync command
+        print(line)
     guards = getattr(plan.scheduler, "guards", None)
     if guards is not None and guards.spent:  # the last line says the sweep ended on its budget
         print(f"{guards.spent}: the sweep stopped its trials after their current epoch; the Parquet is complete")
@@ -184,6 +189,8 @@ def print_watch_help(plan) -> None:
     from tune.tensorboard_logger import TENSORBOARD_DIR
 
     print(f"TensorBoard: tensorboard --logdir {plan.experiment_uri}/{TENSORBOARD_DIR}")
+    for logger in plan.loggers:
+        print(logger.describe())
     journal = plan.optuna_journal
     if journal:
         print(f"optuna-dashboard: optuna-dashboard {journal}")

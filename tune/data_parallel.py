@@ -101,7 +101,8 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
         worker_main, train_loop_config=job, torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus > 0, resources_per_worker=dict(per_worker)),
         run_config=RunConfig(name=f"{trial_id}-{uuid.uuid4().hex[:8]}", storage_path=runs,
-                             storage_filesystem=storage.storage_filesystem, failure_config=FailureConfig(max_failures=0),
+                             storage_filesystem=storage.storage_filesystem,
+                             failure_config=FailureConfig(max_failures=0),
                              checkpoint_config=CheckpointConfig(num_to_keep=None), callbacks=[ForwardToTune(queue)]))
     ended: dict[str, BaseException] = {}
     fitting = threading.Thread(target=_fit, args=(trainer, ended), daemon=True, name="train-run")

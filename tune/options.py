@@ -16,6 +16,8 @@ from xbm.checks import parse_overrides as _parse_overrides
 
 DEFAULT_STORAGE = "~/xbm_sweeps"
 MODES = ("max", "min")
+#: schedulers that change configs during a run (``mutable: true`` params, exploits, a checkpoint per interval)
+POPULATION_SCHEDULERS = ("pbt", "pb2")
 
 
 class SweepInputError(ValueError):
@@ -45,6 +47,8 @@ class SweepOptions(Objectives):
     ``seed`` seeds the searcher (TPE, random) and is every trial's ``seed`` unless the space or
     ``--set`` gives one: trials then differ by config only (common random numbers), which is what a
     comparison of configs wants; the ``confirm`` stage varies seeds.
+
+    ``loggers``: where the trials' epochs are also logged (``--log wandb``, ``--log mlflow``; ``tune.loggers``).
     """
 
     num_samples: int | None = None
@@ -77,6 +81,7 @@ class SweepOptions(Objectives):
     gpu_hours_budget: float | None = None
     extra_metrics: tuple[str, ...] = ()
     extra_modes: tuple[str, ...] = ()
+    loggers: tuple[str, ...] = ()
 
     @classmethod
     def from_record(cls, options: Mapping[str, Any]) -> "SweepOptions":
@@ -86,8 +91,8 @@ class SweepOptions(Objectives):
     def for_space(self, is_grid: bool) -> "SweepOptions":
         """Fill the defaults that depend on the space: a grid-only space runs ``grid`` search once per
         point; any other runs seeded TPE (``optuna``) for 20 trials."""
-        # PBT changes the configs itself: its population is drawn at random (a grid cannot be perturbed)
-        search = self.search or ("random" if self.scheduler == "pbt" else "grid" if is_grid else "optuna")
+        # PBT/PB2 change the configs themselves: the population is drawn at random (a grid cannot be perturbed)
+        search = self.search or ("random" if self.population_based else "grid" if is_grid else "optuna")
         num_samples = self.num_samples or (1 if search == "grid" else 20)
         return self.replace(search=search, num_samples=num_samples)
 
@@ -123,6 +128,8 @@ class SweepOptions(Objectives):
         _check(bool(self.storage), "--storage", "a folder or URI", self.storage)
         object.__setattr__(self, "extra_metrics", tuple(self.extra_metrics))  # sweep.json gives lists
         object.__setattr__(self, "extra_modes", tuple(self.extra_modes))
+        object.__setattr__(self, "loggers", tuple(self.loggers))
+        _check(len(set(self.loggers)) == len(self.loggers), "--log", "each logger once", list(self.loggers))
         _check(len(self.extra_modes) == len(self.extra_metrics), "--metric", "one mode per metric",
                list(zip(self.extra_metrics, self.extra_modes)))
         for name, mode in zip(self.extra_metrics, self.extra_modes):
@@ -134,6 +141,10 @@ class SweepOptions(Objectives):
         _check(self.gpu_hours_budget is None or self.gpu_hours_budget > 0, "--gpu-hours-budget", "> 0 GPU hours",
                self.gpu_hours_budget)
 
+    @property
+    def population_based(self) -> bool:
+        """PBT or PB2: configs change during a run (``POPULATION_SCHEDULERS``)."""
+        return self.scheduler in POPULATION_SCHEDULERS
 
     @property
     def workers(self) -> int:

@@ -2,7 +2,8 @@
 
 Order matters for "bad input writes nothing": the space, the options, the base TrainConfig, the data
 set and ``pretrained_path`` (opened once, here on the driver: ``check_data``), the searcher, the
-scheduler, the fairness check and the experiment name are all checked in ``prepare``. The searcher and
+scheduler, the fairness check, the experiment name and the ``--log`` loggers (their packages) are all
+checked in ``prepare``. The searcher and
 the scheduler it builds are the sweep's own (kept on the plan, built once): building them is what checks
 the registry names, the search/warm-start pairing and the warm-start points.
 
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from analysis.contract import SweepRecord, TRIALS_FILE
+from tune.loggers import build_loggers
 from tune.optuna_study import live_journal
 from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions
 from tune.parquet import RESULTS, Storage, check_storage
@@ -47,6 +49,7 @@ class SweepPlan:
     swept_space: dict[str, Any] = field(default_factory=dict)
     scheduler: Any = None
     stop_reasons: dict[str, str] = field(default_factory=dict)
+    loggers: list[Any] = field(default_factory=list)  # --log: Ray's W&B / MLflow callbacks (tune.loggers)
 
     @property
     def experiment_uri(self) -> str:
@@ -107,8 +110,9 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
         raise SweepInputError(f"experiment {experiment!r} already exists in {options.storage_path()}: "
                               f"choose another --name, or continue it with `xbm-tune resume "
                               f"{options.storage_path()}/{experiment}`")
+    loggers = build_loggers(options.loggers, options.storage_path(), experiment)  # a missing package: exit 2
     return SweepPlan(space, options, experiment, max_epochs, warnings, warm, searcher, swept_space, scheduler,
-                     stop_reasons)
+                     stop_reasons, loggers)
 
 
 def check_metric(space, metric: str) -> None:

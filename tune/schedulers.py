@@ -1,4 +1,5 @@
-"""Schedulers registry (``--scheduler``): ``asha``, ``hyperband``, ``fifo``; time attribute = ``epoch``.
+"""Schedulers registry (``--scheduler``): ``asha``, ``hyperband``, ``fifo``, ``pbt``, ``pb2``; time attribute =
+``epoch``.
 
 ASHA (Li et al. 2020, "A System for Massively Parallel Hyperparameter Tuning", Algorithm 2) judges a
 trial at rungs ``grace_period * reduction_factor**k`` (k = 0, 1, ... while <= max_epochs) and stops it
@@ -53,12 +54,11 @@ class RecordingHyperBand(GuardedScheduler, _RecordsStops, HyperBandScheduler):
     label = "hyperband"
 
 
-class RecordingPBT(GuardedScheduler, PopulationBasedTraining):
-    """Population-based training (Jaderberg et al. 2017) that records every exploit: ``exploits`` maps the
-    exploiting trial's id to its ``"<donor trial>@<donor's epoch>"`` entries, in order (the Parquet sink's
-    ``exploits`` column). The exploiting trial restarts from the donor's latest checkpoint (weights,
-    optimiser, memory, normaliser state, objective state: ``Trainer.state_dict``) with the explored values
-    of the mutable keys."""
+class RecordsExploits:
+    """Mixin for PBT and its subclasses (PB2): record every exploit. ``exploits`` maps the exploiting trial's
+    id to its ``"<donor trial>@<donor's epoch>"`` entries, in order (the Parquet sink's ``exploits`` column).
+    Ray's PB2 subclasses PBT and keeps its ``_exploit`` (it overrides only how the new config is chosen), so
+    this one hook sees both schedulers' exploits."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -70,6 +70,11 @@ class RecordingPBT(GuardedScheduler, PopulationBasedTraining):
         self.exploits.setdefault(trial.trial_id, []).append(f"{trial_to_clone.trial_id}@{int(epoch)}")
         return super()._exploit(tune_controller, trial, trial_to_clone)
 
+
+class RecordingPBT(GuardedScheduler, RecordsExploits, PopulationBasedTraining):
+    """Population-based training (Jaderberg et al. 2017) that records every exploit (``RecordsExploits``).
+    The exploiting trial restarts from the donor's latest checkpoint (weights, optimiser, memory, normaliser
+    state, objective state: ``Trainer.state_dict``) with the explored values of the mutable keys."""
 
 
 class GuardedFIFO(GuardedScheduler, FIFOScheduler):
@@ -90,22 +95,36 @@ def _fifo(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialSche
     return GuardedFIFO()
 
 
+def check_population(options, space) -> None:
+    """What PBT and PB2 both need: ``mutable: true`` params to explore, and a population drawn at random."""
+    name = options.scheduler
+    if space is None or not space.mutable:
+        raise SweepInputError(f"--scheduler {name} needs params marked 'mutable: true' in the space (e.g. "
+                              "normaliser.lambda_mu: {uniform: [0.0, 1.0], mutable: true}): they are what it explores")
+    if options.search != "random":
+        raise SweepInputError(f"--scheduler {name} draws its population with --search random, but got --search "
+                              f"{options.search}: it changes the configs itself, which a searcher cannot follow")
+
+
 def _pbt(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
     """Every ``--perturbation-interval`` epochs the bottom quarter of the population (by the sweep's metric)
     copies a top-quarter trial's state and perturbs the space's ``mutable: true`` params."""
-    mutations = space.mutations() if space is not None else {}
-    if not mutations:
-        raise SweepInputError("--scheduler pbt needs params marked 'mutable: true' in the space (e.g. "
-                              "normaliser.lambda_mu: {uniform: [0.0, 1.0], mutable: true}): they are what PBT explores")
-    if options.search != "random":
-        raise SweepInputError(f"--scheduler pbt draws its population with --search random, but got --search "
-                              f"{options.search}: PBT changes the configs itself, which a searcher cannot follow")
+    check_population(options, space)
+    mutations = space.mutations()
     return RecordingPBT(time_attr=TIME_ATTR, perturbation_interval=options.perturbation_interval,
                         hyperparam_mutations=mutations, quantile_fraction=0.25, synch=options.pbt_synch)
 
 
+def _pb2(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    """PBT whose explore picks the new values with a GP bandit (``tune.pb2``)."""
+    from tune.pb2 import build_pb2  # Ray's pb2 module imports scikit-learn: only when asked for
+
+    check_population(options, space)
+    return build_pb2(options, space)
+
+
 #: name -> factory(options, max_epochs, stop_reasons, space) -> TrialScheduler
-SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo, "pbt": _pbt}
+SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo, "pbt": _pbt, "pb2": _pb2}
 
 
 def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ...]:
@@ -125,7 +144,7 @@ def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ..
 
 
 def build_scheduler(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
-    """The ``--scheduler``; ``space`` (a ``tune.spaces.SearchSpace``) gives PBT its mutable params."""
+    """The ``--scheduler``; ``space`` (a ``tune.spaces.SearchSpace``) gives PBT and PB2 their mutable params."""
     if options.scheduler not in SCHEDULERS:
         raise SweepInputError(f"--scheduler must be one of {sorted(SCHEDULERS)}, but got {options.scheduler!r}")
     scheduler = SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons, space)

@@ -78,7 +78,7 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
         num_samples=options.num_samples, max_concurrent_trials=tune_cap(plan.searcher, options.max_concurrent),
         reuse_actors=reuse_actors(options),
         trial_name_creator=TrialNamer(list(plan.space.params)), trial_dirname_creator=trial_dirname)
-    watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard()]
+    watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard(), *plan.loggers]
     run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *watch, *callbacks])
     policy = trial_policy(options, plan.scheduler, plan.max_epochs, plan.space.mutable)
     tuner = tune.Tuner(trainable(options, plan.experiment, policy=policy),
@@ -103,9 +103,9 @@ def start(plan: SweepPlan, callbacks: tuple = ()) -> Built:
 
 def trial_policy(options: SweepOptions, scheduler, max_epochs: int, mutable: tuple[str, ...]) -> TrialPolicy:
     """Each trial's policy: the checkpoint period and the epochs its scheduler decides at (always
-    evaluated); under PBT those are its perturbation epochs, each with a full checkpoint (the donors'
-    states), and the mutable keys. ``scheduler`` may be None under PBT (a resumed sweep: Tune restores it)."""
-    if options.scheduler != "pbt":
+    evaluated); under PBT and PB2 those are its perturbation epochs, each with a full checkpoint (the donors'
+    states), and the mutable keys. ``scheduler`` may be None under them (a resumed sweep: Tune restores it)."""
+    if not options.population_based:
         return TrialPolicy(options.checkpoint_period, decision_epochs(scheduler, max_epochs))
     interval = options.perturbation_interval
     return TrialPolicy(options.checkpoint_period, tuple(range(interval, max_epochs + 1, interval)), interval, mutable)
@@ -166,9 +166,9 @@ def trainable(options: SweepOptions, sweep: str | None = None, paths: Mapping[st
 
 
 def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: list) -> tune.RunConfig:
-    # PBT: an exploit restores a donor's checkpoint from its last perturbation, which a newer one (num_to_keep)
-    # or the donor's end (KeepLatestCheckpoint) would have deleted: keep them all until the sweep ends
-    pbt = options.scheduler == "pbt"
+    # PBT/PB2: an exploit restores a donor's checkpoint from its last perturbation, which a newer one
+    # (num_to_keep) or the donor's end (KeepLatestCheckpoint) would have deleted: keep them all until the end
+    pbt = options.population_based
     return tune.RunConfig(
         name=name, storage_path=storage_path, callbacks=[*callbacks, KeepLatestCheckpoint(at_end=pbt)], verbose=1,
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
@@ -201,7 +201,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     record_paths(uri, record, located)
     max_epochs = record.max_epochs or train_config(record.space.base).epochs
     mutable = tuple(key for key, spec in record.space.params.items() if isinstance(spec, dict) and spec.get("mutable"))
-    scheduler = build_scheduler(options, max_epochs, {}) if options.scheduler != "pbt" else None
+    scheduler = None if options.population_based else build_scheduler(options, max_epochs, {})
     policy = trial_policy(options, scheduler, max_epochs, mutable)
     with ray_session(address, dashboard, **init_kwargs):
         tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located, policy),
@@ -235,8 +235,8 @@ def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results
         tune_config = tune.TuneConfig(
             metric=options.metric, mode=options.mode, search_alg=FixedConfigs(configs, options.metric, options.mode),
             scheduler=FIFOScheduler(), num_samples=len(configs), max_concurrent_trials=options.max_concurrent,
-            reuse_actors=reuse_actors(options), trial_name_creator=TrialNamer([*swept, "seed"]), trial_dirname_creator=trial_dirname)
-
+            reuse_actors=reuse_actors(options), trial_name_creator=TrialNamer([*swept, "seed"]),
+            trial_dirname_creator=trial_dirname)
         best = SweepBest(name, options.metric, options.mode)  # the stage's best, in the trials' lines
         tuner = tune.Tuner(trainable(options, name), tune_config=tune_config,
                            run_config=_run_config(options, name, sweep_uri, [sink, best]))

@@ -120,7 +120,8 @@ def check_node_gpus(options: SweepOptions, nodes: Iterable[Mapping[str, Any]]) -
 
 
 def _node_name(node: Mapping[str, Any]) -> str:
-    return f"{node.get('NodeManagerHostname') or node.get('NodeManagerAddress', '?')} ({str(node.get('NodeID', ''))[:8]})"
+    host = node.get("NodeManagerHostname") or node.get("NodeManagerAddress", "?")
+    return f"{host} ({str(node.get('NodeID', ''))[:8]})"
 
 
 def max_concurrent(options: SweepOptions, nodes: Iterable[Mapping[str, Any]]) -> int | None:

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from xbm.memory import EmbeddingMemory
 from xbm.normalisers.base import Normaliser
-from xbm.pair_masks import PairMasks, pair_masks, supcon_from_masks, supports_masks
+from xbm.pair_masks import PairMasks, loss_from_masks, pair_masks, supports_masks
 
 
 class XBMLoss(nn.Module):
@@ -32,9 +32,9 @@ class XBMLoss(nn.Module):
     and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
     kept), and fp16/bf16 embeddings are compared with the memory in fp32.
 
-    With our SupCon (:class:`xbm.pair_masks.SupConLoss`) and a PairMarginMiner or none, steps 3-4 run on
-    [B, N] pair masks instead of PML's index tuples (same pairs, same loss; no host read, see
-    :mod:`xbm.pair_masks`); other losses take PML's index path.
+    With our SupCon (:class:`xbm.pair_masks.SupConLoss`) or PML's NT-Xent and a PairMarginMiner or none,
+    steps 3-4 run on [B, N] pair masks instead of PML's index tuples (same pairs, same loss; no host read,
+    see :mod:`xbm.pair_masks`); other losses take PML's index path.
 
     After each call ``last_stats`` holds floats or 0-dim device tensors (read once per epoch, not per
     step): ``memory_pos_pairs``, ``memory_neg_pairs`` (pairs mined against the memory, self pairs
@@ -115,14 +115,14 @@ class XBMLoss(nn.Module):
             exclude = torch.zeros(len(queries), len(refs), dtype=torch.bool, device=refs.device)
             exclude[torch.arange(len(queries), device=refs.device), slots.clamp_min(0)] = slots >= 0
         masks = pair_masks(self.miner, queries, labels, refs, ref_labels, exclude)
-        loss = supcon_from_masks(self.loss, queries, refs, masks)
+        loss = loss_from_masks(self.loss, queries, refs, masks)
         return loss, masks.pos.sum(), masks.neg.sum(), masks
 
     def _in_batch_loss(self, rows: Tensor, labels: Tensor):
         """The plain in-batch loss (w > 0) with its positive and negative pair counts."""
         if self.masks:
             masks = pair_masks(self.miner, rows, labels)
-            return supcon_from_masks(self.loss, rows, None, masks), masks.pos.sum(), masks.neg.sum()
+            return loss_from_masks(self.loss, rows, None, masks), masks.pos.sum(), masks.neg.sum()
         batch_pairs = self._pairs(rows, labels)
         return self.loss(rows, labels, batch_pairs), float(len(batch_pairs[0])), float(len(batch_pairs[2]))
 

@@ -1,5 +1,6 @@
-"""Pairs as dense masks: PML's ``PairMarginMiner`` and ``SupConLoss`` (with its ``AvgNonZeroReducer``) on
-[B, N] boolean masks instead of index tuples, so that a training step never waits for the device.
+"""Pairs as dense masks: PML's ``PairMarginMiner``, ``SupConLoss`` (with its ``AvgNonZeroReducer``) and
+``NTXentLoss`` (with its ``MeanReducer``) on [B, N] boolean masks instead of index tuples, so that a training
+step never waits for the device.
 
 PML hands pairs around as index tuples ``(a1, p, a2, n)``, whose lengths depend on the data: building them
 (``torch.where(mask)``, boolean indexing) runs ``nonzero``, and the CPU waits for the GPU each time, about
@@ -9,7 +10,10 @@ matrices and comparisons give the same pairs, and SupCon's per-row losses come f
 instead of a mean over the compacted rows, equal up to float rounding.
 
     masks = pair_masks(miner, queries, labels, refs, ref_labels, exclude=own_copies)   # PairMasks [B, N]
-    loss = supcon_from_masks(supcon, queries, refs, masks)
+    loss = loss_from_masks(supcon_or_ntxent, queries, refs, masks)
+
+NT-Xent gains most: PML builds a [positive pairs x negative pairs] matrix (``n_per_p``), which against a
+memory of N rows is O(B^2 N^2) memory and time; on masks it is O(B N).
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from typing import Optional
 
 import torch
 from pytorch_metric_learning import losses, miners
-from pytorch_metric_learning.reducers import AvgNonZeroReducer
+from pytorch_metric_learning.reducers import AvgNonZeroReducer, MeanReducer
 from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor
@@ -54,10 +58,11 @@ class SupConLoss(losses.SupConLoss):
 
 
 def supports_masks(loss, miner) -> bool:
-    """Whether ``loss`` with ``miner`` can run on masks: our SupCon with PML's default reducer and no
-    embedding regulariser, mined by a plain ``PairMarginMiner`` or not at all."""
-    return (isinstance(loss, SupConLoss) and type(loss.reducer) is AvgNonZeroReducer
-            and getattr(loss, "embedding_regularizer", None) is None
+    """Whether ``loss`` with ``miner`` can run on masks: our SupCon or PML's NT-Xent, each with PML's default
+    reducer and no embedding regulariser, mined by a plain ``PairMarginMiner`` or not at all."""
+    masked = ((isinstance(loss, SupConLoss) and type(loss.reducer) is AvgNonZeroReducer)
+              or (type(loss) is losses.NTXentLoss and type(loss.reducer) is MeanReducer))
+    return (masked and getattr(loss, "embedding_regularizer", None) is None
             and (miner is None or type(miner) is miners.PairMarginMiner))
 
 
@@ -105,3 +110,37 @@ def supcon_from_masks(loss: SupConLoss, queries: Tensor, refs: Optional[Tensor],
     kept = (rows > 0) & some
     mean = torch.where(kept, rows, 0.0).sum() / kept.sum().clamp_min(1)
     return torch.where(kept.any(), mean, (queries * 0).sum())
+
+
+def ntxent_from_masks(loss: losses.NTXentLoss, queries: Tensor, refs: Optional[Tensor], masks: PairMasks) -> Tensor:
+    """PML's ``NTXentLoss`` with its ``MeanReducer`` for the pairs in ``masks``, without a host read.
+
+    Per positive pair (a, p), with s = similarity / temperature (negated distance for a non-inverted one):
+        l_ap = -log( e^{s_ap} / (e^{s_ap} + sum_{n in neg(a)} e^{s_an}) + eps ),   loss = mean over (a, p).
+    PML shifts every pair by m_ap = max(s_ap, M_a), M_a = max_n s_an; here the row sum is taken once per
+    anchor, R_a = sum_n e^{s_an - M_a}, and rescaled: sum_n e^{s_an - m_ap} = e^{M_a - m_ap} R_a. Equal up to
+    float rounding. PML's zero loss (``sum(queries * 0)``) when no positive or no negative pair exists, or
+    when neither kind has more than one pair (GenericPairLoss's check)."""
+    mat = loss.distance(queries, queries if refs is None else refs)
+    if not loss.distance.is_inverted:
+        mat = -mat
+    mat = mat / loss.temperature
+    negatives = mat.masked_fill(~masks.neg, float("-inf"))
+    row_max = negatives.max(dim=1, keepdim=True)[0].detach()           # M_a; -inf without a negative
+    finite_max = torch.where(torch.isfinite(row_max), row_max, 0.0)
+    row_sum = torch.exp(negatives - finite_max).sum(dim=1, keepdim=True)  # R_a; 0 without a negative
+    shift = torch.maximum(mat, row_max).detach()                        # m_ap
+    numerator = torch.exp(mat - shift)
+    denominator = numerator + torch.exp(row_max - shift) * row_sum
+    per_pair = -torch.log(numerator / denominator + c_f.small_val(mat.dtype))
+    n_pos, n_neg = masks.pos.sum(), masks.neg.sum()
+    mean = torch.where(masks.pos, per_pair, 0.0).sum() / n_pos.clamp_min(1)
+    some = ((n_pos > 1) | (n_neg > 1)) & (n_pos > 0) & (n_neg > 0)
+    return torch.where(some, mean, (queries * 0).sum())
+
+
+def loss_from_masks(loss, queries: Tensor, refs: Optional[Tensor], masks: PairMasks) -> Tensor:
+    """The loss of a :func:`supports_masks` loss for the pairs in ``masks``."""
+    if isinstance(loss, SupConLoss):
+        return supcon_from_masks(loss, queries, refs, masks)
+    return ntxent_from_masks(loss, queries, refs, masks)

@@ -192,8 +192,9 @@ def test_a_bad_time_budget_exits_2_with_the_rule(capsys):
 
 
 def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsys):
-    """Bug caught: a sweep cut short by --time-budget ending on the usual summary, so the user cannot
-    tell a finished study from a truncated one."""
+    """Bugs caught: a sweep cut short by --time-budget ending on the usual summary, so the user cannot
+    tell a finished study from a truncated one; W&B's sync command (offline runs) not printed after the
+    sweep, or printed after the budget line."""
     from types import SimpleNamespace
 
     from tune import plan as plan_module, sweep as sweep_module
@@ -205,15 +206,18 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
     guards.spent = "budget: the time budget (2h) was spent"
     fake = SimpleNamespace(warnings=[], warm=None, experiment="e", space=SimpleNamespace(name="s"),
                            options=SweepOptions(search="random", num_samples=1), max_epochs=1, results_uri="/x/e/results",
-                           experiment_uri="/x/e", scheduler=SimpleNamespace(guards=guards))
+                           experiment_uri="/x/e", scheduler=SimpleNamespace(guards=guards),
+                           loggers=[SimpleNamespace(closing=lambda: "W&B runs are offline; upload: wandb sync x"),
+                                    SimpleNamespace(closing=lambda: None)])
     outcome = SimpleNamespace(counts=lambda: {"stopped_early": 1}, best=lambda: None, results_uri="/x/e/results",
                               experiment_uri="/x/e", exit_code=lambda: 0, metric="recall_at_1", swept=())
     monkeypatch.setattr(plan_module, "prepare", lambda space, options: fake)
     monkeypatch.setattr(sweep_module, "run_sweep", lambda plan: outcome)
     monkeypatch.setattr("tune.cli.print_watch_help", lambda plan: None)
     assert main(["sweep", "quickstart", "--time-budget", "2h"]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    *_, sync, last = capsys.readouterr().out.strip().splitlines()
     assert last.startswith("budget: the time budget (2h) was spent: the sweep stopped its trials")
+    assert sync == "W&B runs are offline; upload: wandb sync x"
 
 
 @pytest.mark.parametrize("argv, named", [
@@ -221,10 +225,11 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
     (["sweep", "SPACE", "--workers-per-trial", "2", "--gpus-per-trial", "0.5"],
      "--gpus-per-trial must satisfy 0 or 1 with --workers-per-trial > 1"),
     # 128 rows over 3 ranks: not whole; over 64 ranks: 2 rows each, half a class of 4
-    (["sweep", "SPACE", "--workers-per-trial", "3"], "--workers-per-trial 3 needs batch_size (the global batch) to be a "
-                                                      "multiple of 3 x samples_per_class=4"),
+    (["sweep", "SPACE", "--workers-per-trial", "3"],
+     "--workers-per-trial 3 needs batch_size (the global batch) to be a multiple of 3 x samples_per_class=4"),
     (["sweep", "SPACE", "--gpus-per-trial", "64"], "--workers-per-trial 64 needs batch_size"),
-    (["sweep", "SPACE", "--workers-per-trial", "2", "--set", "workers=4"], "--workers-per-trial must give the trials' workers"),
+    (["sweep", "SPACE", "--workers-per-trial", "2", "--set", "workers=4"],
+     "--workers-per-trial must give the trials' workers"),
     (["train", "--set", "dataset=toy", "--set", "batch_size=16", "--workers", "8", "--output", "OUT"],
      "--workers 8 needs batch_size (the global batch) to be a multiple of 8 x samples_per_class=4"),
     (["train", "--set", "dataset=toy", "--workers", "0", "--output", "OUT"], "--workers must be >= 1"),

@@ -95,10 +95,11 @@ def test_every_scheduler_carries_the_guards_and_decides_at_the_grace_period(name
 
     (tmp_path / "s.yaml").write_text("description: s\nbase: {dataset: toy}\nparams:\n"
                                      "  lr: {loguniform: [1.0e-4, 1.0e-2], mutable: true}\n")
-    space, search = (load_space(str(tmp_path / "s.yaml")), "random") if name == "pbt" else (None, None)
+    population = name in ("pbt", "pb2")
+    space, search = (load_space(str(tmp_path / "s.yaml")), "random") if population else (None, None)
     scheduler = build_scheduler(SweepOptions(scheduler=name, grace_period=4, search=search), 9, {}, space)
     assert isinstance(scheduler.guards, Guards) and scheduler.guards.grace_period == 4
-    assert name == "pbt" or 4 in decision_epochs(scheduler, 9)  # PBT's decision epochs are its intervals
+    assert population or 4 in decision_epochs(scheduler, 9)  # PBT's/PB2's decision epochs are its intervals
     off = build_scheduler(SweepOptions(scheduler=name, stop_collapsed=False, search=search), 9, {}, space)
     assert off.guards is None
 

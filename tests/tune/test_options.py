@@ -36,3 +36,23 @@ def test_repeated_metric_with_modes_gives_the_first_as_metric_and_the_rest_as_ex
         SweepOptions(**metric_options(["recall_at_1", "recall_at_1:min"], "max"))
     # sweep.json stores the extras as lists: they come back as tuples
     assert SweepOptions.from_record(options.to_dict()).extra_metrics == ("gpu_hours", "memory_bytes")
+
+
+def test_the_chosen_loggers_are_recorded_and_old_records_have_none(tmp_path):
+    """Bugs caught: --log lost between the CLI and sweep.json (``record.options``), a record's JSON list not
+    turned back into the options' tuple, or a record written before --log existed failing to load."""
+    import json
+
+    from analysis.sweep_record import SweepRecord
+    from tune.cli import build_parser, options_from
+
+    args = build_parser().parse_args(["sweep", "toy.yaml", "--log", "wandb", "--log", "mlflow"])
+    chosen = options_from(args)
+    assert chosen.loggers == ("wandb", "mlflow")
+    record = SweepRecord.from_json(json.dumps(SweepRecord(options=chosen.to_dict()).to_dict()))
+    assert record.option("loggers") == ["wandb", "mlflow"]
+    assert SweepOptions.from_record(record.options).loggers == ("wandb", "mlflow")
+    old = {k: v for k, v in chosen.to_dict().items() if k != "loggers"}
+    assert SweepOptions.from_record(old).loggers == ()
+    with pytest.raises(SweepInputError, match="--log must satisfy each logger once"):
+        SweepOptions(loggers=("wandb", "wandb"))

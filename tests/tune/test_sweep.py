@@ -8,6 +8,7 @@ import pytest
 import ray
 from optuna.trial import TrialState
 from ray.tune.schedulers import AsyncHyperBandScheduler, HyperBandScheduler, PopulationBasedTraining
+from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
@@ -118,7 +119,7 @@ def test_fixed_configs_come_in_order_then_finish():
 # ---- registries and checks before Ray ------------------------------------------------------------
 def test_every_registry_entry_builds(tmp_path, space_file):
     assert set(SEARCHERS) == {"optuna", "tpe", "gp", "cmaes", "nsga2", "random", "grid"}
-    assert set(SCHEDULERS) == {"asha", "hyperband", "fifo", "pbt"}
+    assert set(SCHEDULERS) == {"asha", "hyperband", "fifo", "pbt", "pb2"}
     for search, text in (("optuna", TOY), ("tpe", TOY), ("gp", TOY), ("cmaes", TOY), ("nsga2", TOY), ("random", TOY),
                          ("grid", GRID)):
         space = load_space(space_file(text, search))
@@ -127,12 +128,16 @@ def test_every_registry_entry_builds(tmp_path, space_file):
         assert optuna_based == (search not in ("random", "grid")) and (optuna_based or "normaliser.kind" in param_space)
     # Bug caught: a registry name building another scheduler (e.g. fifo stopping trials early, or asha /
     # hyperband counting Tune's iterations instead of our 1-based epochs, or ignoring the epoch budget).
-    built = {name: build_scheduler(options(tmp_path, scheduler=name), 9, {}) for name in SCHEDULERS if name != "pbt"}
+    built = {name: build_scheduler(options(tmp_path, scheduler=name), 9, {}) for name in SCHEDULERS
+             if name not in ("pbt", "pb2")}
     mutable = load_space(space_file(TOY.split("params:")[0] + "params:\n  weight_decay: {loguniform: [1.0e-4, 1.0e-2], "
                                     "mutable: true}\n", "mutable"))
     pbt = build_scheduler(options(tmp_path, scheduler="pbt", search="random", perturbation_interval=3), 9, {}, mutable)
     assert isinstance(pbt, PopulationBasedTraining) and pbt._perturbation_interval == 3 and pbt._time_attr == "epoch"
     assert set(pbt._hyperparam_mutations) == {"weight_decay"}
+    pb2 = build_scheduler(options(tmp_path, scheduler="pb2", search="random", perturbation_interval=3), 9, {}, mutable)
+    assert isinstance(pb2, PB2) and pb2._perturbation_interval == 3 and pb2._time_attr == "epoch"
+    assert pb2._hyperparam_bounds == {"weight_decay": [1e-4, 1e-2]}
     assert type(built["fifo"]) is GuardedFIFO  # no early stopping of its own (only tune.guards')
     assert isinstance(built["asha"], AsyncHyperBandScheduler) and isinstance(built["hyperband"], HyperBandScheduler)
     for name in ("asha", "hyperband"):

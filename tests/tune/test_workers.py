@@ -42,10 +42,13 @@ def test_one_worker_keeps_the_trials_own_request():
     assert max_concurrent(options.replace(max_concurrent=5), [node("a", 64, 8)]) == 5
 
 
+PER_WORKER = "--gpus-per-trial must satisfy 0 or 1 with --workers-per-trial > 1"
+
+
 @pytest.mark.parametrize("flags, named", [
     ({"workers_per_trial": 0}, "--workers-per-trial must satisfy >= 1"),
-    ({"workers_per_trial": 2, "gpus_per_trial": 0.5}, "--gpus-per-trial must satisfy 0 or 1 with --workers-per-trial > 1"),
-    ({"workers_per_trial": 2, "gpus_per_trial": 2.0}, "--gpus-per-trial must satisfy 0 or 1 with --workers-per-trial > 1"),
+    ({"workers_per_trial": 2, "gpus_per_trial": 0.5}, PER_WORKER),
+    ({"workers_per_trial": 2, "gpus_per_trial": 2.0}, PER_WORKER),
 ])
 def test_bad_worker_flags_name_the_flag_and_the_rule(flags, named):
     """Bug caught: a fractional GPU per worker accepted (two ranks on one GPU: NCCL refuses it mid-run) or
@@ -103,7 +106,8 @@ def test_trials_at_once_are_those_whose_workers_fit_together():
 def test_a_trials_gpus_are_its_workers_gpus():
     """Bug caught (issue 20): gpu_hours billing a multi-worker trial by its Tune placement group, which holds
     only the launcher (0 GPUs), or billing every trial by the flag instead of its own workers."""
-    two = SimpleNamespace(config={"workers": 2}, placement_group_factory=SimpleNamespace(required_resources={"CPU": 0.01}))
+    launcher = SimpleNamespace(required_resources={"CPU": 0.01})
+    two = SimpleNamespace(config={"workers": 2}, placement_group_factory=launcher)
     one = SimpleNamespace(config={}, placement_group_factory=SimpleNamespace(required_resources={"GPU": 0.5}))
     assert trial_gpus(two, 1.0) == 2.0 and trial_gpus(one, 0.5) == 0.5
     assert trial_gpus(one) == 0.5  # an object pickled without gpus_per_worker: the placement group's

@@ -26,9 +26,10 @@ from tests.xbm.conftest import TINY
 # The toy set of tests/xbm/conftest.py's tiny_trainer (192 training rows, batches of 32: 6 steps per epoch).
 BASE = {**TINY, "epochs": 3, "warmup_epochs": 1, "eval_every": 3, "num_workers": "0"}
 # The cases of tests/xbm/test_distributed.py: every normaliser kind, MoCo (its queue adapted by AXBN), the
-# pair-margin miner, a PML loss on index pairs and the other label-free objectives. SupCon over every pair (miner.kind none) in the 3-epoch cases: a margin is a discontinuity,
-# and a pair whose distance lies within rounding (1e-7) of it is mined by one run and not by the other (seen:
-# step 12 of 18, after which the memories differ by 1e-4); the miner's case stops after one epoch.
+# pair-margin miner, a PML loss on index pairs and the other label-free objectives. SupCon over every pair
+# (miner.kind none) in the 3-epoch cases: a margin is a discontinuity, and a pair whose distance lies within
+# rounding (1e-7) of it is mined by one run and not by the other (seen: step 12 of 18, after which the
+# memories differ by 1e-4); the miner's case stops after one epoch.
 ALL_PAIRS = {"miner.kind": "none"}
 CASES = {
     "none": {"normaliser.kind": "none", **ALL_PAIRS},

@@ -16,7 +16,8 @@ from xbm.trainer import TIMING_KEYS
 from xbm.training.loaders import make_sampler
 from xbm.training.sharding import ShardedSampler, scale_grad, to_global_order
 
-from .distributed_fixture import CASES, RESNET, RESNET_CASES, batchnorm_job, build, cuda_job, first_steps, record, resnet_job, run_all, run_part, saved, spawn
+from .distributed_fixture import (CASES, RESNET, RESNET_CASES, batchnorm_job, build, cuda_job, first_steps, record,
+                                  resnet_job, run_all, run_part, saved, spawn)
 
 
 # The gradient of N workers is a sum of N partial sums over the batch, one worker's one sum: the runs differ

@@ -1,14 +1,20 @@
-"""Pairs as masks (xbm/pair_masks.py) against PML's index tuples: the same pairs, the same SupCon loss."""
+"""Pairs as masks (xbm/pair_masks.py) against PML's index tuples: the same pairs, the same SupCon and NT-Xent
+losses."""
 from __future__ import annotations
 
 import pytest
 import torch
-from pytorch_metric_learning import losses, miners, reducers
+from pytorch_metric_learning import distances, losses, miners, reducers
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
-from xbm.pair_masks import PairMasks, SupConLoss, pair_masks, supcon_from_masks, supports_masks
+from xbm.pair_masks import PairMasks, SupConLoss, loss_from_masks, pair_masks, supports_masks
 from xbm.training.criteria import DISTANCES
 
+# (ours on masks, PML's on index tuples): the same loss
+LOSSES = {"supcon": lambda: (SupConLoss(0.1), losses.SupConLoss(0.1)),
+          "ntxent": lambda: (losses.NTXentLoss(0.1), losses.NTXentLoss(0.1)),
+          "ntxent_lp": lambda: (losses.NTXentLoss(0.2, distance=distances.LpDistance()),
+                                losses.NTXentLoss(0.2, distance=distances.LpDistance()))}
 MARGINS = {"lp": (0.6, 1.2), "lp_raw": (3.0, 3.8), "cosine": (0.7, 0.1)}   # each selects some pairs
 
 
@@ -54,22 +60,26 @@ def test_masks_hold_exactly_the_pairs_pml_mines(distance, with_refs):
         assert torch.equal(dropped.neg, masks.neg)
 
 
+@pytest.mark.parametrize("kind", sorted(LOSSES))
 @pytest.mark.parametrize("distance", [None, "lp", "cosine"])
 @pytest.mark.parametrize("with_refs", [False, True])
-def test_supcon_on_masks_equals_pmls_supcon_on_the_same_pairs(distance, with_refs):
-    """Bugs caught: the masked mean over the rows with a positive loss dividing by every row (or by the
-    pairs), rows with a zero loss counted, the loss's own distance replaced by the miner's; value and
-    gradient must match PML's ``SupConLoss`` with its ``AvgNonZeroReducer`` on the same pairs."""
+def test_the_loss_on_masks_equals_pmls_on_the_same_pairs(kind, distance, with_refs):
+    """Bugs caught: SupCon's masked mean over the rows with a positive loss dividing by every row (or by the
+    pairs), rows with a zero loss counted; NT-Xent's row sum of negatives taken over another anchor's row,
+    over positives too, or rescaled by the wrong shift (m_ap vs M_a), its mean taken over rows instead of
+    positive pairs, a distance not negated; the loss's own distance replaced by the miner's. Value and
+    gradient must match PML's loss with its default reducer on the same pairs."""
     for seed in range(4):
         emb, labels, refs, ref_labels = _data(seed)
         miner = _miner(distance)
         args = (labels, refs, ref_labels) if with_refs else (labels,)
         pairs = miner(emb, *args) if miner is not None else lmu.get_all_pairs_indices(
             labels, ref_labels if with_refs else None)
+        ours, pml = LOSSES[kind]()
         a, b = emb.clone().requires_grad_(), emb.clone().requires_grad_()
-        want = losses.SupConLoss(0.1)(a, labels, pairs, *(args[1:] if with_refs else ()))
+        want = pml(a, labels, pairs, *(args[1:] if with_refs else ()))
         masks = pair_masks(miner, emb, labels, *((refs, ref_labels) if with_refs else ()))
-        got = supcon_from_masks(SupConLoss(0.1), b, refs if with_refs else None, masks)
+        got = loss_from_masks(ours, b, refs if with_refs else None, masks)
         want.backward()
         got.backward()
         assert float(want.detach()) > 0
@@ -77,9 +87,10 @@ def test_supcon_on_masks_equals_pmls_supcon_on_the_same_pairs(distance, with_ref
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("kind", sorted(LOSSES))
 @pytest.mark.parametrize("pos, neg", [((), ()), (((0, 1),), ((0, 2),)), (((0, 1), (1, 0)), ()), ((), ((0, 2), (2, 0)))],
                          ids=["no pair", "one of each", "positives only", "negatives only"])
-def test_the_zero_loss_cases_of_pml_give_zero(pos, neg):
+def test_the_zero_loss_cases_of_pml_give_zero(kind, pos, neg):
     """Bugs caught: PML's "every index tuple has at most one element: zero loss" rule (one positive and one
     negative pair) or its "no positive or no negative pair: zero" check lost, so a degenerate batch trains
     on a loss PML would not have; the zero not carrying a gradient path (PML's ``sum(embeddings * 0)``)."""
@@ -91,23 +102,42 @@ def test_the_zero_loss_cases_of_pml_give_zero(pos, neg):
     for i, j in neg:
         neg_mask[i, j] = True
     to_pairs = lambda m: tuple(torch.nonzero(m, as_tuple=True))   # noqa: E731
-    want = losses.SupConLoss(0.1)(emb, labels, (*to_pairs(pos_mask), *to_pairs(neg_mask)))
-    got = supcon_from_masks(SupConLoss(0.1), emb, None, PairMasks(pos_mask, neg_mask))
+    ours, pml = LOSSES[kind]()
+    want = pml(emb, labels, (*to_pairs(pos_mask), *to_pairs(neg_mask)))
+    got = loss_from_masks(ours, emb, None, PairMasks(pos_mask, neg_mask))
     assert float(want.detach()) == float(got.detach()) == 0.0
     got.backward()
     assert torch.equal(emb.grad, torch.zeros_like(emb))
 
 
-def test_nan_embeddings_give_a_nan_loss():
+@pytest.mark.parametrize("kind", sorted(LOSSES))
+def test_nan_embeddings_give_a_nan_loss(kind):
     """Bug caught: a masked mean that turns NaN rows into a zero loss, hiding a diverged model from the
     finiteness check (PML's zero loss is ``sum(embeddings * 0)``: NaN for NaN embeddings)."""
     emb = torch.full((4, 3), float("nan"))
     labels = torch.tensor([0, 0, 1, 1])
-    loss = supcon_from_masks(SupConLoss(0.1), emb, None, pair_masks(None, emb, labels))
+    loss = loss_from_masks(LOSSES[kind]()[0], emb, None, pair_masks(None, emb, labels))
     assert torch.isnan(loss)
 
 
-def test_only_our_supcon_with_its_default_reducer_and_a_plain_miner_runs_on_masks():
+def test_an_anchor_without_negatives_adds_pmls_log_one_term():
+    """Bug caught: NT-Xent's empty row sum (an anchor whose every reference is a positive) giving NaN
+    (exp(-inf - -inf)) or dropping that anchor's positive pairs from the mean; PML gives each of them
+    -log(1 + eps) and counts it."""
+    emb = torch.randn(4, 5, requires_grad=True)
+    labels = torch.tensor([0, 0, 1, 2])
+    pos = torch.zeros(4, 4, dtype=torch.bool)
+    pos[0, 1] = pos[1, 0] = True
+    neg = torch.zeros(4, 4, dtype=torch.bool)
+    neg[2, 3] = neg[3, 2] = neg[1, 2] = True       # anchor 0 has no negative
+    to_pairs = lambda m: tuple(torch.nonzero(m, as_tuple=True))   # noqa: E731
+    want = losses.NTXentLoss(0.1)(emb, labels, (*to_pairs(pos), *to_pairs(neg)))
+    got = loss_from_masks(losses.NTXentLoss(0.1), emb, None, PairMasks(pos, neg))
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+    assert torch.isfinite(torch.autograd.grad(got, emb)[0]).all()
+
+
+def test_only_supcon_and_ntxent_with_their_default_reducers_and_a_plain_miner_run_on_masks():
     """Bug caught: masks used for a loss or miner whose semantics they do not reproduce (PML's own SupCon
     still reads the host; another reducer; a miner subclass with other rules)."""
     pair_margin = miners.PairMarginMiner()
@@ -115,4 +145,6 @@ def test_only_our_supcon_with_its_default_reducer_and_a_plain_miner_runs_on_mask
     assert not supports_masks(losses.SupConLoss(0.1), pair_margin)
     assert not supports_masks(SupConLoss(0.1, reducer=reducers.MeanReducer()), pair_margin)
     assert not supports_masks(SupConLoss(0.1), miners.MultiSimilarityMiner())
-    assert not supports_masks(losses.NTXentLoss(0.1), None)
+    assert supports_masks(losses.NTXentLoss(0.1), None) and supports_masks(losses.NTXentLoss(0.1), pair_margin)
+    assert not supports_masks(losses.NTXentLoss(0.1, reducer=reducers.AvgNonZeroReducer()), None)
+    assert not supports_masks(losses.ContrastiveLoss(), None)

@@ -89,6 +89,14 @@ class Distribution(ABC):
         """The largest value it can produce (fairness check)."""
         return max(self.probe_values())
 
+    def numeric_bounds(self) -> tuple[float, float] | None:
+        """``(lo, hi)`` holding every value it can produce, when all are numbers (PB2's
+        ``hyperparam_bounds``); None when some value is not a number."""
+        values = self.probe_values()
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+            return None
+        return min(values), max(values)
+
 
 class _Range(Distribution):
     """Continuous ``[lo, hi]`` with ``lo < hi``."""

@@ -23,7 +23,7 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
 from xbm.config import LossConfig, MinerConfig
-from xbm.pair_masks import pair_masks, supcon_from_masks, supports_masks
+from xbm.pair_masks import loss_from_masks, pair_masks, supports_masks
 from xbm.training.loss_kinds import build_loss, own_miner
 
 DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
@@ -42,8 +42,8 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
 
 
 def build_pair_loss(cfg: LossConfig) -> nn.Module:
-    """The ``loss.kind`` pair loss (:mod:`xbm.training.loss_kinds`); SupCon runs on pair masks (XBMLoss,
-    BatchLoss), the same numbers as PML's."""
+    """The ``loss.kind`` pair loss (:mod:`xbm.training.loss_kinds`); SupCon and NT-Xent run on pair masks
+    (XBMLoss, BatchLoss), the same numbers as PML's."""
     return build_loss(cfg)
 
 
@@ -63,7 +63,7 @@ class BatchLoss(nn.Module):
 
     ``last_stats`` mirrors ``XBMLoss.last_stats``: ``batch_pos_pairs`` / ``batch_neg_pairs`` = pairs the loss
     sees (mined ones with a miner, else all), ``loss_pos_pairs`` = ``batch_pos_pairs``, and 0 for the memory.
-    With our SupCon (and a PairMarginMiner or none) the pairs are masks (:mod:`xbm.pair_masks`) and the
+    With our SupCon or NT-Xent (and a PairMarginMiner or none) the pairs are masks (:mod:`xbm.pair_masks`) and the
     counts 0-dim device tensors: no host read.
     """
 
@@ -80,7 +80,7 @@ class BatchLoss(nn.Module):
         if self.masks:
             masks = pair_masks(self.miner, embeddings, labels)
             positives, negatives = masks.pos.sum(), masks.neg.sum()
-            loss = supcon_from_masks(self.loss, embeddings, None, masks)
+            loss = loss_from_masks(self.loss, embeddings, None, masks)
         else:
             # All pairs when there is no miner (what SupCon uses then), so the count means the same as XBMLoss's.
             tuples = self.miner(embeddings, labels) if self.miner is not None else lmu.get_all_pairs_indices(labels)

@@ -16,7 +16,7 @@
   row of the anchor's class is a positive (each positive pair its own softmax).
 
 With the memory each takes PML's index pairs (:class:`xbm.loss.XBMLoss`), as in PML's ``CrossBatchMemory``; SupCon
-alone runs on masks.
+and NT-Xent run on pair masks (:mod:`xbm.pair_masks`: the same numbers without host reads).
 """
 from __future__ import annotations
 

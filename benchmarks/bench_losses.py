@@ -1,0 +1,67 @@
+"""One XBMLoss step (forward + backward of a batch against a full memory) per ``loss.kind``, and for the
+losses that run on pair masks (SupCon, NT-Xent) the same step on PML's index tuples, side by side in one run.
+
+Batch 64 (16 classes x 4) of 128-d embeddings against a memory of ``--memory`` rows (default 2,048) from
+``--classes`` classes; all pairs (no miner, MS without its own mining), as the XBM code runs a loss that
+weighs its own pairs.
+Prints the median ms per step (``timed`` from bench_normalisers: one warm-up, then rounds in turn) and, for
+the masked losses, the speed-up over the index path. Uses CUDA when present.
+
+    python benchmarks/bench_losses.py            # 2,048-row memory
+    python benchmarks/bench_losses.py --quick    # 1,024 rows, 3 repeats
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_normalisers import timed  # noqa: E402
+
+from xbm.config import LossConfig  # noqa: E402
+from xbm.loss import XBMLoss  # noqa: E402
+from xbm.training.loss_kinds import LOSSES  # noqa: E402
+
+
+def step(kind: str, memory: int, classes: int, masks: bool, device: torch.device):
+    """A closure running one step of ``kind`` against a memory filled with ``memory`` rows."""
+    gen = torch.Generator().manual_seed(0)
+    crit = XBMLoss(LOSSES[kind](LossConfig(kind=kind)), embedding_size=128, memory_size=memory).to(device)
+    crit.masks = crit.masks and masks
+    for start in range(0, memory, 256):   # fill the memory
+        rows = torch.nn.functional.normalize(torch.randn(256, 128, generator=gen), dim=1).to(device)
+        crit(rows, torch.randint(0, classes, (256,), generator=gen).to(device))
+    batch = torch.randn(64, 128, generator=gen).to(device)
+    labels = torch.arange(16).repeat_interleave(4).to(device)
+
+    def run():
+        z = torch.nn.functional.normalize(batch.clone().requires_grad_(), dim=1)
+        crit(z, labels).backward()
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="1,024-row memory, 3 repeats")
+    parser.add_argument("--memory", type=int, default=2048)
+    parser.add_argument("--classes", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    memory, repeats = (1024, 3) if args.quick else (args.memory, args.repeats)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    fns = {kind: step(kind, memory, args.classes, True, device) for kind in LOSSES}
+    fns.update({f"{kind} (index path)": step(kind, memory, args.classes, False, device)
+                for kind in ("supcon", "ntxent")})
+    ms = timed(fns, repeats, device)
+    print(f"device {device}, memory {memory} rows, batch 64, 128-d, all pairs; median ms per step")
+    for name, value in ms.items():
+        print(f"  {name:28s} {value:9.2f}")
+    for kind in ("supcon", "ntxent"):
+        print(f"  {kind}: masks {ms[f'{kind} (index path)'] / ms[kind]:.1f}x faster than the index path")
+
+
+if __name__ == "__main__":
+    main()
