@@ -41,14 +41,35 @@ def run_toy_sweep(root: Path, name: str, space: str, **options: Any):
     return plan, built
 
 
+def _local_ray() -> None:
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+
 @pytest.fixture(scope="module")
 def ray_session():
     """A local Ray with 2 CPUs and no dashboard for the whole test module (starting Ray costs seconds)."""
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    _local_ray()
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def ray_down():
+    """No Ray in this process during the test, for tests that check a command never starts (or leaves) one:
+    a module's ``ray_session`` stays up until the module ends, so an earlier test's Ray would make the check
+    fail in the full run while it passes alone. Brought back up afterwards for the module's later tests."""
+    import ray
+
+    was_up = ray.is_initialized()
+    ray.shutdown()
+    yield
+    ray.shutdown()
+    if was_up:
+        _local_ray()
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def test_help_lists_every_flag_with_examples(capsys):
     (["--name", "a/b"], TOY),
     ([], "missing_space_name"),
 ])
-def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, extra, space):
+def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, extra, space, ray_down):
     if space.startswith("description"):
         (tmp_path / "space.yaml").write_text(space)
         space = str(tmp_path / "space.yaml")
@@ -234,7 +234,7 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
      "--workers 8 needs batch_size (the global batch) to be a multiple of 8 x samples_per_class=4"),
     (["train", "--set", "dataset=toy", "--workers", "0", "--output", "OUT"], "--workers must be >= 1"),
 ])
-def test_bad_worker_input_exits_2_naming_the_flag_before_ray_starts(tmp_path, capsys, argv, named):
+def test_bad_worker_input_exits_2_naming_the_flag_before_ray_starts(tmp_path, capsys, argv, named, ray_down):
     """Bug caught (issue 20): a data-parallel sweep or run with zero workers, fractional GPUs per worker, a
     global batch that does not split into whole classes per rank, or a space's own ``workers`` against the
     flag's, reaching Ray (a worker then fails, or waits, after the sweep started and wrote its folder)."""
@@ -249,7 +249,7 @@ def test_bad_worker_input_exits_2_naming_the_flag_before_ray_starts(tmp_path, ca
 
 
 @pytest.mark.slow
-def test_more_gpus_per_trial_than_any_node_exits_2_naming_the_nodes(tmp_path, capsys):
+def test_more_gpus_per_trial_than_any_node_exits_2_naming_the_nodes(tmp_path, capsys, ray_down):
     """Bug caught (issue 20): a sweep asking 2 GPUs per trial on a machine without GPUs accepted: its trials
     wait for GPUs forever. Checked once Ray is connected (it knows the nodes), before sweep.json is written."""
     (tmp_path / "space.yaml").write_text(TOY)

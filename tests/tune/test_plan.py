@@ -15,7 +15,7 @@ from tune.sweep import start
 from .conftest import TOY_SPACE
 
 
-def test_searcher_and_scheduler_are_built_once_and_the_study_moves_to_the_journal(tmp_path, monkeypatch):
+def test_searcher_and_scheduler_are_built_once_and_the_study_moves_to_the_journal(tmp_path, monkeypatch, ray_down):
     """Bugs caught: ``prepare`` building the searcher and scheduler to validate them and the Tuner building
     them again (two TPE samplers, a scheduler whose stop reasons the sink never sees); the live journal
     written by ``prepare`` (a refused sweep, or ``submit``'s check on the client, leaving a folder behind);

@@ -276,7 +276,7 @@ def test_a_label_free_sweep_composes_with_asha_the_contract_and_analysis(ray_ses
     assert set(sweep.trials["variant"]) <= {"moco:none", "moco:xbn"} and len(sweep.trials) == 4
 
 
-def test_a_confirm_reruns_each_config_with_its_own_workers(tmp_path):
+def test_a_confirm_reruns_each_config_with_its_own_workers(tmp_path, ray_down):
     """Bug caught (issue 20): ``confirm --gpus-per-trial 2`` on a one-worker sweep (or 1 on a two-worker one)
     rerunning a config as another data-parallel run than the one the sweep measured; refused before Ray."""
     two = {"dataset": "toy", "model": "mlp", "batch_size": 16, "samples_per_class": 4, "workers": 2}

@@ -104,7 +104,7 @@ def test_space_file_paths_are_relative_to_the_file(layout):
     ("data_root=../data/nowhere", "Expected this official layout under data_root", "data/nowhere"),
     ("pretrained_path=missing.pth", "pretrained_path must name an existing state-dict file", "launch/missing.pth"),
 ])
-def test_missing_files_exit_2_before_ray_starts_and_write_nothing(layout, capsys, setting, message, path):
+def test_missing_files_exit_2_before_ray_starts_and_write_nothing(layout, capsys, setting, message, path, ray_down):
     """Bug: a missing data set was found by each trial after Ray started (13 s in), every trial failed
     and the sweep folder was left behind; the driver now opens the data set first and exits 2."""
     argv = ["sweep", str(layout / "space.yaml"), "--set", "data_root=../data/omniglot", "--set", setting,

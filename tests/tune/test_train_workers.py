@@ -16,7 +16,7 @@ RUN = ["train", "--set", "dataset=toy", "--set", "model=mlp", "--set", "embeddin
 
 
 @pytest.mark.slow
-def test_two_workers_write_the_one_worker_runs_folder_with_its_losses(tmp_path):
+def test_two_workers_write_the_one_worker_runs_folder_with_its_losses(tmp_path, ray_down):
     """Bug caught (issue 20): ``--workers 2`` ignored (one process trains), each worker writing the folder
     (metrics rows doubled), the run's config without ``workers``, its Ray left running, or the ranks training
     on other batches than the one-worker run (its losses then differ beyond rounding)."""
