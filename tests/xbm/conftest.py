@@ -1,5 +1,7 @@
 """A tiny seeded toy run shared by the trainer-level tests: 24 training classes x 8 samples (192 rows),
 batches of 32, so an epoch is 6 steps and a Trainer builds and trains in well under a second."""
+import math
+
 import pytest
 import torch
 
@@ -50,3 +52,22 @@ def assert_matches_pml(pml, ours, batches) -> list[float]:
     # PML's unfilled tail never matters once it wrapped: the valid rows are the comparison
     torch.testing.assert_close(ours.memory.valid().embeddings, pml.embedding_memory, rtol=0, atol=0)
     return values
+
+
+def assert_same(a, b, where="state"):
+    """Nested dicts, lists and tensors equal exactly (NaN equals NaN), naming the first path that differs:
+    trainer states and metric histories that must be bit-identical (reuse, resume, rank against rank)."""
+    if isinstance(a, dict):
+        assert set(a) == set(b), f"{where}: keys {set(a) ^ set(b)}"
+        for k in a:
+            assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), where
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), where
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.xbm.conftest import assert_same
 from xbm.config import TrainConfig
 from xbm.distributed import Ranks
 from xbm.trainer import TIMING_KEYS
@@ -86,7 +87,7 @@ def test_a_resumed_two_worker_run_repeats_the_uninterrupted_one_exactly(two_work
     3 straight epochs' metrics and memory bit for bit."""
     values = CASES["axbn"]
     first = spawn(run_part, 2, values, 2, None)
-    _assert_same_state(first[0]["state"], first[1]["state"])
+    assert_same(first[0]["state"], first[1]["state"])
     second = spawn(run_part, 2, values, 1, saved(first[0]["state"]))
     straight = two_workers["axbn"][0]
     resumed = first[0]["record"]["metrics"] + second[0]["record"]["metrics"]
@@ -217,17 +218,3 @@ def test_two_gpus_train_the_one_gpu_run(case):
 def _same(a, b) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
-
-def _assert_same_state(a, b, path="state") -> None:
-    if isinstance(a, dict):
-        assert set(a) == set(b), path
-        for key in a:
-            _assert_same_state(a[key], b[key], f"{path}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            _assert_same_state(x, y, f"{path}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), path
-    else:
-        assert _same(a, b), path

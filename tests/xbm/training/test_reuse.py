@@ -3,7 +3,6 @@ equal fresh ones bit for bit, the key separates what matters from what does not,
 concurrent runs are handled."""
 import copy
 import json
-import math
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,7 @@ from xbm.data.splits import assemble
 from xbm.data.toy import make_toy
 from xbm.trainer import TIMING_KEYS, Trainer
 from xbm.training import evaluation
+from tests.xbm.conftest import assert_same
 from xbm.training.reuse import REFERENCES_IGNORES, WARMUP_FIELDS, WARMUP_IGNORES, Reuse, ignored, state_digest
 
 # The tiny toy of tests/xbm/conftest.py (24 training classes x 8 samples, batches of 32: 6 steps an epoch).
@@ -39,22 +39,6 @@ def run(trainer: Trainer):
     history = list(trainer.fit())
     return history, copy.deepcopy(trainer.state_dict())
 
-
-def assert_same(a, b, where="state"):
-    if isinstance(a, dict):
-        assert set(a) == set(b), f"{where}: keys {set(a) ^ set(b)}"
-        for k in a:
-            assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, float) and math.isnan(a):
-        assert isinstance(b, float) and math.isnan(b), where
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
 
 
 def assert_same_history(a, b):
