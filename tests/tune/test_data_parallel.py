@@ -108,3 +108,17 @@ def test_a_killed_two_worker_trial_resumes_exactly_from_its_checkpoint(eight_cpu
     after, same = epochs[epochs.trial_id == killed], epochs[epochs.trial_id == twin]
     for column in ("loss", "recall_at_1", "memory_fill", "drift_mean"):
         np.testing.assert_array_equal(after[column].to_numpy(), same[column].to_numpy(), err_msg=column)
+
+
+@pytest.mark.slow
+def test_a_nan_on_the_ranks_fails_the_two_worker_trial_without_a_retry(eight_cpus, tmp_path):
+    """Bug caught (issue 20): a deterministic worker error (a non-finite loss here; out-of-memory and a bad
+    image take the same path, ``deterministic_failure``) that Ray Train wraps per rank, unwrapped nowhere: Tune
+    then retries the 2-worker trial into the same failure, and its row has no ``stop_reason`` or ``error``."""
+    space = SPACE.replace("lr: {grid: [1.0e-4, 1.0e-3, 1.0e-2]}", "weight_decay: {grid: [1.0e30]}")
+    plan = run_sweep(tmp_path, "dp-nan", space, Epochs(), search="grid", num_samples=1, scheduler="fifo",
+                     max_failures=1, workers_per_trial=2, cpus_per_trial=1.0, checkpoint_period=0,
+                     stop_collapsed=False)
+    (trial,) = outcome(plan.experiment_uri, "recall_at_1", "max").trials.itertuples()
+    assert trial.status == "failed" and trial.stop_reason == "non-finite loss" and trial.retries == 0
+    assert trial.error.startswith("NonFiniteLossError: non-finite loss nan at epoch 1") and trial.workers == 2
