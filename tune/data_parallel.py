@@ -136,11 +136,9 @@ def _fail(error: BaseException, config, metric: str, mode: str, last: Mapping[st
           trial_id: str) -> None:
     """A Train run that failed: a deterministic worker error ends the trial as failed (its error row);
     any other is raised, so Tune retries the trial from its last checkpoint."""
-    failures = getattr(error, "worker_failures", None) or {}
     cfg = train_config(config)
     epoch = int(last.get("epoch", 0))
-    for rank in sorted(failures):
-        cause = getattr(failures[rank], "_base_exc", failures[rank])  # Train wraps it with its traceback
+    for rank, cause in worker_errors(error).items():
         failure = deterministic_failure(cause, cfg, epoch, gpus)
         if failure is not None:
             print(f"{live.PREFIX} trial {trial_id} epoch {failure[0]}/{cfg.epochs} failed on rank {rank}: "
@@ -149,6 +147,13 @@ def _fail(error: BaseException, config, metric: str, mode: str, last: Mapping[st
             tune.report(error_row(failure, metric, mode, where, cause))
             return
     raise error
+
+
+def worker_errors(error: BaseException) -> dict[int, BaseException]:
+    """The workers' own exceptions in a Ray Train failure, by rank (Train wraps each with its traceback);
+    empty for any other error."""
+    failures = getattr(error, "worker_failures", None) or {}
+    return {rank: getattr(failures[rank], "_base_exc", failures[rank]) for rank in sorted(failures)}
 
 
 def _delete(fs, path: str) -> None:

@@ -65,6 +65,7 @@ def _fit(cfg, folder, workers: int, gpus: bool) -> int:
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    from tune.data_parallel import worker_errors
     from xbm.cpus import available_cpus
 
     cpus = max(1, available_cpus() // workers)
@@ -79,8 +80,7 @@ def _fit(cfg, folder, workers: int, gpus: bool) -> int:
                                  failure_config=FailureConfig(max_failures=0)))
         trainer.fit()
     except Exception as exc:  # a worker's error, with its traceback
-        failures = getattr(exc, "worker_failures", None) or {}
-        causes = [getattr(f, "_base_exc", f) for f in failures.values()] or [exc]
+        causes = list(worker_errors(exc).values()) or [exc]
         print(f"error: {type(causes[0]).__name__}: {causes[0]} (checkpoint.pt holds the last good epoch)",
               file=sys.stderr)
         return 1
