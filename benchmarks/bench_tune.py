@@ -32,7 +32,7 @@ from tune.parquet import Storage  # noqa: E402
 from tune.schedulers import build_scheduler  # noqa: E402
 from tune.searchers import FixedConfigs  # noqa: E402
 from tune.sink import ParquetSink  # noqa: E402
-from tune.sweep import trainable  # noqa: E402
+from tune.sweep import resolved_resources, trainable  # noqa: E402
 
 # the quickstart space's trial (search_spaces/quickstart.yaml) without its head-only warm-up epoch
 TOY = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs": 0, "batch_size": 32,
@@ -62,7 +62,7 @@ def fit(configs_: list[dict], scheduler: str, root: str, name: str, max_epochs: 
     sink = ParquetSink(None, name, "recall_at_1", "max",
                        swept=("normaliser.kind", "memory.ratio", "lr", "normaliser.lambda_mu"))
     tuner = tune.Tuner(
-        trainable(options),
+        trainable(resolved_resources(options)),
         tune_config=tune.TuneConfig(
             metric="recall_at_1", mode="max", search_alg=FixedConfigs(configs_, "recall_at_1", "max"),
             scheduler=build_scheduler(options, max_epochs, sink.stop_reasons), num_samples=len(configs_),

@@ -158,8 +158,8 @@ def trainable(options: SweepOptions, sweep: str | None = None, paths: Mapping[st
               policy: TrialPolicy | None = None):
     """The trainable class; ``sweep`` (the experiment name) lets trials print the sweep's best so far;
     ``paths`` (a resumed sweep's recorded paths) replace the trials' own values; ``policy`` defaults to the
-    options' checkpoint period and no decision epochs (FIFO). Ray must be connected (``auto`` CPUs)."""
-    options = resolved_resources(options)
+    options' checkpoint period and no decision epochs (FIFO). ``options`` as ``resolved_resources`` returns
+    them (each command resolves once, on the connected cluster)."""
     policy = policy or TrialPolicy(options.checkpoint_period)
     return make_trainable(options.metric, options.mode, launcher_resources(options), paths, sweep, policy,
                           options.workers, worker_resources(options))
@@ -204,6 +204,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     scheduler = None if options.population_based else build_scheduler(options, max_epochs, {})
     policy = trial_policy(options, scheduler, max_epochs, mutable)
     with ray_session(address, dashboard, **init_kwargs):
+        options = resolved_resources(options)
         tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located, policy),
                                    resume_unfinished=True, resume_errored=True, restart_errored=False)
         tuner.fit()
