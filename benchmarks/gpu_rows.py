@@ -28,9 +28,10 @@ ROWS = ("ceiling", "timm", "bare", *TRAINER_ROWS)
 
 
 def loss_and_miner(cfg):
-    from xbm.training.criteria import build_pair_loss, build_pair_miner
+    from xbm.training.criteria import build_pair_miner
+    from xbm.training.loss_kinds import build_loss
 
-    return build_pair_loss(cfg.loss), build_pair_miner(cfg.loss, cfg.miner)
+    return build_loss(cfg.loss), build_pair_miner(cfg.loss, cfg.miner)
 
 
 def model_and_optimizer(cfg, device):

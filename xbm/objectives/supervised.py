@@ -10,7 +10,8 @@ from __future__ import annotations
 from torch import nn
 
 from xbm.objectives.base import Batch, Objective, embed_views
-from xbm.training.criteria import build_pair_loss, build_pair_miner
+from xbm.training.criteria import build_pair_miner
+from xbm.training.loss_kinds import build_loss
 from xbm.training.loaders import make_sampler
 
 
@@ -19,7 +20,7 @@ class Supervised(Objective):
     uses_labels = True
 
     def pair_loss(self) -> nn.Module:
-        return build_pair_loss(self.cfg.loss)
+        return build_loss(self.cfg.loss)
 
     def miner(self):
         return build_pair_miner(self.cfg.loss, self.cfg.miner)

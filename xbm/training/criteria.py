@@ -24,7 +24,7 @@ from torch import nn
 
 from xbm.config import LossConfig, MinerConfig
 from xbm.pair_masks import loss_from_masks, pair_masks, supports_masks
-from xbm.training.loss_kinds import build_loss, own_miner
+from xbm.training.loss_kinds import own_miner
 
 DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
     "lp": distances.LpDistance,
@@ -39,12 +39,6 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
         return None
     return miners.PairMarginMiner(pos_margin=cfg.pos_margin, neg_margin=cfg.neg_margin,
                                   distance=DISTANCES[cfg.distance]())
-
-
-def build_pair_loss(cfg: LossConfig) -> nn.Module:
-    """The ``loss.kind`` pair loss (:mod:`xbm.training.loss_kinds`); SupCon and NT-Xent run on pair masks
-    (XBMLoss, BatchLoss), the same numbers as PML's."""
-    return build_loss(cfg)
 
 
 def build_pair_miner(loss: LossConfig, miner: MinerConfig) -> Optional[nn.Module]:
