@@ -148,10 +148,9 @@ class Guards:
 
 
 def _gpu_hours(trial, result: dict | None, gpus_per_worker: float | None = None) -> float:
-    from tune.workers import trial_gpus
+    from tune.workers import gpu_hours, trial_gpus
 
-    gpus = trial_gpus(trial, gpus_per_worker)
-    return float((result or {}).get("time_total_s") or 0.0) * gpus / 3600.0
+    return gpu_hours(float((result or {}).get("time_total_s") or 0.0), trial_gpus(trial, gpus_per_worker))
 
 
 class GuardedScheduler:

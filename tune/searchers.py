@@ -46,6 +46,7 @@ from tune.options import SweepInputError
 from tune.parquet import finite
 from tune.spaces.space import OPTUNA_SEARCHES
 from tune.trainable import ERROR_KEY
+from tune.workers import gpu_hours
 
 
 class PrunedOptunaSearch(OptunaSearch):
@@ -99,7 +100,7 @@ class PrunedOptunaSearch(OptunaSearch):
         for name in names:
             value = result.get(name)
             if value is None and name == "gpu_hours" and finite(result.get("time_total_s")):
-                value = float(result["time_total_s"]) * self._gpus / 3600.0
+                value = gpu_hours(float(result["time_total_s"]), self._gpus)
             values.append(value)
         return values
 

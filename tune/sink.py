@@ -37,7 +37,7 @@ from analysis import contract
 from analysis.contract import CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, train_fraction, trial_fields
 from tune.parquet import Storage, clean_row, config_fields, table_from_values
 from tune.trainable import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY, train_config
-from tune.workers import config_workers, trial_gpus
+from tune.workers import config_workers, gpu_hours, trial_gpus
 from xbm.signals import collapse_warning, collapsed
 
 #: Tune's own bookkeeping keys, not metrics of the run
@@ -270,7 +270,7 @@ class ParquetSink(Callback):
             row["wall_time_s"] = float(result["time_total_s"])
         gpus = trial_gpus(trial, getattr(self, "gpus_per_worker", None))  # issue 20: every worker's GPUs
         if row.get("wall_time_s") is not None:
-            row["gpu_hours"] = row["wall_time_s"] * gpus / 3600.0
+            row["gpu_hours"] = gpu_hours(row["wall_time_s"], gpus)
         row["train_fraction"] = train_fraction(row.get("train_s"), row.get("wall_time_s"))
 
     # ---- files ----------------------------------------------------------------------------------

@@ -42,6 +42,12 @@ def trial_gpus(trial, gpus_per_worker: float | None = None) -> float:
     return config_workers(trial.config) * float(gpus_per_worker)
 
 
+def gpu_hours(seconds: float, gpus: float) -> float:
+    """GPU-hours of a trial that ran ``seconds`` (Tune's ``time_total_s``) on ``gpus`` (``trial_gpus``): the one
+    rule of the sink's ``gpu_hours``, the GPU-hour budget and the searchers' ``gpu_hours`` objective."""
+    return seconds * gpus / 3600.0
+
+
 def launcher_resources(options: SweepOptions) -> dict[str, float]:
     """What Tune reserves for one trial: the trial's own CPUs and GPUs with one worker (it trains in the
     Tune actor), else the launcher's bundle alone (the workers are Ray Train's)."""
