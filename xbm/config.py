@@ -374,24 +374,26 @@ class TrainConfig:
         return TrainConfig.from_dict({**self.to_dict(), **dotted})
 
 
+def _positive_ints(text: str) -> tuple[int, ...] | None:
+    """``"1, 10,100"`` -> (1, 10, 100); None unless every comma-separated part is an integer >= 1."""
+    parts = [part.strip() for part in str(text).split(",")]
+    if not all(part.isdigit() and int(part) >= 1 for part in parts):
+        return None
+    return tuple(int(part) for part in parts)
+
+
 def parse_milestones(text: str) -> tuple[int, ...] | None:
     """``"30, 60"`` -> (30, 60); ``""`` -> (); None unless every part is an integer >= 1, strictly increasing."""
     if not str(text).strip():
         return ()
-    parts = [part.strip() for part in str(text).split(",")]
-    if not all(part.isdigit() and int(part) >= 1 for part in parts):
-        return None
-    values = tuple(int(part) for part in parts)
-    return values if all(a < b for a, b in zip(values, values[1:])) else None
+    values = _positive_ints(text)
+    return values if values is not None and all(a < b for a, b in zip(values, values[1:])) else None
 
 
 def parse_ks(text: str) -> tuple[int, ...] | None:
     """``"1, 10,100"`` -> (1, 10, 100); None unless every part is an integer >= 1, distinct, and there is one."""
-    parts = [part.strip() for part in str(text).split(",")]
-    if not all(part.isdigit() and int(part) >= 1 for part in parts):
-        return None
-    ks = tuple(int(part) for part in parts)
-    return ks if len(set(ks)) == len(ks) else None
+    ks = _positive_ints(text)
+    return ks if ks is not None and len(set(ks)) == len(ks) else None
 
 
 @functools.cache  # get_type_hints resolves annotations each call: ~5 ms per config, a Parquet sink's hot spot
