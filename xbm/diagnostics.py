@@ -51,36 +51,50 @@ def mean_inter_distance(embeddings, labels=None, *, max_pairs: int = 100_000, se
 
     Exact over every ordered pair when N (N - 1) <= ``max_pairs``; otherwise the mean of ``max_pairs``
     pairs drawn uniformly with a generator seeded by ``seed`` (relative standard error ~ 1/sqrt(max_pairs)
-    of the distances' spread). NaN when no pair qualifies.
+    of the distances' spread). NaN when no pair qualifies. :func:`mean_distances` gives both means at once.
     """
+    spread, inter = mean_distances(embeddings, labels, max_pairs=max_pairs, seed=seed)
+    return spread if labels is None else inter
+
+
+def mean_distances(embeddings, labels=None, *, max_pairs: int = 100_000,
+                   seed: int = 0) -> tuple[float, float]:
+    """``(embedding_spread, inter_distance_mean)``: :func:`mean_inter_distance` without and with ``labels``
+    (NaN for the second without labels), from one computation of the distances: the same pairs, so an
+    evaluation that reports both pays for one."""
     if isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1:
         raise ValueError(f"max_pairs must be a positive integer, but got {max_pairs!r}")
     x = _embeddings("embeddings", embeddings)
     y = None if labels is None else _labels(labels, x)
     n = len(x)
+    totals, counts = [0.0, 0.0], [0, 0]  # every pair i != j; pairs of different classes
+
+    def add(d: torch.Tensor, other: torch.Tensor | None, different: torch.Tensor | None) -> None:
+        """Distances ``d`` of a chunk; ``other``: its pairs i != j (None: all are)."""
+        totals[0] += float((d if other is None else d[other]).double().sum())
+        counts[0] += len(d) if other is None else int(other.sum())
+        if different is not None:
+            totals[1] += float(d[different].double().sum())
+            counts[1] += int(different.sum())
+
     if n * (n - 1) <= max_pairs:
-        total, count = 0.0, 0
         rows = max(1, _CHUNK_ELEMENTS // n)
         for start in range(0, n, rows):
             # cdist without the |a|^2 + |b|^2 - 2ab shortcut: exact for the tiny distances of a collapse.
             d = torch.cdist(x[start: start + rows], x, compute_mode="donot_use_mm_for_euclid_dist")
             own = torch.arange(start, min(start + rows, n), device=x.device)
-            keep = own[:, None] != torch.arange(n, device=x.device)[None, :]
-            if y is not None:
-                keep &= y[start: start + rows, None] != y[None, :]
-            total += float(d[keep].double().sum())
-            count += int(keep.sum())
-        return total / count if count else math.nan
-    generator = torch.Generator().manual_seed(seed)  # CPU draws: the same pairs on every device
-    i, j = torch.randint(0, n, (2, max_pairs), generator=generator).to(x.device)
-    keep = i != j if y is None else y[i] != y[j]
-    i, j = i[keep], j[keep]
-    if len(i) == 0:
-        return math.nan
-    step = max(1, _CHUNK_ELEMENTS // x.shape[1])
-    total = sum(float((x[i[s: s + step]] - x[j[s: s + step]]).norm(dim=1).double().sum())
-                for s in range(0, len(i), step))
-    return total / len(i)
+            other = own[:, None] != torch.arange(n, device=x.device)[None, :]
+            add(d, other, None if y is None else other & (y[start: start + rows, None] != y[None, :]))
+    else:
+        generator = torch.Generator().manual_seed(seed)  # CPU draws: the same pairs on every device
+        i, j = torch.randint(0, n, (2, max_pairs), generator=generator).to(x.device)
+        i, j = i[i != j], j[i != j]
+        step = max(1, _CHUNK_ELEMENTS // x.shape[1])
+        for s in range(0, len(i), step):
+            a, b = i[s: s + step], j[s: s + step]
+            d = (x[a] - x[b]).norm(dim=1)
+            add(d, None, None if y is None else y[a] != y[b])
+    return tuple(total / count if count else math.nan for total, count in zip(totals, counts))
 
 
 def mean_intra_distance(embeddings, labels) -> float:
@@ -176,5 +190,5 @@ def _labels(labels, x: torch.Tensor) -> torch.Tensor:
     return y
 
 
-__all__ = ["feature_drift", "memory_staleness", "mean_inter_distance", "mean_intra_distance",
-           "superclass_top_k", "count_pairs"]
+__all__ = ["feature_drift", "memory_staleness", "mean_inter_distance", "mean_distances",
+           "mean_intra_distance", "superclass_top_k", "count_pairs"]

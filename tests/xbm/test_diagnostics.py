@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from xbm import diagnostics
-from xbm.diagnostics import (count_pairs, feature_drift, mean_inter_distance, mean_intra_distance,
+from xbm.diagnostics import (count_pairs, feature_drift, mean_distances, mean_inter_distance, mean_intra_distance,
                              memory_staleness, superclass_top_k)
 
 from .conftest import needs_cuda
@@ -72,6 +72,22 @@ def test_mean_inter_distance_sampled_is_seeded_and_close_to_exact():
     assert torch.equal(state, torch.get_rng_state()), "a diagnostic must not move the global RNG"
 
 
+def test_mean_distances_gives_both_means_from_the_same_pairs():
+    """Bug: the shared pass computes the inter-class mean over other pairs than the ones drawn (or swaps the
+    two means). Exact path: the float64 loop; sampled path: a float64 loop over the very pairs the seeded
+    generator draws."""
+    x, y = randn(15, 6, seed=7), torch.tensor([0, 1, 2, 3, 4] * 3)
+    spread, inter = mean_distances(x, y)
+    assert (spread, inter) == pytest.approx((reference_inter(x), reference_inter(x, y.tolist())), rel=1e-6)
+    assert math.isnan(mean_distances(x)[1])
+    x, y = randn(90, 5, seed=8), torch.arange(90) % 7
+    i, j = torch.randint(0, 90, (2, 3000), generator=torch.Generator().manual_seed(2)).numpy()
+    xd, yd = x.double().numpy(), y.numpy()
+    d = np.linalg.norm(xd[i] - xd[j], axis=1)
+    expected = (d[i != j].mean(), d[yd[i] != yd[j]].mean())
+    assert mean_distances(x, y, max_pairs=3000, seed=2) == pytest.approx(expected, rel=1e-6)
+
+
 def test_mean_intra_distance_leaves_singletons_out():
     x = torch.tensor([[0.0, 0.0], [2.0, 0.0], [5.0, 5.0], [1.0, 1.0], [1.0, 3.0], [1.0, 5.0]])
     y = torch.tensor([7, 7, 9, 3, 3, 3])  # class 9 is a singleton
@@ -131,4 +147,5 @@ def test_cuda_tensors_match_cpu():
 
 def test_public_names():
     assert sorted(diagnostics.__all__) == sorted(["feature_drift", "memory_staleness", "mean_inter_distance",
+                                                  "mean_distances",
                                                   "mean_intra_distance", "superclass_top_k", "count_pairs"])

@@ -50,8 +50,7 @@ def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder, supercla
         return metrics
     every = query if gallery is None else torch.cat([query, gallery])
     every_labels = query_labels if gallery is None else torch.cat([query_labels, gallery_labels])
-    metrics["embedding_spread"] = float(diagnostics.mean_inter_distance(every))
-    metrics["inter_distance_mean"] = float(diagnostics.mean_inter_distance(every, every_labels))
+    metrics["embedding_spread"], metrics["inter_distance_mean"] = diagnostics.mean_distances(every, every_labels)
     metrics["intra_distance_mean"] = float(diagnostics.mean_intra_distance(every, every_labels))
     return metrics
 
