@@ -1,6 +1,6 @@
-"""Pairs as dense masks: PML's ``PairMarginMiner``, ``SupConLoss`` (with its ``AvgNonZeroReducer``) and
-``NTXentLoss`` (with its ``MeanReducer``) on [B, N] boolean masks instead of index tuples, so that a training
-step never waits for the device.
+"""Pairs as dense masks: PML's ``PairMarginMiner``, ``SupConLoss`` and ``ContrastiveLoss`` (each with its
+``AvgNonZeroReducer``) and ``NTXentLoss`` (with its ``MeanReducer``) on [B, N] boolean masks instead of index
+tuples, so that a training step never waits for the device.
 
 PML hands pairs around as index tuples ``(a1, p, a2, n)``, whose lengths depend on the data: building them
 (``torch.where(mask)``, boolean indexing) runs ``nonzero``, and the CPU waits for the GPU each time, about
@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 from pytorch_metric_learning import losses, miners
-from pytorch_metric_learning.reducers import AvgNonZeroReducer, MeanReducer
+from pytorch_metric_learning.reducers import AvgNonZeroReducer, MeanReducer, MultipleReducers
 from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor
@@ -58,9 +58,10 @@ class SupConLoss(losses.SupConLoss):
 
 
 def supports_masks(loss, miner) -> bool:
-    """Whether ``loss`` with ``miner`` can run on masks: our SupCon or PML's NT-Xent, each with PML's default
-    reducer and no embedding regulariser, mined by a plain ``PairMarginMiner`` or not at all."""
+    """Whether ``loss`` with ``miner`` can run on masks: our SupCon, PML's contrastive loss or NT-Xent, each with
+    PML's default reducer and no embedding regulariser, mined by a plain ``PairMarginMiner`` or not at all."""
     masked = ((isinstance(loss, SupConLoss) and type(loss.reducer) is AvgNonZeroReducer)
+              or (type(loss) is losses.ContrastiveLoss and _avg_non_zero_per_sub_loss(loss))
               or (type(loss) is losses.NTXentLoss and type(loss.reducer) is MeanReducer))
     return (masked and getattr(loss, "embedding_regularizer", None) is None
             and (miner is None or type(miner) is miners.PairMarginMiner))
@@ -139,8 +140,41 @@ def ntxent_from_masks(loss: losses.NTXentLoss, queries: Tensor, refs: Optional[T
     return torch.where(some, mean, (queries * 0).sum())
 
 
+def contrastive_from_masks(loss: losses.ContrastiveLoss, queries: Tensor, refs: Optional[Tensor],
+                           masks: PairMasks) -> Tensor:
+    """PML's ``ContrastiveLoss`` with its ``AvgNonZeroReducer`` for the pairs in ``masks``, without a host read.
+
+    Per pair, with D = the loss's distance matrix and PML's ``distance.margin`` (x - y; y - x for an inverted,
+    similarity-valued distance such as cosine):
+        pos: [margin(D_ij, pos_margin)]_+          (lp: [d_ij - m_pos]_+,  cosine: [m_pos - s_ij]_+)
+        neg: [margin(neg_margin, D_ij)]_+          (lp: [m_neg - d_ij]_+,  cosine: [s_ij - m_neg]_+)
+    loss = mean of the positive pairs' losses that are > 0 + the same for the negative pairs (each 0 when
+    none is). PML's zero loss (``sum(queries * 0)``) when neither kind has more than one pair."""
+    mat = loss.distance(queries, queries if refs is None else refs)
+    margin = loss.distance.margin
+    some = (masks.pos.sum() > 1) | (masks.neg.sum() > 1)   # GenericPairLoss's check
+    zero = (queries * 0).sum()
+    total = zero
+    for mask, per_pair in ((masks.pos, torch.relu(margin(mat, loss.pos_margin))),
+                           (masks.neg, torch.relu(margin(loss.neg_margin, mat)))):
+        kept = mask & (per_pair > 0)
+        mean = torch.where(kept, per_pair, 0.0).sum() / kept.sum().clamp_min(1)
+        total = total + torch.where(kept.any(), mean, zero)
+    return torch.where(some, total, zero)
+
+
+def _avg_non_zero_per_sub_loss(loss) -> bool:
+    """Whether a loss with several sub-losses reduces each with PML's ``AvgNonZeroReducer`` and sums them (PML
+    wraps the reducer it is given in ``MultipleReducers``, one copy per sub-loss)."""
+    reducer = loss.reducer
+    return (type(reducer) is MultipleReducers and set(reducer.reducers) == set(loss.sub_loss_names())
+            and all(type(r) is AvgNonZeroReducer for r in reducer.reducers.values()))
+
+
 def loss_from_masks(loss, queries: Tensor, refs: Optional[Tensor], masks: PairMasks) -> Tensor:
     """The loss of a :func:`supports_masks` loss for the pairs in ``masks``."""
     if isinstance(loss, SupConLoss):
         return supcon_from_masks(loss, queries, refs, masks)
+    if isinstance(loss, losses.ContrastiveLoss):
+        return contrastive_from_masks(loss, queries, refs, masks)
     return ntxent_from_masks(loss, queries, refs, masks)

@@ -1,5 +1,5 @@
-"""Pairs as masks (xbm/pair_masks.py) against PML's index tuples: the same pairs, the same SupCon and NT-Xent
-losses."""
+"""Pairs as masks (xbm/pair_masks.py) against PML's index tuples: the same pairs, the same SupCon, contrastive
+and NT-Xent losses."""
 from __future__ import annotations
 
 import pytest
@@ -14,7 +14,13 @@ from xbm.training.criteria import DISTANCES
 LOSSES = {"supcon": lambda: (SupConLoss(0.1), losses.SupConLoss(0.1)),
           "ntxent": lambda: (losses.NTXentLoss(0.1), losses.NTXentLoss(0.1)),
           "ntxent_lp": lambda: (losses.NTXentLoss(0.2, distance=distances.LpDistance()),
-                                losses.NTXentLoss(0.2, distance=distances.LpDistance()))}
+                                losses.NTXentLoss(0.2, distance=distances.LpDistance())),
+          # the neighbours objective's (cosine, pos_margin 1) and the XBM paper's margins; PML's default (lp)
+          "contrastive_cosine": lambda: 2 * (losses.ContrastiveLoss(1.0, 0.5, distance=distances.CosineSimilarity()),),
+          "contrastive_lp": lambda: (losses.ContrastiveLoss(0.3, 1.2), losses.ContrastiveLoss(0.3, 1.2))}
+# PML's zero loss for these pair sets (None: a loss PML does compute, e.g. the contrastive loss of positives alone)
+ZERO_CASES = {"no pair": ((), ()), "one of each": (((0, 1),), ((0, 2),)),
+              "positives only": (((0, 1), (1, 0)), ()), "negatives only": ((), ((0, 2), (2, 0)))}
 MARGINS = {"lp": (0.6, 1.2), "lp_raw": (3.0, 3.8), "cosine": (0.7, 0.1)}   # each selects some pairs
 
 
@@ -68,7 +74,9 @@ def test_the_loss_on_masks_equals_pmls_on_the_same_pairs(kind, distance, with_re
     pairs), rows with a zero loss counted; NT-Xent's row sum of negatives taken over another anchor's row,
     over positives too, or rescaled by the wrong shift (m_ap vs M_a), its mean taken over rows instead of
     positive pairs, a distance not negated; the loss's own distance replaced by the miner's. Value and
-    gradient must match PML's loss with its default reducer on the same pairs."""
+    gradient must match PML's loss with its default reducer on the same pairs. Contrastive: the positive and
+    negative means swapped or taken over every pair instead of those with a loss > 0, the margin's sign
+    wrong for a similarity (cosine) or a distance (lp)."""
     for seed in range(4):
         emb, labels, refs, ref_labels = _data(seed)
         miner = _miner(distance)
@@ -88,26 +96,34 @@ def test_the_loss_on_masks_equals_pmls_on_the_same_pairs(kind, distance, with_re
 
 
 @pytest.mark.parametrize("kind", sorted(LOSSES))
-@pytest.mark.parametrize("pos, neg", [((), ()), (((0, 1),), ((0, 2),)), (((0, 1), (1, 0)), ()), ((), ((0, 2), (2, 0)))],
-                         ids=["no pair", "one of each", "positives only", "negatives only"])
-def test_the_zero_loss_cases_of_pml_give_zero(kind, pos, neg):
+@pytest.mark.parametrize("case", sorted(ZERO_CASES))
+def test_the_zero_loss_cases_of_pml_give_zero(kind, case):
     """Bugs caught: PML's "every index tuple has at most one element: zero loss" rule (one positive and one
-    negative pair) or its "no positive or no negative pair: zero" check lost, so a degenerate batch trains
-    on a loss PML would not have; the zero not carrying a gradient path (PML's ``sum(embeddings * 0)``)."""
-    emb = torch.randn(3, 4, requires_grad=True)
+    negative pair) or SupCon's and NT-Xent's "no positive or no negative pair: zero" check lost, so a
+    degenerate batch trains on a loss PML would not have; the zero not carrying a gradient path (PML's
+    ``sum(embeddings * 0)``); the contrastive loss zeroed where PML computes one (positives or negatives alone)."""
+    # 0-1 and 0-2 close enough that every contrastive variant here penalises both pairs (cosine 0.6 and 0.8)
+    emb = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.6, 0.8, 0.0, 0.0], [0.8, 0.0, 0.6, 0.0]], requires_grad=True)
     labels = torch.tensor([0, 0, 1])
     pos_mask, neg_mask = torch.zeros(3, 3, dtype=torch.bool), torch.zeros(3, 3, dtype=torch.bool)
+    pos, neg = ZERO_CASES[case]
     for i, j in pos:
         pos_mask[i, j] = True
     for i, j in neg:
         neg_mask[i, j] = True
     to_pairs = lambda m: tuple(torch.nonzero(m, as_tuple=True))   # noqa: E731
     ours, pml = LOSSES[kind]()
+    mine = emb.detach().clone().requires_grad_()
     want = pml(emb, labels, (*to_pairs(pos_mask), *to_pairs(neg_mask)))
-    got = loss_from_masks(ours, emb, None, PairMasks(pos_mask, neg_mask))
-    assert float(want.detach()) == float(got.detach()) == 0.0
+    got = loss_from_masks(ours, mine, None, PairMasks(pos_mask, neg_mask))
+    computed = kind.startswith("contrastive") and case in ("positives only", "negatives only")
+    assert (float(want.detach()) > 0) == computed
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0.0)
+    want.backward()
     got.backward()
-    assert torch.equal(emb.grad, torch.zeros_like(emb))
+    torch.testing.assert_close(mine.grad, emb.grad, rtol=1e-5, atol=1e-7)
+    if not computed:
+        assert torch.equal(mine.grad, torch.zeros_like(emb))
 
 
 @pytest.mark.parametrize("kind", sorted(LOSSES))
@@ -137,7 +153,7 @@ def test_an_anchor_without_negatives_adds_pmls_log_one_term():
     assert torch.isfinite(torch.autograd.grad(got, emb)[0]).all()
 
 
-def test_only_supcon_and_ntxent_with_their_default_reducers_and_a_plain_miner_run_on_masks():
+def test_only_supcon_contrastive_and_ntxent_with_their_default_reducers_and_a_plain_miner_run_on_masks():
     """Bug caught: masks used for a loss or miner whose semantics they do not reproduce (PML's own SupCon
     still reads the host; another reducer; a miner subclass with other rules)."""
     pair_margin = miners.PairMarginMiner()
@@ -147,4 +163,7 @@ def test_only_supcon_and_ntxent_with_their_default_reducers_and_a_plain_miner_ru
     assert not supports_masks(SupConLoss(0.1), miners.MultiSimilarityMiner())
     assert supports_masks(losses.NTXentLoss(0.1), None) and supports_masks(losses.NTXentLoss(0.1), pair_margin)
     assert not supports_masks(losses.NTXentLoss(0.1, reducer=reducers.AvgNonZeroReducer()), None)
-    assert not supports_masks(losses.ContrastiveLoss(), None)
+    assert supports_masks(losses.ContrastiveLoss(), None) and supports_masks(losses.ContrastiveLoss(), pair_margin)
+    assert supports_masks(losses.ContrastiveLoss(reducer=reducers.AvgNonZeroReducer()), None)
+    assert not supports_masks(losses.ContrastiveLoss(reducer=reducers.MeanReducer()), None)
+    assert not supports_masks(losses.TripletMarginLoss(), None)

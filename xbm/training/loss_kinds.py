@@ -15,8 +15,8 @@
 - ``ntxent``: NT-Xent (Chen et al. 2020, SimCLR Eq. 1), PML ``NTXentLoss(temperature)``; with labels every other
   row of the anchor's class is a positive (each positive pair its own softmax).
 
-With the memory each takes PML's index pairs (:class:`xbm.loss.XBMLoss`), as in PML's ``CrossBatchMemory``; SupCon
-and NT-Xent run on pair masks (:mod:`xbm.pair_masks`: the same numbers without host reads).
+With the memory each takes PML's index pairs (:class:`xbm.loss.XBMLoss`), as in PML's ``CrossBatchMemory``; SupCon,
+the contrastive loss and NT-Xent run on pair masks (:mod:`xbm.pair_masks`: the same numbers without host reads).
 """
 from __future__ import annotations
 
