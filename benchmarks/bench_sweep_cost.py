@@ -22,6 +22,10 @@ loads (torch, torchvision, timm, pytorch-metric-learning, Ray Tune) and reads th
 the first sweep's first trials read those from disk (cold imports took 8.6 s against 4.8 s warm here), so
 with ``--against`` the revision that runs first, REV, would pay for both.
 
+**A fresh sweep each time.** Trials reuse the references and warm-up stored under the sweep's name on the node
+(``xbm.training.reuse.default_folder``), and every run here is named ``cost``: the folder is emptied before each
+sweep, so that a second run does not read the first one's entries and pay nothing for them.
+
 ``--against REV``: REV is checked out with ``git worktree`` into a temporary folder and its sweep runs
 there with ``PYTHONPATH`` pointing at it (the shared virtual environment's packages, REV's code); then
 this checkout's sweep runs the same derived space file. The two sweeps run one after the other, not at
@@ -42,6 +46,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from xbm.training.reuse import default_folder
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMING = Path(__file__).resolve().parent / "train_timing"
 DATA = ROOT.parent / "shared" / "datasets" / "omniglot_small"
@@ -49,6 +55,8 @@ SPACE = ROOT / "search_spaces" / "omniglot_small.yaml"
 KINDS, RATIOS, EPOCHS = ("none", "xbn", "pcxbn"), (0.2, 0.5, 1.0), 9  # 3 x 3 = 9 trials
 QUICK_KINDS, QUICK_RATIOS, QUICK_EPOCHS = ("none", "xbn", "pcxbn"), (1.0,), 3
 GRACE, REDUCTION = 1, 3
+NAME = "cost"   # the sweeps' name, and so their reuse folder's
+REUSE = Path(default_folder(NAME))
 TARGET_SWEEP, TARGET_FIRST_RUNG = 0.85, 0.75
 
 
@@ -117,14 +125,15 @@ def run_sweep(checkout: Path, label: str, space_file: Path, epochs: int, work: P
            "XBM_TRAIN_TIMES_DIR": str(times)}
     command = [sys.executable, "-m", "tune.cli", "sweep", str(space_file), "--search", "grid",
                "--scheduler", "asha", "--max-epochs", str(epochs), "--grace-period", str(GRACE),
-               "--reduction-factor", str(REDUCTION), "--storage", str(storage), "--name", "cost",
+               "--reduction-factor", str(REDUCTION), "--storage", str(storage), "--name", NAME,
                "--no-dashboard", "--set", f"data_root={DATA}"]
+    shutil.rmtree(REUSE, ignore_errors=True)   # module docstring: a fresh sweep each time
     print(f"[{label}] sweep running ({checkout}); log: {log}", flush=True)
     start = time.perf_counter()
     with open(log, "w") as out:
         status = subprocess.run(command, cwd=checkout, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
     elapsed = time.perf_counter() - start
-    table = storage / "cost" / "results" / "trials.parquet"
+    table = storage / NAME / "results" / "trials.parquet"
     if status != 0 or not table.is_file():
         tail = "\n".join(log.read_text().splitlines()[-40:])
         raise SystemExit(f"[{label}] the sweep failed (exit {status}); last lines of {log}:\n{tail}")
