@@ -159,6 +159,24 @@ def test_a_step_runs_no_data_dependent_op_but_the_one_check(kind, weight):
     assert result.pairs["memory_pos_pairs"] > 0 and result.pairs["batch_neg_pairs"] > 0
 
 
+@pytest.mark.parametrize("values", [{"loss.kind": "contrastive"}, {"loss.kind": "contrastive", "miner.kind": "none"},
+                                    {"loss.kind": "ntxent"}, {"objective": "neighbours", "batch_size": 32},
+                                    {"objective": "instance"}], ids=lambda v: ",".join(f"{k}={v[k]}" for k in v))
+def test_the_losses_on_pair_masks_run_no_data_dependent_op_but_the_one_check(values):
+    """Bug caught: a loss kind or label-free objective whose pair loss falls back to PML's index tuples
+    (``supports_masks`` refusing it, e.g. for the ``MultipleReducers`` PML wraps around the contrastive loss's
+    two sub-losses), so every step waits for the device about ten times. MoCo is not here: its key mask
+    (``enqueue_mask``) still splits the batch by boolean indexing."""
+    trainer = tiny_trainer(**{"memory.ratio": 0.5, **values})
+    trainer.objective.begin_epoch(0, trainer._embed_training_set, trainer.loader.sampler.sampler)  # neighbours' pool
+    run_epoch(_main_step(trainer), trainer.loader, trainer.runtime, epoch=1, epoch_index=0)
+    batches = list(trainer.loader)
+    with DeviceReads() as reads:
+        result = run_epoch(_main_step(trainer), batches, trainer.runtime, epoch=2, epoch_index=1)
+    assert result.iterations == 6 and reads.ops == ["_local_scalar_dense"] * 6
+    assert trainer.xbm.last_stats["memory_fill"] == 1.0
+
+
 def test_the_detector_sees_pmls_index_pairs():
     """The detector can fail: PML's own miner and SupCon (index tuples) run data-dependent ops."""
     from pytorch_metric_learning import losses, miners
