@@ -67,7 +67,10 @@ def assert_same(a, b, where="state"):
             assert_same(x, y, f"{where}[{i}]")
     elif isinstance(a, torch.Tensor):
         assert torch.equal(a, b), where
-    elif isinstance(a, float) and math.isnan(a):
-        assert isinstance(b, float) and math.isnan(b), where
     else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
+        assert same(a, b), f"{where}: {a!r} != {b!r}"
+
+
+def same(a, b) -> bool:
+    """Two plain values equal, NaN equal to NaN (a metric that is NaN in both runs did not differ)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))

@@ -4,13 +4,11 @@ The 2-worker runs of every case start once (``two_workers``: one spawn, one proc
 after the other) and are compared with 1-worker runs in this process."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
 
-from tests.xbm.conftest import assert_same
+from tests.xbm.conftest import assert_same, same
 from xbm.config import TrainConfig
 from xbm.distributed import Ranks
 from xbm.trainer import TIMING_KEYS
@@ -78,7 +76,7 @@ def test_every_rank_holds_the_same_memory_after_every_step(case, two_workers):
         assert torch.equal(a, b), f"step {step}: the ranks' memories differ"
     for m0, m1 in zip(rank0["metrics"], rank1["metrics"]):
         assert set(m0) == set(m1)
-        assert all(_same(m0[k], m1[k]) for k in m0 if k not in TIMING_KEYS), (m0, m1)
+        assert all(same(m0[k], m1[k]) for k in m0 if k not in TIMING_KEYS), (m0, m1)
 
 
 def test_a_resumed_two_worker_run_repeats_the_uninterrupted_one_exactly(two_workers):
@@ -93,7 +91,7 @@ def test_a_resumed_two_worker_run_repeats_the_uninterrupted_one_exactly(two_work
     resumed = first[0]["record"]["metrics"] + second[0]["record"]["metrics"]
     assert [m["epoch"] for m in resumed] == [1, 2, 3]
     for a, b in zip(straight["metrics"], resumed):
-        diffs = {k: (a[k], b[k]) for k in a if k not in TIMING_KEYS and not _same(a[k], b[k])}
+        diffs = {k: (a[k], b[k]) for k in a if k not in TIMING_KEYS and not same(a[k], b[k])}
         assert not diffs, f"epoch {a['epoch']}: {diffs}"
     for a, b in zip(straight["memory"][-1], second[0]["record"]["memory"][-1]):
         assert torch.equal(a, b)
@@ -213,8 +211,3 @@ def test_two_gpus_train_the_one_gpu_run(case):
     for a, b in zip(two[0]["steps"], two[1]["steps"]):
         assert torch.equal(a.cpu(), b.cpu())
     torch.testing.assert_close(two[0]["memory"][-1][0].cpu(), one["memory"][-1][0].cpu(), rtol=0, atol=1e-6)
-
-
-def _same(a, b) -> bool:
-    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
-

@@ -14,7 +14,7 @@ from xbm.signals import collapsed
 from xbm.normalisers import NormaliserConfig
 from xbm.trainer import TIMING_KEYS as TIMINGS, Trainer
 
-from .conftest import needs_cuda
+from .conftest import needs_cuda, same
 
 BASE = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 32, "epochs": 2, "warmup_epochs": 1,
         "lr": 1e-3, "batch_size": 64, "samples_per_class": 4, "seed": 3}
@@ -32,10 +32,6 @@ def config(**values):
 
 def train(**values):
     return list(Trainer(config(**values)).fit())
-
-
-def same(a, b):
-    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
 def test_toy_recall_rises_and_every_contract_metric_is_reported():

@@ -10,13 +10,13 @@ import textwrap
 import pytest
 import torch
 
+from tests.xbm.conftest import assert_same
 from xbm.config import TrainConfig
 from xbm.data import build_dataset
 from xbm.data.splits import assemble
 from xbm.data.toy import make_toy
 from xbm.trainer import TIMING_KEYS, Trainer
 from xbm.training import evaluation
-from tests.xbm.conftest import assert_same
 from xbm.training.reuse import REFERENCES_IGNORES, WARMUP_FIELDS, WARMUP_IGNORES, Reuse, ignored, state_digest
 
 # The tiny toy of tests/xbm/conftest.py (24 training classes x 8 samples, batches of 32: 6 steps an epoch).
@@ -38,7 +38,6 @@ def run(trainer: Trainer):
     """The run's metrics and its state right after its last epoch (the RNG state is global: read it now)."""
     history = list(trainer.fit())
     return history, copy.deepcopy(trainer.state_dict())
-
 
 
 def assert_same_history(a, b):
