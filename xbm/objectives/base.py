@@ -29,7 +29,9 @@ class Batch(NamedTuple):
     embeddings: Tensor               # [n, d], possibly fp16/bf16 under autocast
     labels: Tensor                   # [n] what the pair loss calls a class
     indices: Tensor                  # [n] training-set index of each row (the memory keeps it)
-    enqueue_mask: Optional[Tensor]   # [n] bool: rows that go into the memory (MoCo's keys); None: all
+    # [n] bool on the CPU: rows that go into the memory (MoCo's keys); None: all. The objective's layout, known
+    # before the step and the same on every rank: on the host, splitting the batch reads no device buffer.
+    enqueue_mask: Optional[Tensor]
 
 
 class Objective(nn.Module):

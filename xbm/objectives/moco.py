@@ -57,7 +57,7 @@ class MoCo(TwoViewObjective):
         queries = embed_views(model, x[:, 0], prepare, runtime, self.rank_splits)
         keys = self.keys(unwrap(model), x[:, 1], prepare, runtime)
         ids = torch.cat([idx, idx])
-        is_key = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
+        is_key = torch.zeros(len(ids), dtype=torch.bool)   # on the host: the layout, no device read to split by it
         is_key[len(idx):] = True
         return Batch(torch.cat([queries, keys.to(queries.dtype)]), ids, ids, is_key)
 

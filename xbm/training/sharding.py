@@ -6,8 +6,9 @@ and keeps rows ``[r b, (r + 1) b)`` of each global batch of B rows, b = B / N (:
 PK batches list their samples class by class (PML's ``MPerClassSampler`` writes ``samples_per_class`` rows
 per class, one class after the other), so with b a multiple of ``samples_per_class`` a rank holds whole classes.
 
-Loss (:class:`GatheredCriterion`): each rank gathers every rank's detached embeddings, labels, indices and
-enqueue flags (rank order), puts its own live rows back in their place, and calls the one-worker criterion
+Loss (:class:`GatheredCriterion`): each rank gathers every rank's detached embeddings, labels and indices
+(rank order; the enqueue flags are the objective's layout, the same on every rank, so they are repeated on
+the host), puts its own live rows back in their place, and calls the one-worker criterion
 on that global batch. Every rank thus computes the same memory update, normaliser moments and loss value
 L as the one-worker run, with a gradient through its own rows z_r only: ``dL/dz_r``. The one-worker gradient
 is ``sum_r dL/dz_r dz_r/dtheta``; DDP averages the ranks' gradients (divides by N), so the own rows' gradient
@@ -93,11 +94,10 @@ class GatheredCriterion(nn.Module):
         rows = list(ranks.gather(embeddings.detach()).split(n))
         rows[ranks.rank] = scale_grad(embeddings, float(ranks.world_size))
         keys = [labels.long(), indices.long() if indices is not None else torch.full_like(labels, -1, dtype=torch.long)]
-        if enqueue_mask is not None:
-            keys.append(enqueue_mask.long())
-        gathered = ranks.gather(torch.stack(keys, dim=1))   # one collective for labels, indices and flags
+        gathered = ranks.gather(torch.stack(keys, dim=1))   # one collective for labels and indices
         order = lambda t: to_global_order(t, ranks.world_size, self.blocks)  # noqa: E731
         gathered = order(gathered).t().contiguous()   # one contiguous row per column (searchsorted wants it)
+        if enqueue_mask is not None:   # the objective's layout, the same on every rank: gathered on the host
+            enqueue_mask = order(enqueue_mask.cpu().repeat(ranks.world_size))
         return self.inner(order(torch.cat(rows)), gathered[0], epoch=epoch,
-                          indices=gathered[1] if indices is not None else None,
-                          enqueue_mask=gathered[2].bool() if enqueue_mask is not None else None)
+                          indices=gathered[1] if indices is not None else None, enqueue_mask=enqueue_mask)

@@ -97,11 +97,13 @@ def test_bn_splits_must_divide_the_batch():
         tiny_config(objective="moco", **{"moco.bn_splits": 3})
 
 
-def test_the_enqueue_mask_is_on_the_batchs_device():
-    """Bug caught (mutation testing): the key mask built without ``device=`` (on the CPU) for a batch on the
-    GPU, so the memory's masked enqueue mixes devices. "meta" stands in for a GPU."""
+def test_the_enqueue_mask_is_on_the_host_and_the_rest_on_the_batchs_device():
+    """Bugs caught: the key mask built on the batch's device (``device=ids.device``), so splitting the batch by
+    it makes the host wait for the GPU every step; and the embeddings or ids not on the batch's device (mutation
+    testing). "meta" stands in for a GPU."""
     model = torch.nn.Linear(3, 2).to("meta")
     moco = MoCo(tiny_config(objective="moco"), model)
     x, idx = torch.empty(4, 2, 3, device="meta"), torch.arange(4, device="meta")
     batch = moco(model, x, idx, idx, lambda v: v, Runtime(torch.device("meta"), None, channels_last=False))
-    assert {t.device.type for t in batch} == {"meta"} and batch.embeddings.shape == (8, 2)
+    assert {t.device.type for t in batch[:3]} == {"meta"} and batch.embeddings.shape == (8, 2)
+    assert batch.enqueue_mask.device.type == "cpu" and batch.enqueue_mask.tolist() == [False] * 4 + [True] * 4

@@ -161,12 +161,13 @@ def test_a_step_runs_no_data_dependent_op_but_the_one_check(kind, weight):
 
 @pytest.mark.parametrize("values", [{"loss.kind": "contrastive"}, {"loss.kind": "contrastive", "miner.kind": "none"},
                                     {"loss.kind": "ntxent"}, {"objective": "neighbours", "batch_size": 32},
-                                    {"objective": "instance"}], ids=lambda v: ",".join(f"{k}={v[k]}" for k in v))
+                                    {"objective": "instance"}, {"objective": "moco"}],
+                         ids=lambda v: ",".join(f"{k}={v[k]}" for k in v))
 def test_the_losses_on_pair_masks_run_no_data_dependent_op_but_the_one_check(values):
     """Bug caught: a loss kind or label-free objective whose pair loss falls back to PML's index tuples
     (``supports_masks`` refusing it, e.g. for the ``MultipleReducers`` PML wraps around the contrastive loss's
-    two sub-losses), so every step waits for the device about ten times. MoCo is not here: its key mask
-    (``enqueue_mask``) still splits the batch by boolean indexing."""
+    two sub-losses), so every step waits for the device about ten times; and MoCo's batch split into queries
+    and keys by boolean indexing with its key mask (``enqueue_mask``): six waits per step."""
     trainer = tiny_trainer(**{"memory.ratio": 0.5, **values})
     trainer.objective.begin_epoch(0, trainer._embed_training_set, trainer.loader.sampler.sampler)  # neighbours' pool
     run_epoch(_main_step(trainer), trainer.loader, trainer.runtime, epoch=1, epoch_index=0)
