@@ -46,7 +46,8 @@ STRING_COLUMNS = frozenset({"experiment", "stage", "trial_id", "trial_name", "st
 #: seconds of one epoch, by where they went (issue 18): the training pass, the part of it spent waiting
 #: for the next batch, everything evaluation does, writing the checkpoint
 EPOCH_TIME_COLUMNS = ("train_s", "data_wait_s", "eval_s", "checkpoint_s")
-#: everything before epoch 1 (data, model, references, warm-up): reported on every epoch row, a per-trial constant
+#: everything before epoch 1 (data, model, references, warm-up): reported on every epoch row, constant within
+#: one start of a trial; a restart from a checkpoint adds its own set-up to the one recorded there
 SETUP_COLUMN = "setup_s"
 #: the epoch columns declared ahead of the code that reports them, so that every epoch file has them
 #: (null until reported; ``gpu_memory_peak_gib`` stays null on the CPU)

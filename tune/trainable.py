@@ -23,7 +23,8 @@ inputs and read back by the sweep's later trials (``xbm.training.reuse``, a fold
 node's temp dir), bit-identical to computing them again.
 
 Where a trial's time goes: every row carries ``setup_s`` (building the trainer, restoring a checkpoint,
-references and warm-up: everything before the first epoch of this run of the trial), ``checkpoint_s``
+references and warm-up: everything before the first epoch of this run of the trial, plus the set-up
+recorded in the checkpoint it resumed from), ``checkpoint_s``
 (best weights and full checkpoints written since the previous row) and the trainer's ``train_s``,
 ``data_wait_s``, ``eval_s``.
 

@@ -52,7 +52,8 @@ def tune_reporter() -> Reporter:
 class TrialLoop:
     """One run of a trial from its first epoch to its last (or the scheduler's stop): ``cfg`` its resolved
     TrainConfig; ``where`` the location keys every row carries (node, GPUs, relocated paths); ``started``
-    the ``time.perf_counter()`` of the run's start (``setup_s`` is measured from it)."""
+    the ``time.perf_counter()`` of the run's start (``setup_s`` is measured from it, and added to the set-up
+    of the starts before the checkpoint it restores)."""
 
     trial_id: str
     cfg: Any
@@ -66,6 +67,7 @@ class TrialLoop:
     started: float
     clock: CheckpointClock = field(init=False)
     epoch: int = field(default=0, init=False)  # the last epoch reported
+    earlier_setup_s: float = field(default=0.0, init=False)  # set-up of the starts before the checkpoint restored
 
     def __post_init__(self) -> None:
         self.clock = CheckpointClock(self.policy.checkpoint_period_s)
@@ -78,6 +80,9 @@ class TrialLoop:
             return
         load_trainer_state(trainer, folder, self.policy.mutable)
         policy_state = _read_json(Path(folder) / TRIAL_STATE)
+        # Tune restores wall_time_s (time_total_s) from the checkpoint's row, a donor's too (PBT): the set-up
+        # paid up to that row goes with it, so that the parts still sum to the wall time after a restart
+        self.earlier_setup_s = float(policy_state.get(SETUP_KEY, 0.0))
         if policy_state.get("trial_id", self.trial_id) == self.trial_id:
             self.best.load_state(policy_state.get("best", {}))
 
@@ -86,7 +91,7 @@ class TrialLoop:
         interval, or the last epoch) says so."""
         import torch
 
-        setup = {SETUP_KEY: time.perf_counter() - self.started}
+        setup = {SETUP_KEY: self.earlier_setup_s + time.perf_counter() - self.started}
         cfg, metric = self.cfg, self.metric
         model = getattr(trainer.model, "module", trainer.model)  # the weights without a DDP wrapper's prefix
         written_s = 0.0  # writing the last checkpoint, billed to the next row
@@ -106,7 +111,7 @@ class TrialLoop:
                 continue
             with tempfile.TemporaryDirectory(prefix="xbm-ckpt-") as folder:
                 torch.save(trainer.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
-                Path(folder, TRIAL_STATE).write_text(json.dumps({"best": self.best.state(), "trial_id": self.trial_id}))
+                Path(folder, TRIAL_STATE).write_text(json.dumps({"best": self.best.state(), "trial_id": self.trial_id, **setup}))
                 row["checkpoint_s"] = written_s + time.perf_counter() - begun
                 reported = time.perf_counter()
                 self.reporter.report(row, folder)

@@ -43,6 +43,8 @@ class KillMidEpoch(Callback):
 
 @pytest.mark.slow
 def test_killed_trial_is_retried_from_its_checkpoint_and_nan_fails_alone(ray_session, tmp_path):
+    """Bugs caught: a retried trial that starts over or repeats an epoch, a NaN trial that stops the sweep,
+    and a retried trial whose time columns miss its first start's set-up (they summed to half its wall time)."""
     (tmp_path / "faults.yaml").write_text(FAULTS)
     plan = prepare(str(tmp_path / "faults.yaml"), SweepOptions(
         search="grid", scheduler="fifo", num_samples=1, max_concurrent=1, max_failures=1, checkpoint_period=0,
@@ -60,6 +62,11 @@ def test_killed_trial_is_retried_from_its_checkpoint_and_nan_fails_alone(ray_ses
     assert normal.status == "completed"  # the sweep went on
     epochs = pq.read_table(f"{plan.results_uri}/epochs/{killed.trial_id}.parquet").to_pandas()
     assert epochs["epoch"].tolist() == [1, 2, 3, 4]
+    # the restart's set-up adds to the first start's, as wall_time_s does (was: only the restart's, half the wall)
+    assert epochs.setup_s[2] > epochs.setup_s[1] > 0
+    parts = killed.train_s + killed.eval_s + killed.checkpoint_s + killed.setup_s
+    assert abs(parts - killed.wall_time_s) <= 0.1 * killed.wall_time_s, killed[
+        ["train_s", "eval_s", "checkpoint_s", "setup_s", "wall_time_s"]].to_dict()
 
 
 @pytest.mark.slow
