@@ -17,6 +17,9 @@ from xbm.evaluate import nearest_neighbours
 from xbm.evaluate.metrics import superclass_ids
 
 _CHUNK_ELEMENTS = 2**22  # floats per chunk of pairwise work (16 MiB in fp32)
+# Sampled pairs on the CPU: gathered rows in chunks of 1 MiB, which stay in cache (2 cores, 480 x 128-d rows,
+# 100k pairs: 14 ms against 72 ms in 16-MiB chunks); a GPU takes the large chunks (fewer launches).
+_CPU_PAIR_CHUNK_ELEMENTS = 2**18
 
 
 def feature_drift(previous, current) -> dict[str, float]:
@@ -89,7 +92,7 @@ def mean_distances(embeddings, labels=None, *, max_pairs: int = 100_000,
         generator = torch.Generator().manual_seed(seed)  # CPU draws: the same pairs on every device
         i, j = torch.randint(0, n, (2, max_pairs), generator=generator).to(x.device)
         i, j = i[i != j], j[i != j]
-        step = max(1, _CHUNK_ELEMENTS // x.shape[1])
+        step = max(1, (_CHUNK_ELEMENTS if x.is_cuda else _CPU_PAIR_CHUNK_ELEMENTS) // x.shape[1])
         for s in range(0, len(i), step):
             a, b = i[s: s + step], j[s: s + step]
             d = (x[a] - x[b]).norm(dim=1)

@@ -86,6 +86,14 @@ def test_mean_distances_gives_both_means_from_the_same_pairs():
     d = np.linalg.norm(xd[i] - xd[j], axis=1)
     expected = (d[i != j].mean(), d[yd[i] != yd[j]].mean())
     assert mean_distances(x, y, max_pairs=3000, seed=2) == pytest.approx(expected, rel=1e-6)
+    # 128-d: the CPU's chunks of 2048 gathered pairs split the draw into 5 (a pair lost or summed twice at a
+    # chunk's edge would move the means)
+    x, y = randn(300, 128, seed=9), torch.arange(300) % 11
+    i, j = torch.randint(0, 300, (2, 10_000), generator=torch.Generator().manual_seed(5)).numpy()
+    xd, yd = x.double().numpy(), y.numpy()
+    d = np.linalg.norm(xd[i] - xd[j], axis=1)
+    expected = (d[i != j].mean(), d[yd[i] != yd[j]].mean())
+    assert mean_distances(x, y, max_pairs=10_000, seed=5) == pytest.approx(expected, rel=1e-6)
 
 
 def test_mean_intra_distance_leaves_singletons_out():
