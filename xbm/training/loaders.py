@@ -32,6 +32,10 @@ EVAL_WORKERS_FROM = 4096
 # Evaluation loaders kept per Embedder (selection and test splits' query/gallery, the training view, the
 # drift probe): built once per run. Staleness probes change every epoch and cycle through the oldest slot.
 EVAL_LOADERS_KEPT = 8
+# The input batches (uint8 images after the eval transform) a kept loader produced, kept with it while all
+# of them fit in this many bytes per Embedder: a later evaluation of the same set decodes and transforms
+# nothing (224-px images: 150 KB each, so a 1,200-image selection split takes 180 MB).
+EVAL_INPUTS_BYTES = 2**30
 
 
 def resolve_workers(setting: str, input_kind: str, cpus: Optional[int] = None) -> int:
@@ -102,7 +106,9 @@ class Embedder:
     """Embeds datasets in eval mode, batch by batch, under the run's autocast; returns fp32 on the device.
 
     Its loaders persist (per dataset and index subset, :data:`EVAL_LOADERS_KEPT` of them), with their worker
-    processes: evaluating every epoch must not start workers and pickle the data set every epoch."""
+    processes: evaluating every epoch must not start workers and pickle the data set every epoch. Its data sets
+    are evaluation views (deterministic transforms), so the input batches of a set are kept with its loader
+    while they fit :data:`EVAL_INPUTS_BYTES`, and read again instead of decoded again."""
 
     def __init__(self, runtime: Runtime, num_workers: int, batch_size: int = EVAL_BATCH,
                  prepare: Callable = lambda x: x) -> None:
@@ -110,14 +116,19 @@ class Embedder:
         self.num_workers = num_workers
         self.batch_size = batch_size
         self.prepare = prepare  # the batch on its device -> the model's input (the data set's eval statistics)
-        self._loaders: "OrderedDict[tuple, tuple[Dataset, DataLoader]]" = OrderedDict()
+        # key -> [dataset (held so that its id is not reused), loader, its input batches or None]
+        self._loaders: "OrderedDict[tuple, list]" = OrderedDict()
+        self._inputs_bytes = 0
 
     def loader(self, dataset: Dataset, indices: Optional[torch.Tensor] = None) -> DataLoader:
         """The kept loader of ``dataset`` (or of its ``indices`` subset); built on first use."""
+        return self._entry(dataset, indices)[1]
+
+    def _entry(self, dataset: Dataset, indices: Optional[torch.Tensor]) -> list:
         key = (id(dataset), None if indices is None else indices.cpu().numpy().tobytes())
         if key in self._loaders:
             self._loaders.move_to_end(key)
-            return self._loaders[key][1]
+            return self._loaders[key]
         subset = dataset if indices is None else Subset(dataset, indices.tolist())
         workers = self.num_workers if len(subset) >= EVAL_WORKERS_FROM else 0
         # An own generator: a DataLoader draws its base seed from the generator it is given, so evaluation
@@ -125,24 +136,33 @@ class Embedder:
         loader = DataLoader(subset, batch_size=self.batch_size, shuffle=False, num_workers=workers,
                             pin_memory=self.runtime.device.type == "cuda", persistent_workers=workers > 0,
                             generator=torch.Generator().manual_seed(0))
-        self._loaders[key] = (dataset, loader)  # the dataset is held so that its id is not reused
+        self._loaders[key] = [dataset, loader, None]
         while len(self._loaders) > EVAL_LOADERS_KEPT:
-            self._loaders.popitem(last=False)
-        return loader
+            self._inputs_bytes -= _nbytes(self._loaders.popitem(last=False)[1][2])
+        return self._loaders[key]
 
     @torch.no_grad()
     def __call__(self, model: nn.Module, dataset: Dataset,
                  indices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Embeddings [N, d] (fp32) and labels [N] of ``dataset`` (or of its ``indices`` subset)."""
-        loader = self.loader(dataset, indices)
+        entry = self._entry(dataset, indices)
+        kept, batches = entry[2], []
         was_training = model.training
         model.eval()
         out, labels = [], []
         try:
-            for x, y, _ in loader:
+            for x, y, *_ in kept if kept is not None else entry[1]:
                 with self.runtime.autocast():
                     out.append(model(self.prepare(self.runtime.to_device(x))).float())
                 labels.append(y)
+                batches.append((x, y))
         finally:
             model.train(was_training)
+        if kept is None and self._inputs_bytes + _nbytes(batches) <= EVAL_INPUTS_BYTES:
+            entry[2] = batches
+            self._inputs_bytes += _nbytes(batches)
         return torch.cat(out), torch.cat(labels).to(self.runtime.device)
+
+
+def _nbytes(batches: Optional[list]) -> int:
+    return sum(x.nbytes + y.nbytes for x, y in batches or ())

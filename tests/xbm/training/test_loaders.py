@@ -42,6 +42,51 @@ def test_changing_subsets_recycle_the_oldest_loader():
     assert len(embed._loaders) == EVAL_LOADERS_KEPT
 
 
+class CountingDataset(torch.utils.data.Dataset):
+    """An evaluation view that counts its reads (each one a decode and transform of an image set)."""
+
+    def __init__(self, n=40):
+        self.inner, self.reads = _dataset(n), 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        self.reads += 1
+        return self.inner[i]
+
+
+def test_a_sets_inputs_are_read_once_and_embedded_again_from_memory():
+    """Bug caught: every evaluation of every epoch decoding and transforming its images again (on a GPU the
+    main process decodes a small split while the device waits); or kept inputs served for another subset."""
+    embed = Embedder(Runtime.from_config("cpu", "off", False), 0, batch_size=16)
+    data, probe = CountingDataset(), torch.tensor([5, 2, 9])
+    model = torch.nn.Linear(3, 2)
+    first, labels = embed(model, data)
+    second, again = embed(model, data)
+    assert data.reads == 40 and torch.equal(first, second) and torch.equal(labels, again)
+    subset, _ = embed(model, data, probe)
+    assert data.reads == 43 and torch.equal(subset, first[probe])
+    assert embed._inputs_bytes == 43 * (3 * 4 + 8)   # float32 rows of 3 and int64 labels
+
+
+def test_inputs_over_the_budget_are_read_again_and_evicted_loaders_give_their_bytes_back(monkeypatch):
+    """Bugs caught: kept inputs growing without bound (the host's memory), and bytes still counted for the
+    inputs of an evicted loader, so that after a few staleness probes nothing is kept any more."""
+    monkeypatch.setattr(loaders, "EVAL_INPUTS_BYTES", 30 * (3 * 4 + 8))
+    embed = Embedder(Runtime.from_config("cpu", "off", False), 0)
+    data = CountingDataset()
+    embed(torch.nn.Identity(), data)
+    embed(torch.nn.Identity(), data)
+    assert data.reads == 80 and embed._inputs_bytes == 0   # 40 rows: over the budget, read every time
+    for start in range(EVAL_LOADERS_KEPT + 5):
+        embed(torch.nn.Identity(), data, torch.tensor([start]))
+    assert embed._inputs_bytes == EVAL_LOADERS_KEPT * (3 * 4 + 8)
+    reads = data.reads
+    embed(torch.nn.Identity(), data, torch.tensor([EVAL_LOADERS_KEPT + 4]))   # still kept
+    assert data.reads == reads
+
+
 @pytest.mark.slow
 def test_a_resumed_run_with_persistent_workers_draws_what_the_uninterrupted_one_draws():
     """Bug caught: a resumed run creating its persistent loader's first iterator after restoring the RNG, so
