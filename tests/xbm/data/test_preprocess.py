@@ -1,11 +1,13 @@
 """xbm/data/preprocess.py: one object for decode, evaluation transform and batch statistics."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from xbm.data import build_dataset
-from xbm.data.preprocess import Preprocessing
+from xbm.data.preprocess import Preprocessing, decode_image
 
 from .conftest import make_drawings
 
@@ -36,3 +38,14 @@ def test_round_trip_and_rules():
             Preprocessing.from_dict({**prep.to_dict(), **bad})
     with pytest.raises(ValueError, match="uint8"):
         prep.pixels(torch.zeros(3, 4, 4))
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB"])
+def test_decode_flips_the_polarity_of_every_band_exactly(mode):
+    """Bug caught: dark strokes left dark (no flip), or flipped with a wrong table or in only one band (Omniglot
+    reads as bright strokes on black, the drawings' pixels are 255 - x)."""
+    pixels = np.random.default_rng(0).integers(0, 256, (6, 9, 3) if mode == "RGB" else (6, 9), dtype=np.uint8)
+    flipped = decode_image(Image.fromarray(pixels, mode), mode, invert=True, load_size=64)
+    assert np.array_equal(np.asarray(flipped), 255 - pixels)
+    same = decode_image(Image.fromarray(pixels, mode), mode, invert=False, load_size=64)
+    assert np.array_equal(np.asarray(same), pixels)
