@@ -80,20 +80,15 @@ def test_mean_distances_gives_both_means_from_the_same_pairs():
     spread, inter = mean_distances(x, y)
     assert (spread, inter) == pytest.approx((reference_inter(x), reference_inter(x, y.tolist())), rel=1e-6)
     assert math.isnan(mean_distances(x)[1])
-    x, y = randn(90, 5, seed=8), torch.arange(90) % 7
-    i, j = torch.randint(0, 90, (2, 3000), generator=torch.Generator().manual_seed(2)).numpy()
-    xd, yd = x.double().numpy(), y.numpy()
-    d = np.linalg.norm(xd[i] - xd[j], axis=1)
-    expected = (d[i != j].mean(), d[yd[i] != yd[j]].mean())
-    assert mean_distances(x, y, max_pairs=3000, seed=2) == pytest.approx(expected, rel=1e-6)
-    # 128-d: the CPU's chunks of 2048 gathered pairs split the draw into 5 (a pair lost or summed twice at a
-    # chunk's edge would move the means)
-    x, y = randn(300, 128, seed=9), torch.arange(300) % 11
-    i, j = torch.randint(0, 300, (2, 10_000), generator=torch.Generator().manual_seed(5)).numpy()
-    xd, yd = x.double().numpy(), y.numpy()
-    d = np.linalg.norm(xd[i] - xd[j], axis=1)
-    expected = (d[i != j].mean(), d[yd[i] != yd[j]].mean())
-    assert mean_distances(x, y, max_pairs=10_000, seed=5) == pytest.approx(expected, rel=1e-6)
+    for n, dim, pairs, seed in ((90, 5, 3000, 8), (300, 128, 10_000, 9)):
+        # 128-d: the CPU's chunks of 2048 gathered pairs split the draw into 5 (a pair lost or summed twice at
+        # a chunk's edge would move the means)
+        x, y = randn(n, dim, seed=seed), torch.arange(n) % 7
+        i, j = torch.randint(0, n, (2, pairs), generator=torch.Generator().manual_seed(seed)).numpy()
+        xd, yd = x.double().numpy(), y.numpy()
+        d = np.linalg.norm(xd[i] - xd[j], axis=1)
+        expected = (d[i != j].mean(), d[yd[i] != yd[j]].mean())
+        assert mean_distances(x, y, max_pairs=pairs, seed=seed) == pytest.approx(expected, rel=1e-6)
 
 
 def test_mean_intra_distance_leaves_singletons_out():
