@@ -111,7 +111,8 @@ class TrialLoop:
                 continue
             with tempfile.TemporaryDirectory(prefix="xbm-ckpt-") as folder:
                 torch.save(trainer.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
-                Path(folder, TRIAL_STATE).write_text(json.dumps({"best": self.best.state(), "trial_id": self.trial_id, **setup}))
+                state = {"best": self.best.state(), "trial_id": self.trial_id, **setup}
+                Path(folder, TRIAL_STATE).write_text(json.dumps(state))
                 row["checkpoint_s"] = written_s + time.perf_counter() - begun
                 reported = time.perf_counter()
                 self.reporter.report(row, folder)

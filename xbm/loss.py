@@ -23,10 +23,11 @@ class XBMLoss(nn.Module):
     4. ``loss(embeddings, labels, pairs, memory, memory_labels)``; with ``batch_loss_weight`` w > 0
        add w x the plain in-batch loss with the same miner ("XBM*", seed 001 Table 2).
 
-    ``enqueue_mask`` (MoCo, as PML's ``CrossBatchMemory``): rows where it is True are keys, only they are
-    enqueued (the mask is best on the CPU, see :func:`split_rows`); the other rows are queries, mined against the memory (which then holds this batch's keys) with
-    no self pair to drop, and the normaliser adapts the memory towards the queries' statistics (the current
-    encoder's, which the stored keys drift away from). The in-batch term (w > 0) takes every row.
+    ``enqueue_mask`` (MoCo, as PML's ``CrossBatchMemory``; best on the CPU, see :func:`split_rows`): rows where
+    it is True are keys, only they are enqueued; the other rows are queries, mined against the memory (which
+    then holds this batch's keys) with no self pair to drop, and the normaliser adapts the memory towards the
+    queries' statistics (the current encoder's, which the stored keys drift away from). The in-batch term
+    (w > 0) takes every row.
 
     With no normaliser (or kind "none") and w = 0 this is PML ``CrossBatchMemory`` (same loss and
     gradients, wrap-around included), but: the memory is an fp32 ``EmbeddingMemory`` whose pointer
