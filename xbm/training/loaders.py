@@ -146,7 +146,9 @@ class Embedder:
                  indices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Embeddings [N, d] (fp32) and labels [N] of ``dataset`` (or of its ``indices`` subset)."""
         entry = self._entry(dataset, indices)
-        kept, batches = entry[2], []
+        kept = entry[2]
+        # this pass's batches, while they still fit the budget (then dropped: never all of a large set at once)
+        batches, room = ([], EVAL_INPUTS_BYTES - self._inputs_bytes) if kept is None else (None, 0)
         was_training = model.training
         model.eval()
         out, labels = [], []
@@ -155,10 +157,15 @@ class Embedder:
                 with self.runtime.autocast():
                     out.append(model(self.prepare(self.runtime.to_device(x))).float())
                 labels.append(y)
-                batches.append((x, y))
+                if batches is not None:
+                    room -= x.nbytes + y.nbytes
+                    if room < 0:
+                        batches = None
+                    else:
+                        batches.append((x, y))
         finally:
             model.train(was_training)
-        if kept is None and self._inputs_bytes + _nbytes(batches) <= EVAL_INPUTS_BYTES:
+        if batches is not None:
             entry[2] = batches
             self._inputs_bytes += _nbytes(batches)
         return torch.cat(out), torch.cat(labels).to(self.runtime.device)

@@ -1,4 +1,6 @@
 """The evaluation embedder's persistent loaders (xbm.training.loaders.Embedder)."""
+import weakref
+
 import pytest
 import torch
 
@@ -85,6 +87,23 @@ def test_inputs_over_the_budget_are_read_again_and_evicted_loaders_give_their_by
     reads = data.reads
     embed(torch.nn.Identity(), data, torch.tensor([EVAL_LOADERS_KEPT + 4]))   # still kept
     assert data.reads == reads
+
+
+def test_a_pass_over_the_budget_lets_go_of_its_batches_as_it_goes(monkeypatch):
+    """Bug caught: every batch of a large set (SOP's 60k test images: 9 GB at 224 px) held until the end of
+    each evaluation pass only to find that they do not fit the budget."""
+    monkeypatch.setattr(loaders, "EVAL_INPUTS_BYTES", 8 * (3 * 4 + 8))   # one batch of 8
+    alive = []
+
+    class Watch(torch.nn.Linear):
+        def forward(self, x):
+            alive.append(sum(ref() is not None for ref in seen))
+            seen.append(weakref.ref(x))
+            return super().forward(x)
+
+    seen: list = []
+    Embedder(Runtime.from_config("cpu", "off", False), 0, batch_size=8)(Watch(3, 2), CountingDataset())
+    assert len(alive) == 5 and max(alive) <= 1, alive   # was [0, 1, 2, 3, 4]
 
 
 @pytest.mark.slow
