@@ -91,7 +91,8 @@ def mean_distances(embeddings, labels=None, *, max_pairs: int = 100_000,
     else:
         generator = torch.Generator().manual_seed(seed)  # CPU draws: the same pairs on every device
         i, j = torch.randint(0, n, (2, max_pairs), generator=generator).to(x.device)
-        i, j = i[i != j], j[i != j]
+        other = i != j
+        i, j = i[other], j[other]
         step = max(1, (_CHUNK_ELEMENTS if x.is_cuda else _CPU_PAIR_CHUNK_ELEMENTS) // x.shape[1])
         for s in range(0, len(i), step):
             a, b = i[s: s + step], j[s: s + step]

@@ -116,15 +116,12 @@ class Embedder:
         self.num_workers = num_workers
         self.batch_size = batch_size
         self.prepare = prepare  # the batch on its device -> the model's input (the data set's eval statistics)
-        # key -> [dataset (held so that its id is not reused), loader, its input batches or None]
+        # key -> [dataset (held so that its id is not reused), loader, its input batches or None, their bytes]
         self._loaders: "OrderedDict[tuple, list]" = OrderedDict()
         self._inputs_bytes = 0
 
-    def loader(self, dataset: Dataset, indices: Optional[torch.Tensor] = None) -> DataLoader:
-        """The kept loader of ``dataset`` (or of its ``indices`` subset); built on first use."""
-        return self._entry(dataset, indices)[1]
-
     def _entry(self, dataset: Dataset, indices: Optional[torch.Tensor]) -> list:
+        """The kept entry of ``dataset`` (or of its ``indices`` subset); its loader built on first use."""
         key = (id(dataset), None if indices is None else indices.cpu().numpy().tobytes())
         if key in self._loaders:
             self._loaders.move_to_end(key)
@@ -136,9 +133,9 @@ class Embedder:
         loader = DataLoader(subset, batch_size=self.batch_size, shuffle=False, num_workers=workers,
                             pin_memory=self.runtime.device.type == "cuda", persistent_workers=workers > 0,
                             generator=torch.Generator().manual_seed(0))
-        self._loaders[key] = [dataset, loader, None]
+        self._loaders[key] = [dataset, loader, None, 0]
         while len(self._loaders) > EVAL_LOADERS_KEPT:
-            self._inputs_bytes -= _nbytes(self._loaders.popitem(last=False)[1][2])
+            self._inputs_bytes -= self._loaders.popitem(last=False)[1][3]
         return self._loaders[key]
 
     @torch.no_grad()
@@ -148,7 +145,7 @@ class Embedder:
         entry = self._entry(dataset, indices)
         kept = entry[2]
         # this pass's batches, while they still fit the budget (then dropped: never all of a large set at once)
-        batches, room = ([], EVAL_INPUTS_BYTES - self._inputs_bytes) if kept is None else (None, 0)
+        batches, size = ([] if kept is None else None), 0
         was_training = model.training
         model.eval()
         out, labels = [], []
@@ -158,18 +155,14 @@ class Embedder:
                     out.append(model(self.prepare(self.runtime.to_device(x))).float())
                 labels.append(y)
                 if batches is not None:
-                    room -= x.nbytes + y.nbytes
-                    if room < 0:
+                    size += x.nbytes + y.nbytes
+                    if self._inputs_bytes + size > EVAL_INPUTS_BYTES:
                         batches = None
                     else:
                         batches.append((x, y))
         finally:
             model.train(was_training)
         if batches is not None:
-            entry[2] = batches
-            self._inputs_bytes += _nbytes(batches)
+            entry[2:] = batches, size
+            self._inputs_bytes += size
         return torch.cat(out), torch.cat(labels).to(self.runtime.device)
-
-
-def _nbytes(batches: Optional[list]) -> int:
-    return sum(x.nbytes + y.nbytes for x, y in batches or ())
