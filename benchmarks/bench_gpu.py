@@ -19,7 +19,12 @@ and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed one
 
 Then K = 1, 2, 4 trainer processes sharing the GPU, started together, each pinned to its 1/K of the cores
 (``cpus`` = that share) and capped with ``torch.cuda.set_per_process_memory_fraction(1/K)``: total
-training images/s over the window they all train in, and out-of-memory per K. The targets are printed.
+training images/s while all K train (their timed passes start together, after a barrier), and
+out-of-memory per K. The targets are printed.
+
+``--json FILE`` appends each row's result to FILE as one JSON line as soon as the row ends, so a run cut
+off by a time limit keeps the rows it finished (the tables print at the end). On a machine that limits a
+command's time, run it in two parts: ``--shares ""``, then ``--rows "" --shares 1,2,4``.
 
     python benchmarks/bench_gpu.py                  # a CUDA machine (not yet run on one: estimated 5-10 min)
     python benchmarks/bench_gpu.py --rows timm,"trainer cache" --shares ""   # a part of it
@@ -32,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -72,6 +79,8 @@ def run_processes(context, jobs: list[tuple[str, dict]], barrier=None) -> list[d
             for i, process in enumerate(processes):
                 if i not in results and not process.is_alive() and queue.empty():
                     results[i] = {"error": f"the process died with exit code {process.exitcode}"}
+                    if barrier is not None:  # the others would wait at the barrier for it forever
+                        barrier.abort()
     for process in processes:
         process.join()
     return [results[i] for i in range(len(jobs))]
@@ -83,11 +92,26 @@ def rate(result: dict) -> float | None:
 
 
 def shared_rate(results: list[dict]) -> float | None:
-    """Total images/s of K trials: every image of their timed passes over the window they span."""
+    """Total images/s of K trials while all K train: the images of each timed pass that fall in the window
+    every trial spans (a pass's images spread evenly over it), over that window. The span from the first
+    start to the last end would count the tail, where fewer than K train, against the K; the sum of the
+    trials' own rates would count time outside the common window. None without such a window."""
     if any(not r.get("windows") for r in results):
         return None
-    windows = [w for r in results for w in r["windows"]]
-    return sum(w[2] for w in windows) / (max(w[1] for w in windows) - min(w[0] for w in windows))
+    start = max(min(w[0] for w in r["windows"]) for r in results)
+    end = min(max(w[1] for w in r["windows"]) for r in results)
+    if end <= start:
+        return None
+    images = sum(w[2] * max(0.0, min(w[1], end) - max(w[0], start)) / (w[1] - w[0])
+                 for r in results for w in r["windows"])
+    return images / (end - start)
+
+
+def record(log: Path | None, result: dict) -> None:
+    """One JSON line per finished row (``--json``)."""
+    if log is not None:
+        with open(log, "a") as out:
+            out.write(json.dumps(result, default=str) + "\n")
 
 
 def fmt(value, spec: str = ".0f", missing: str = "n/a") -> str:
@@ -158,7 +182,9 @@ def prepare_data(work: Path, sizes: dict, cores: int) -> tuple[Path, Path]:
     timm_root.mkdir(exist_ok=True)
     for c in class_ids(sizes["classes"]):
         if c <= 100:  # xbm.data.cub200 trains on classes 1-100
-            (timm_root / class_folder(c)).symlink_to(base / "images" / class_folder(c), target_is_directory=True)
+            link = timm_root / class_folder(c)
+            if not link.is_symlink():  # --keep DIR a second time: already there
+                link.symlink_to(base / "images" / class_folder(c), target_is_directory=True)
     print(f"wrote {sizes['images']} {sizes['photo'][0]}x{sizes['photo'][1]} JPEGs ({sizes['classes']} classes) in "
           f"{time.perf_counter() - start:.0f} s", flush=True)
     return data, timm_root
@@ -172,7 +198,13 @@ def main() -> None:
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: " + ", ".join(ROWS))
     parser.add_argument("--shares", default="1,2,4", help="K values of the GPU-sharing part ('' skips it)")
     parser.add_argument("--keep", metavar="DIR", help="write the data, cache and checkpoints in DIR and keep them")
+    parser.add_argument("--json", metavar="FILE", help="append each row's result to FILE as a JSON line when it ends")
     args = parser.parse_args()
+    missing = [name for name in ("timm", "pytorch_metric_learning") if importlib.util.find_spec(name) is None]
+    if missing:  # say so now, not after minutes of writing photos, in every row's process
+        raise SystemExit(f"bench_gpu.py needs {', '.join(missing)} (the rows build the project's model and loss); "
+                         "install the project (pip install -e .) or its wheels first")
+    log = Path(args.json).resolve() if args.json else None
     cuda = torch.cuda.is_available()
     if not cuda and not args.quick:
         print("no CUDA device here: running the --quick CPU toy size instead", flush=True)
@@ -221,6 +253,7 @@ def main() -> None:
             start = time.perf_counter()
             spec = {**common, "config": {**config, **TRAINER_ROWS.get(name, {"memory.enabled": False})}}
             results[name] = run_processes(context, [(name, spec)])[0]
+            record(log, {"row": name, **results[name]})
             print(f"  {name}: {fmt(rate(results[name]))} images/s "
                   f"({results[name].get('error', 'ok')}, {time.perf_counter() - start:.0f} s)", flush=True)
         shared: dict[int, list[dict]] = {}
@@ -230,6 +263,7 @@ def main() -> None:
                                 "cpus": cores[(i * share) % len(cores):][:share] or cores[:share],
                                 "memory_fraction": 1.0 / k if not cpu else None}) for i in range(k)]
             shared[k] = run_processes(context, jobs, barrier=context.Barrier(k))
+            record(log, {"shared": k, "trials": shared[k]})
             print(f"  K={k}: {fmt(shared_rate(shared[k]))} images/s in total", flush=True)
         if cpu:
             print("\nCPU TOY FIGURES (--quick or no CUDA): a smoke run of the benchmark; they say nothing about the "

@@ -2,7 +2,10 @@
 memory, cuDNN autotuner and per-process image readers).
 
 - ``ceiling``, ``timm``, ``bare``: loops around the trainer's model (``create_embedding_model``), loss
-  (SupCon + PairMarginMiner) and optimiser; 1 untimed epoch, then ``spec["epochs"]`` timed ones;
+  (SupCon + PairMarginMiner) and optimiser; 1 untimed epoch, then ``spec["epochs"]`` timed ones. ``ceiling``
+  and ``timm`` call the loss as the trainer does (``BatchLoss``: pairs as masks, no host read), so they
+  differ from the trainer only in what they measure (no loader; timm's loader); ``bare`` passes PML's
+  index tuples, as a PML user writes it (7 host reads per step: 2 ``nonzero``, 5 boolean indexings);
 - trainer rows: ``Trainer.fit()``, its training passes timed around ``Trainer.train_epoch``, evaluation
   read from the epoch's metrics, a ``torch.save(trainer.state_dict())`` timed after each epoch;
 - ``shared``: one of K trainer processes sharing a GPU, training passes only, timed after a barrier.
@@ -27,11 +30,16 @@ TRAINER_ROWS = {  # row -> config changes; image_cache is set for every row but 
 ROWS = ("ceiling", "timm", "bare", *TRAINER_ROWS)
 
 
-def loss_and_miner(cfg):
-    from xbm.training.criteria import build_pair_miner
+def criterion(cfg, kind: str):
+    """``(embeddings, labels) -> loss``: the trainer's own call of the loss for every row but ``bare``, whose
+    PML call is the hand-written loop's (module docstring)."""
+    from xbm.training.criteria import BatchLoss, build_pair_miner
     from xbm.training.loss_kinds import build_loss
 
-    return build_loss(cfg.loss), build_pair_miner(cfg.loss, cfg.miner)
+    loss_fn, miner = build_loss(cfg.loss), build_pair_miner(cfg.loss, cfg.miner)
+    if kind != "bare":
+        return BatchLoss(loss_fn, miner)
+    return lambda z, y: loss_fn(z, y, miner(z, y) if miner is not None else None)
 
 
 def model_and_optimizer(cfg, device):
@@ -44,12 +52,11 @@ def model_and_optimizer(cfg, device):
     return model, main_optimizer(model, cfg)
 
 
-def step(model, optimizer, loss_fn, miner, x, y, autocast) -> None:
-    """What a PML user writes: forward under autocast, loss in fp32 on mined pairs, backward, AdamW."""
+def step(model, optimizer, loss_fn, x, y, autocast) -> None:
+    """Forward under autocast, the loss in fp32 on the mined pairs, backward, AdamW."""
     with autocast():
         z = model(x)
-    z = z.float()
-    loss = loss_fn(z, y, miner(z, y) if miner is not None else None)
+    loss = loss_fn(z.float(), y)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
@@ -82,7 +89,7 @@ def loop_row(kind: str, spec: dict) -> dict:
     runtime = Runtime.from_config(cfg.device, cfg.amp, True)
     device = runtime.device
     model, optimizer = model_and_optimizer(cfg, device)
-    loss_fn, miner = loss_and_miner(cfg)
+    loss_fn = criterion(cfg, kind)
     model.train()
     batches = spec["batches_per_epoch"]
     if kind == "ceiling":
@@ -92,7 +99,7 @@ def loop_row(kind: str, spec: dict) -> dict:
 
         def epoch() -> int:
             for _ in range(batches):
-                step(model, optimizer, loss_fn, miner, x, y, runtime.autocast)
+                step(model, optimizer, loss_fn, x, y, runtime.autocast)
             return batches * b
     elif kind == "timm":
         loader = timm_loader(spec, cfg, device)
@@ -101,7 +108,7 @@ def loop_row(kind: str, spec: dict) -> dict:
             images = 0
             for x, y in loader:
                 x = x.contiguous(memory_format=torch.channels_last) if device.type == "cuda" else x
-                step(model, optimizer, loss_fn, miner, x, y.to(device, non_blocking=True), runtime.autocast)
+                step(model, optimizer, loss_fn, x, y.to(device, non_blocking=True), runtime.autocast)
                 images += len(y)
             return images
     else:
@@ -111,7 +118,7 @@ def loop_row(kind: str, spec: dict) -> dict:
             images = 0
             for x, y, _ in loader:
                 x = prepare(runtime.to_device(x))
-                step(model, optimizer, loss_fn, miner, x, y.to(device, non_blocking=True), runtime.autocast)
+                step(model, optimizer, loss_fn, x, y.to(device, non_blocking=True), runtime.autocast)
                 images += len(y)
             return images
     with UtilisationSampler() as sampler:

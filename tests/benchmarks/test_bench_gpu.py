@@ -12,11 +12,18 @@ bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
 
 
-def test_shared_total_spans_the_window_of_all_trials():
-    """Summing each trial's own rate (1000/10 + 1000/10 = 200/s) overstates the total when the trials do
-    not train at the same time; the total is every image over the span they cover: 2000 / 12 s."""
-    results = [{"windows": [(0.0, 10.0, 1000)]}, {"windows": [(2.0, 12.0, 1000)]}]
-    assert bench.shared_rate(results) == pytest.approx(2000 / 12)
+def test_shared_total_counts_the_window_in_which_every_trial_trains():
+    """Trial A trains 100/s then 200/s over [0, 10] s, trial B 100/s over [4, 12] s: together 300/s from 5 to
+    10 s and 200/s from 4 to 5 s, so 1700 images in the common window [4, 10]. The span of all passes
+    (2300 / 12 s) counts B's tail alone against the pair; the sum of the trials' own rates (150 + 100) counts
+    A's first 4 s, when B did not train."""
+    results = [{"windows": [(0.0, 5.0, 500), (5.0, 10.0, 1000)]}, {"windows": [(4.0, 12.0, 800)]}]
+    assert bench.shared_rate(results) == pytest.approx(1700 / 6)
+
+
+def test_trials_that_never_train_together_give_no_total():
+    """K trials one after the other are no measure of K sharing a GPU."""
+    assert bench.shared_rate([{"windows": [(0.0, 1.0, 10)]}, {"windows": [(2.0, 3.0, 10)]}]) is None
 
 
 def test_a_failed_or_out_of_memory_trial_gives_no_total():
