@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping
 
 AUTO = "auto"
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+ALLOC_CONF_ANY_DEVICE = "PYTORCH_ALLOC_CONF"  # torch's newer name; the CUDA one, when set, wins over it
 EXPANDABLE = "expandable_segments:True"
 
 
@@ -35,13 +36,14 @@ def resolve_cpus_per_trial(requested: float | str, gpus_per_trial: float, nodes:
 def cap_gpu_memory(fraction: float) -> bool:
     """Cap this process's CUDA allocator at ``fraction`` of its device when the trial shares a GPU
     (``0 < fraction < 1``), and ask for expandable segments (less fragmentation, so the cap is reached
-    later) unless the user set ``PYTORCH_CUDA_ALLOC_CONF`` themselves. Without the cap, trials sharing a
-    GPU grow until one of them runs out of memory. Returns whether a cap was set."""
+    later) unless the user set ``PYTORCH_CUDA_ALLOC_CONF`` or ``PYTORCH_ALLOC_CONF`` themselves. Without the
+    cap, trials sharing a GPU grow until one of them runs out of memory. Returns whether a cap was set."""
     import torch
 
     if not 0 < fraction < 1 or not torch.cuda.is_available():
         return False
-    os.environ.setdefault(ALLOC_CONF, EXPANDABLE)  # read by the allocator when CUDA first allocates
+    if ALLOC_CONF not in os.environ and ALLOC_CONF_ANY_DEVICE not in os.environ:
+        os.environ[ALLOC_CONF] = EXPANDABLE  # read by the allocator when CUDA first allocates
     torch.cuda.set_per_process_memory_fraction(fraction)
     return True
 

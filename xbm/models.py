@@ -99,13 +99,20 @@ def create_embedding_model(cfg: TrainConfig, input_shape: tuple[int, ...]) -> Em
     return EmbeddingModel(backbone, int(backbone.num_features), cfg.embedding_size)
 
 
+# Config key ``compile`` -> torch.compile's mode. torch's "max-autotune" also replays the model as CUDA graphs,
+# which hand every call the same output buffers: an evaluation keeping each batch's embeddings (the Embedder)
+# would read the last batch's, or torch's "overwritten by a subsequent run" error. So its kernel search
+# without CUDA graphs.
+TORCH_COMPILE_MODES = {"default": "default", "max-autotune": "max-autotune-no-cudagraphs"}
+
+
 def compile_model(model: nn.Module, mode: str) -> nn.Module:
     """Config key ``compile``: ``off`` leaves ``model`` as it is; ``default`` / ``max-autotune`` compile its
-    forward with ``torch.compile(mode=...)`` in place (``nn.Module.compile``), so its ``state_dict`` keys stay
-    the plain model's (no ``_orig_mod.`` prefix) and checkpoints load compiled or not. Compiled lazily, at
-    the first call; a train/eval or frozen-backbone switch recompiles once."""
+    forward with ``torch.compile`` (mode :data:`TORCH_COMPILE_MODES`) in place (``nn.Module.compile``), so
+    its ``state_dict`` keys stay the plain model's (no ``_orig_mod.`` prefix) and checkpoints load compiled
+    or not. Compiled lazily, at the first call; a train/eval or frozen-backbone switch recompiles once."""
     if mode != "off":
-        model.compile(mode=mode)
+        model.compile(mode=TORCH_COMPILE_MODES[mode])
     return model
 
 

@@ -332,7 +332,8 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         rescale_optimizer(self.optimizer, self.scheduler, lr=(saved["lr"], ours["lr"]),
                           weight_decay=(saved["weight_decay"], ours["weight_decay"]))
-        self.scaler.load_state_dict(state["scaler"])
+        if state["scaler"]:  # empty from a run without loss scaling (CPU, bf16): a resumed fp16 run starts afresh
+            self.scaler.load_state_dict(state["scaler"])
         if self.xbm is not None:
             self.xbm.load_state_dict(state["xbm"])
         if state["sampler_labels"] is not None:

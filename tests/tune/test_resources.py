@@ -1,9 +1,12 @@
 """A trial's resources (tune.resources): CPUs that follow the GPUs, the CUDA memory cap, the OOM reason."""
+import os
+
 import pytest
 import torch
 
 from tune.options import SweepInputError, SweepOptions, cpus_option
-from tune.resources import ALLOC_CONF, EXPANDABLE, cap_gpu_memory, out_of_memory_reason, resolve_cpus_per_trial
+from tune.resources import (ALLOC_CONF, ALLOC_CONF_ANY_DEVICE, EXPANDABLE, cap_gpu_memory, out_of_memory_reason,
+                            resolve_cpus_per_trial)
 
 
 def _node(cpus, gpus=0, alive=True):
@@ -37,14 +40,17 @@ def test_cpus_per_trial_accepts_auto_or_a_positive_number():
 
 def test_a_trial_sharing_a_gpu_caps_its_allocator_at_its_share(monkeypatch):
     """Bug caught: trials sharing a GPU growing until one runs out of memory (no cap), the cap set for whole
-    GPUs too, or the user's own PYTORCH_CUDA_ALLOC_CONF overwritten."""
+    GPUs too, or the user's own PYTORCH_CUDA_ALLOC_CONF overwritten, or their PYTORCH_ALLOC_CONF (torch's newer
+    name) masked by a PYTORCH_CUDA_ALLOC_CONF we set, which the allocator reads first."""
     caps = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, *a: caps.append(f))
     monkeypatch.delenv(ALLOC_CONF, raising=False)
+    monkeypatch.setenv(ALLOC_CONF_ANY_DEVICE, "garbage_collection_threshold:0.6")
+    assert cap_gpu_memory(0.25) and caps == [0.25] and ALLOC_CONF not in os.environ
+    monkeypatch.delenv(ALLOC_CONF_ANY_DEVICE)
+    caps.clear()
     assert cap_gpu_memory(0.25) and caps == [0.25]
-    import os
-
     assert os.environ[ALLOC_CONF] == EXPANDABLE
     assert not cap_gpu_memory(1.0) and not cap_gpu_memory(0.0) and caps == [0.25]
     monkeypatch.setenv(ALLOC_CONF, "max_split_size_mb:128")

@@ -74,3 +74,32 @@ def assert_same(a, b, where="state"):
 def same(a, b) -> bool:
     """Two plain values equal, NaN equal to NaN (a metric that is NaN in both runs did not differ)."""
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+class GemmPrecisions(torch.overrides.TorchFunctionMode):
+    """Records ``torch.get_float32_matmul_precision()`` at every matrix product run inside it."""
+
+    GEMMS = {"matmul", "__matmul__", "mm", "addmm", "bmm", "cdist"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.GEMMS:
+            self.seen.append(torch.get_float32_matmul_precision())
+        return func(*args, **(kwargs or {}))
+
+
+def assert_full_fp32_gemms(search) -> None:
+    """``search()`` computes its matrix products in full fp32 even where a CUDA run allowed TF32 (the
+    precision it sets, "high", is set here; on the CPU it changes nothing else), and leaves "high" behind."""
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        with GemmPrecisions() as mode:
+            search()
+        assert mode.seen and set(mode.seen) == {"highest"}, mode.seen
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(saved)

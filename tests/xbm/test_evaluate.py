@@ -8,7 +8,7 @@ import torch
 from xbm.evaluate import knn as knn_module
 from xbm.evaluate import RetrievalAccuracyCalculator, nearest_neighbours, retrieval_metrics
 
-from .conftest import needs_cuda
+from .conftest import assert_full_fp32_gemms, needs_cuda
 
 # "torch" runs the symmetric search under leave-one-out; "torch-flat" forces PML's CustomKNN there too.
 # "auto-symmetric" lowers the dimension from which "auto" prefers the symmetric search over faiss.
@@ -276,3 +276,13 @@ def test_recall_at_k_beyond_10_equals_a_brute_force_count(knn, ks, leave_one_out
     assert all(0.0 < r < 1.0 for r in recalls) and len(set(recalls)) == len(recalls)
     got = retrieval_metrics(q, ql, *((None, None) if leave_one_out else (g, gl)), ks=ks, knn=knn)
     assert_metrics_close(got, expected)
+
+
+@pytest.mark.parametrize("gallery", [False, True])
+def test_the_torch_search_computes_exact_distances_where_a_cuda_run_allows_tf32(gallery):
+    """Bug caught: a CUDA run allows TF32 for fp32 matmuls (``configure_cuda``), and the neighbour search's
+    distances (|x|^2 + |y|^2 - 2 x.y, which cancels) were computed in it, ~1e-3 off: enough to reorder near
+    neighbours, so Recall@K on a GPU differed from the same embeddings' on the CPU. Both torch searches:
+    the symmetric leave-one-out one and PML's CustomKNN against a gallery."""
+    x = torch.nn.functional.normalize(torch.randn(30, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    assert_full_fp32_gemms(lambda: list(knn_module.iter_neighbours(x, 3, x[:12] if gallery else None, knn="torch")))

@@ -96,6 +96,24 @@ def test_compile_off_leaves_the_model_and_a_mode_keeps_its_state_dict_keys():
     compiled.load_state_dict(plain.state_dict())   # loads either way
 
 
+def test_compile_max_autotune_searches_kernels_without_cuda_graphs(monkeypatch):
+    """Bug caught: ``compile=max-autotune`` passed on as torch's mode of that name, which also replays the
+    model as CUDA graphs: every call returns the same output buffers, so an evaluation keeping each batch's
+    embeddings reads overwritten ones (torch raises "accessing tensor output of CUDAGraphs that has been
+    overwritten"). Only CUDA runs graphs, so the test reads the options the mode is compiled with."""
+    import torch._inductor
+
+    from xbm.models import compile_model
+    modes = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: modes.append(kwargs["mode"]))
+    model = create_embedding_model(TrainConfig.from_dict({"model": "mlp", "embedding_size": 8}), (6,))
+    compile_model(model, "max-autotune")
+    compile_model(model, "default")
+    options = torch._inductor.list_mode_options(modes[0])
+    assert options.get("max_autotune") and not options.get("triton.cudagraphs")
+    assert modes[1] == "default"
+
+
 @pytest.mark.slow
 def test_compile_default_trains_the_mlp_on_the_cpu_to_the_same_loss():
     """Bug caught (issue 18): ``compile=default`` changing what is computed, or unusable on the CPU (inductor

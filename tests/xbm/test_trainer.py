@@ -134,6 +134,18 @@ def test_resume_refuses_another_config():
     assert longer.epoch == 0
 
 
+def test_a_checkpoint_without_loss_scaling_resumes_where_fp16_scales_the_loss():
+    """Bug caught: ``device`` may change on resume, and ``amp=auto`` then picks fp16 (a pre-Ampere GPU) where
+    the checkpoint's run had no scaler (CPU or bf16): loading its empty scaler state into the enabled
+    GradScaler raised "the source state dict is empty". The resumed run starts with a fresh scaler."""
+    state = Trainer(config()).state_dict()
+    assert state["scaler"] == {}
+    resumed = Trainer(config())
+    resumed.scaler = torch.amp.GradScaler("cpu", enabled=True)  # what an fp16 runtime builds
+    resumed.load_state_dict(state)
+    assert resumed.scaler.is_enabled() and resumed.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
+
+
 class PoisonAt(torch.nn.Module):
     """Wraps a criterion; its loss becomes NaN at the n-th call."""
 

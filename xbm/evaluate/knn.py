@@ -28,6 +28,8 @@ import torch
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.utils.inference import CustomKNN, FaissKNN
 
+from xbm.training.runtime import full_fp32_matmul
+
 try:  # faiss is optional: the torch search finds the same neighbours.
     import faiss
 except ImportError:  # pragma: no cover - exercised only where faiss-cpu is absent
@@ -81,7 +83,12 @@ def _faiss_search(gallery: torch.Tensor) -> Callable[[torch.Tensor, int], torch.
 def _torch_search(gallery: torch.Tensor) -> Callable[[torch.Tensor, int], torch.Tensor]:
     rows = max(1, TORCH_DISTANCE_ELEMENTS // len(gallery))
     finder = CustomKNN(LpDistance(normalize_embeddings=False, p=2, power=1), batch_size=rows)
-    return lambda block, k: finder(block, k, gallery)[1]
+
+    def search(block: torch.Tensor, k: int) -> torch.Tensor:
+        with full_fp32_matmul():  # exact distances on a CUDA run too
+            return finder(block, k, gallery)[1]
+
+    return search
 
 
 def _drop_self(indices: torch.Tensor, offset: int) -> torch.Tensor:
@@ -113,7 +120,8 @@ def _symmetric_neighbours(x: torch.Tensor, depth: int) -> Iterator[tuple[int, to
         e = min(s + block, n)
         for t in starts[position:]:
             f = min(t + block, n)
-            tile = left[s:e] @ right[t:f].T  # (e - s, f - t) squared distances
+            with full_fp32_matmul():  # not TF32 on a CUDA run: |x|^2 + |y|^2 - 2 x.y cancels
+                tile = left[s:e] @ right[t:f].T  # (e - s, f - t) squared distances
             if t == s:
                 tile.fill_diagonal_(float("inf"))  # self-pairs
             best[s] = _merge(best.get(s) or _empty(e - s, depth, x.device), tile, t)

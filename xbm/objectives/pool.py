@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from xbm.training.runtime import full_fp32_matmul
+
 try:  # faiss is optional: the torch search finds the same pools.
     import faiss
 except ImportError:  # pragma: no cover - exercised only where faiss-cpu is absent
@@ -83,7 +85,8 @@ def _torch_pool(embeddings: torch.Tensor, depth: int) -> tuple[torch.Tensor, tor
     rows = max(1, TORCH_SIMILARITY_ELEMENTS // n)
     indices, sims = [], []
     for start in range(0, n, rows):
-        block = x[start: start + rows] @ x.T  # (rows, n)
+        with full_fp32_matmul():  # the Eq. 3.6 threshold compares exact similarities on a CUDA run too
+            block = x[start: start + rows] @ x.T  # (rows, n)
         own = torch.arange(start, start + len(block), device=x.device)
         block[torch.arange(len(block), device=x.device), own] = float("-inf")
         s, i = torch.topk(block, depth, dim=1)  # sorted, most similar first

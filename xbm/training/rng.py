@@ -36,7 +36,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     torch.set_rng_state(state["torch"].cpu())
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+        # one state per GPU visible when saved; a run resumed where fewer are visible (another node, a
+        # trial given one GPU of a run that saw four) restores those it has: the run uses the first
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"][:torch.cuda.device_count()]])
 
 
 def seed_worker(worker_id: int) -> None:

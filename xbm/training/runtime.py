@@ -26,8 +26,9 @@ def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:
     under ``auto``; ``bf16`` may still be forced there, fp16 may not (CPU has no GradScaler path)."""
     if amp == "off" or (amp == "auto" and device.type != "cuda"):
         return None
-    if amp == "auto":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if amp == "auto":  # bf16 in hardware from Ampere (compute capability 8.0) on; before it torch emulates
+        # bf16 (is_bf16_supported() says True there by default), much slower than fp16 on the tensor cores
+        return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
     if device.type != "cuda" and amp == "fp16":
         raise ValueError(f"amp must be 'off', 'auto' or 'bf16' on the CPU, but got {amp!r}")
     return torch.float16 if amp == "fp16" else torch.bfloat16
@@ -41,8 +42,28 @@ def configure_cuda() -> None:
     - TF32 for fp32 matmuls and convolutions (tensor cores, 10-bit mantissa; under AMP the bf16/fp16
       parts are coarser anyway, and the loss and the memory stay fp32 elementwise)."""
     torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
-    torch.backends.cudnn.conv.fp32_precision = "tf32"
+    # The long-standing setters, which set torch's newer per-backend flags too. Setting only the newer
+    # flags (``matmul.fp32_precision = "tf32"``) leaves ``torch.get_float32_matmul_precision()`` raising
+    # ("mix of the legacy and new APIs"), and inductor reads it to pick GEMM kernels (compile=max-autotune).
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.allow_tf32 = True
+
+
+@contextlib.contextmanager
+def full_fp32_matmul():
+    """fp32 matmuls in full precision inside, whatever :func:`configure_cuda` allows for training. Neighbour
+    searches need it: a squared distance |x|^2 + |y|^2 - 2 x.y of unit vectors computed in TF32 (10-bit
+    mantissa) is off by ~1e-3, enough to reorder near neighbours, so GPU Recall@K would differ from the
+    same embeddings' on the CPU. Costs little: one GEMM per block, beside a model's forward passes."""
+    previous = torch.get_float32_matmul_precision()
+    if previous == "highest":
+        yield
+        return
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
 
 
 @dataclass(frozen=True)

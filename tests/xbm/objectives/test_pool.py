@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from xbm.objectives import pool as pool_module
 from xbm.objectives.pool import NeighbourSampler, build_pool, tuples
 
-from ..conftest import needs_cuda
+from ..conftest import assert_full_fp32_gemms, needs_cuda
 
 BACKENDS = ["torch", "torch-chunked"] + (["faiss"] if pool_module.faiss is not None else [])
 
@@ -341,3 +341,10 @@ def test_sampler_messages_in_full():
             "NeighbourSampler.pool is None: set it to build_pool(train embeddings, neighbours.pool) before "
             "iterating an epoch") + "$"):
         iter(NeighbourSampler(8, 4, 1, 0.5))
+
+
+def test_the_torch_pool_compares_exact_similarities_where_a_cuda_run_allows_tf32(monkeypatch):
+    """Bug caught: a CUDA run allows TF32 for fp32 matmuls (``configure_cuda``), and the pool's similarities,
+    compared with Eq. 3.6's threshold, were computed in it (~1e-3 off): other pools than on the CPU."""
+    monkeypatch.setattr(pool_module, "faiss", None)
+    assert_full_fp32_gemms(lambda: build_pool(unit_rows(20, 8), 5))

@@ -90,7 +90,7 @@ def test_amp_on_cuda_trains_in_the_half_type_close_to_fp32_with_the_memory_in_fp
     fp16 without loss scaling (the GradScaler disabled) or bf16 with it, half-precision rows stored in the
     memory, or a half-precision run that learns something other than the fp32 run."""
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(
-        amp, torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+        amp, torch.bfloat16 if torch.cuda.get_device_capability() >= (8, 0) else torch.float16)
     trainer = tiny(device="cuda", amp=amp, epochs=2)
     assert trainer.runtime.amp_dtype is dtype
     assert trainer.scaler.is_enabled() is (dtype is torch.float16)
@@ -125,27 +125,40 @@ def test_a_cuda_image_run_trains_channels_last_under_autocast():
 
 
 def _cuda_flags():
-    return (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.fp32_precision,
-            torch.backends.cudnn.conv.fp32_precision)
+    return (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
 
 
-def _set_cuda_flags(benchmark, matmul, conv):
+def _set_cuda_flags(benchmark, matmul, conv_tf32):
     torch.backends.cudnn.benchmark = benchmark
-    torch.backends.cuda.matmul.fp32_precision = matmul
-    torch.backends.cudnn.conv.fp32_precision = conv
+    torch.set_float32_matmul_precision(matmul)
+    torch.backends.cudnn.allow_tf32 = conv_tf32
 
 
 def test_cuda_runs_set_cudnn_benchmark_and_tf32_and_cpu_runs_leave_them(monkeypatch):
     """Bugs caught: cuDNN's benchmark mode or TF32 never switched on for CUDA runs (issue 18: slower
-    convolutions and fp32 matmuls), or the CPU run changing process-wide settings."""
+    convolutions and fp32 matmuls), the CPU run changing process-wide settings, or TF32 set through torch's
+    newer flags alone, after which ``torch.get_float32_matmul_precision()`` raises ("mix of the legacy and
+    new APIs") where inductor's max-autotune reads it to choose a GEMM kernel."""
     saved = _cuda_flags()
     try:
-        _set_cuda_flags(False, "ieee", "ieee")
+        _set_cuda_flags(False, "highest", False)
         Runtime.from_config("cpu", "auto", image_inputs=True)
-        assert _cuda_flags() == (False, "ieee", "ieee")
+        assert _cuda_flags() == (False, "highest", False)
         from xbm.training import runtime
         monkeypatch.setattr(runtime, "resolve_device", lambda name: torch.device("cuda"))  # no GPU needed to build it
         assert Runtime.from_config("cuda", "off", image_inputs=True).device.type == "cuda"
-        assert _cuda_flags() == (True, "tf32", "tf32")
+        assert _cuda_flags() == (True, "high", True)
+        assert torch.backends.cuda.matmul.fp32_precision == torch.backends.cudnn.conv.fp32_precision == "tf32"
     finally:
         _set_cuda_flags(*saved)
+
+
+@pytest.mark.parametrize("capability, dtype", [((7, 5), torch.float16), ((8, 0), torch.bfloat16),
+                                               ((9, 0), torch.bfloat16)])
+def test_amp_auto_picks_bf16_from_ampere_on_and_fp16_before(monkeypatch, capability, dtype):
+    """Bug caught: ``torch.cuda.is_bf16_supported()`` counts emulated bf16 by default, so a T4 or V100
+    (compute capability 7.x) trained in emulated bf16, far slower than fp16 on its tensor cores."""
+    seen = []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: seen.append(device) or capability)
+    assert resolve_amp("auto", torch.device("cuda", 1)) is dtype
+    assert seen == [torch.device("cuda", 1)]  # the run's device, not the current one
