@@ -1,23 +1,24 @@
 """How many CPUs this process may use: its affinity mask (what taskset, a SLURM allocation or a cgroup
-cpuset gave it), capped by :func:`use_cpus` when a scheduler gave the process fewer than it can see.
+cpuset gave it) and its CPU quota (Docker's ``--cpus``, a Kubernetes CPU limit: a cgroup CFS quota, which
+leaves every host core in the mask), as joblib's ``cpu_count`` reads them; capped by :func:`use_cpus` when a
+scheduler gave the process fewer than it can see.
 
 Ray does not pin trials to cores: a trial on a 16-core node with ``--cpus-per-trial 2`` sees all 16 in its
 affinity mask. ``tune.trainable`` calls ``use_cpus(2)`` so that torch's intra-op threads and the image
 decode threads (``xbm.data.cache``) follow the trial's share instead of the node's core count."""
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 _limit: Optional[int] = None
 
 
 def available_cpus() -> int:
-    """The CPUs of the affinity mask, at most the :func:`use_cpus` limit."""
-    try:
-        visible = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        visible = os.cpu_count() or 1
+    """The CPUs of the affinity mask and the cgroup quota, at most the :func:`use_cpus` limit. (The mask alone
+    gave a container limited to 8 CPUs on a 128-core host 127 loader workers and 128 torch threads.)"""
+    from joblib import cpu_count
+
+    visible = cpu_count()
     return min(visible, _limit) if _limit is not None else visible
 
 

@@ -154,7 +154,9 @@ class Embedder:
         kept = entry[2]
         # this pass's batches, while they still fit the budget (then dropped: never all of a large set at once)
         batches, size = ([] if kept is None else None), 0
-        was_training = model.training
+        # every module's own mode, not the top one's: model.train(True) would also wake a backbone the
+        # warm-up froze in eval mode (BatchNorm statistics moving; with sync_bn, rank 0 alone all-reducing)
+        modes = {m: m.training for m in model.modules()}
         model.eval()
         out, labels = [], []
         try:
@@ -169,7 +171,8 @@ class Embedder:
                     else:
                         batches.append((x, y))
         finally:
-            model.train(was_training)
+            for m, training in modes.items():
+                m.training = training
         if batches is not None:
             entry[2:] = batches, size
             self._inputs_bytes += size

@@ -13,6 +13,11 @@ as ``F.batch_norm`` computes them on the concatenated batch. The sums go through
 the gradient through the global statistics from every rank's loss, as in SyncBatchNorm's backward.
 Both keep BatchNorm's parameters and buffers, so state dicts load either way.
 ``GlooSyncBatchNorm`` is kept for CPU tensors: on CUDA the model has torch's own.
+
+timm's norm + activation layers (``BatchNormAct2d``: EfficientNet, MobileNetV3, RegNet, DenseNet, CSPNet) are
+BatchNorm subclasses that apply their activation in ``forward``. Torch's own conversion turns them into a plain
+``SyncBatchNorm`` whose ``forward`` drops it (DenseNet-121's outputs then differed by up to 666), so the
+conversion is timm's, into ``SyncBatchNormAct`` (:class:`GlooSyncBatchNormAct` on the CPU).
 """
 from __future__ import annotations
 
@@ -64,14 +69,27 @@ class GlooSyncBatchNorm(_BatchNorm):
         return out
 
 
+class GlooSyncBatchNormAct(GlooSyncBatchNorm):
+    """:class:`GlooSyncBatchNorm`, then the dropout and activation of the timm ``BatchNormAct2d`` it replaces
+    (as timm's ``SyncBatchNormAct`` applies them after ``nn.SyncBatchNorm``)."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return self.act(self.drop(super().forward(input)))
+
+
 def convert_sync_batchnorm(model: nn.Module, device: torch.device) -> nn.Module:
     """Every BatchNorm layer of ``model`` as a synchronised one (in place where possible; returns the model):
-    ``nn.SyncBatchNorm`` on CUDA, :class:`GlooSyncBatchNorm` elsewhere."""
-    model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    ``nn.SyncBatchNorm`` (timm's ``SyncBatchNormAct`` for its norm + activation layers) on CUDA,
+    :class:`GlooSyncBatchNorm` (:class:`GlooSyncBatchNormAct`) elsewhere."""
+    from timm.layers import SyncBatchNormAct
+    from timm.layers import convert_sync_batchnorm as timm_convert
+
+    model = timm_convert(model)
     if device.type != "cuda":
+        cpu_classes = {nn.SyncBatchNorm: GlooSyncBatchNorm, SyncBatchNormAct: GlooSyncBatchNormAct}
         for module in model.modules():
-            if type(module) is nn.SyncBatchNorm:
-                module.__class__ = GlooSyncBatchNorm
+            if type(module) in cpu_classes:
+                module.__class__ = cpu_classes[type(module)]
     return model
 
 

@@ -103,6 +103,7 @@ def test_packed_images_of_grey_and_rgb_keep_their_shapes():
 def test_decode_threads_follow_the_processes_cpus_up_to_8(monkeypatch, allowed, threads):
     """Bug caught: the decode pool sized by the machine's core count (``os.cpu_count()``), so a job pinned
     to one core of a 64-core node (taskset, SLURM) starts 8 decoding threads that fight over it."""
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: allowed)
     used = []
     monkeypatch.setattr(cache, "pack_in_memory", lambda images, n, skip: used.append(n) or images)

@@ -121,6 +121,18 @@ def test_pinned_batches_count_the_power_of_two_blocks_the_host_allocator_gives_t
     assert embed._inputs_bytes == 2 * (256 + 128) + (128 + 64)   # 192 -> 256, 128, 96 -> 128, 64 bytes
 
 
+def test_embedding_gives_every_module_its_own_mode_back():
+    """Bug caught: the Embedder restored only the top module's mode (``model.train(True)``), waking a backbone
+    the warm-up had frozen in eval mode: its BatchNorm statistics moved during the "frozen" warm-up, and with
+    the neighbours objective (rank 0 alone embeds the training set then) and sync_bn, rank 0 alone
+    all-reduced BatchNorm statistics while the other ranks waited elsewhere: a hang."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    model.train()
+    model[1].eval()   # the frozen backbone
+    Embedder(Runtime.from_config("cpu", "off", False), 0, batch_size=16)(model, CountingDataset())
+    assert [m.training for m in model] == [True, False, True] and model.training
+
+
 @pytest.mark.slow
 def test_a_resumed_run_with_persistent_workers_draws_what_the_uninterrupted_one_draws():
     """Bug caught: a resumed run creating its persistent loader's first iterator after restoring the RNG, so
