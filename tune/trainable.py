@@ -6,8 +6,9 @@ Per epoch the trainer's flat metrics dict goes to ``tune.report`` with a checkpo
 epochs stay continuous (``epoch`` is ASHA's time attribute). Only the current ``ray.tune`` API is used
 (``ray.train.report`` fails inside Tune in Ray 2.60).
 
-A non-finite loss (``xbm.errors.NonFiniteLossError``), a CUDA out-of-memory error and a bad image under
-``on_bad_image=stop`` (``xbm.errors.BadImageError``) are deterministic, so retrying them would only burn
+A non-finite loss (``xbm.errors.NonFiniteLossError``), a CUDA out-of-memory error, a bad image under
+``on_bad_image=stop`` (``xbm.errors.BadImageError``) and loader workers too many for ``/dev/shm``
+(``xbm.errors.SharedMemoryError``) are deterministic, so retrying them would only burn
 ``max_failures``: the trial reports one last result carrying ``error`` and
 ``stop_reason`` (and the worst value of the sweep metric, so schedulers rank it last) and returns. The Parquet sink records it as ``failed`` with
 the reason, the searcher tells Optuna ``FAIL``, and the sweep goes on. Other exceptions propagate, so
@@ -171,12 +172,13 @@ def trial_best_weights(storage, mode: str) -> BestWeights:
 
 def deterministic_failure(exc: BaseException, cfg, epoch: int, gpu_share: float) -> tuple[int, str] | None:
     """``(epoch, reason)`` for an error that every retry would meet again (module docstring): a non-finite
-    loss, a CUDA out-of-memory error, a bad image under ``on_bad_image=stop``; None for any other.
+    loss, a CUDA out-of-memory error, a bad image under ``on_bad_image=stop``, loader workers too many for
+    ``/dev/shm``; None for any other.
     ``epoch`` is the last epoch reported."""
     import torch
 
     from tune.resources import out_of_memory_reason
-    from xbm.errors import BadImageError, NonFiniteLossError
+    from xbm.errors import BadImageError, NonFiniteLossError, SharedMemoryError
 
     if isinstance(exc, NonFiniteLossError):
         return max(exc.epoch, epoch), "non-finite loss"
@@ -184,6 +186,8 @@ def deterministic_failure(exc: BaseException, cfg, epoch: int, gpu_share: float)
         return epoch + 1, out_of_memory_reason(cfg.batch_size, gpu_share or 1.0)
     if isinstance(exc, BadImageError):  # on_bad_image=stop: every retry would stop on the same file
         return epoch + 1, "bad image (on_bad_image=stop)"
+    if isinstance(exc, SharedMemoryError):  # /dev/shm's size, not its use: a retry cannot fit either
+        return epoch + 1, "shared memory too small for the loader workers (/dev/shm; see error)"
     return None
 
 

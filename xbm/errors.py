@@ -54,6 +54,12 @@ class PretrainedWeightsError(RuntimeError):
     """``pretrained=True`` could not obtain timm's weights (e.g. offline); the message names pretrained_path."""
 
 
+class SharedMemoryError(RuntimeError):
+    """The loader workers' batches cannot fit in shared memory (``/dev/shm``) even with nothing else there:
+    every run with this config fails the same way, so it is refused before any work. The message names the
+    sizes and what to change (the container's ``--shm-size``, ``num_workers``, ``batch_size``)."""
+
+
 class BadImageError(ValueError):
     """An image file of a data set cannot be decoded (truncated, corrupt, not an image): ``on_bad_image=stop``.
 

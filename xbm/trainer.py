@@ -23,6 +23,7 @@ its metrics equal an uninterrupted run's on CPU, whatever the number of loader w
 from __future__ import annotations
 
 import functools
+import math
 import time
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -39,7 +40,8 @@ from xbm.objectives import build_objective
 from xbm.training import evaluation
 from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
-from xbm.training.loaders import Embedder, resolve_workers, start_persistent_workers, train_loader
+from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, EVAL_WORKERS_FROM, TRAIN_PREFETCH, Embedder,
+                                  check_shared_memory, resolve_workers, start_persistent_workers, train_loader)
 from xbm.training.optim import main_optimizer, main_scheduler, rescale_optimizer, warmup_optimizer
 from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
 from xbm.training.reuse import Reuse
@@ -97,6 +99,11 @@ class Trainer:
                 "CPU(s) for this run): every image would be decoded and augmented in the training process while "
                 "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
                 "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
+        if images:   # uint8 samples of input_shape; evaluation loaders have workers from EVAL_WORKERS_FROM on
+            shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH)]
+            if max(len(part) for part in self._embedded_sets()) >= EVAL_WORKERS_FROM:
+                shares.append((EVAL_BATCH, EVAL_PREFETCH))
+            check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares)
         self.model = create_embedding_model(cfg, tuple(self.splits.input_shape))
         if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
             self.model = convert_sync_batchnorm(self.model, self.runtime.device)
@@ -242,6 +249,15 @@ class Trainer:
     def _embed_training_set(self) -> torch.Tensor:
         """Every training image's current embedding (eval mode and transform), in training-set order."""
         return self.embed(self.model, self.train_view)[0]
+
+    def _embedded_sets(self) -> list:
+        """The sets an evaluation may embed: the training set (its eval view) and the query and gallery
+        parts of the validation and test splits."""
+        sets = [self.splits.train]
+        for split in (self.splits.val, self.splits.test):
+            if split is not None:
+                sets += [part for part in (split.query, split.gallery) if part is not None]
+        return sets
 
     def _selection_split(self):
         return self.splits.val if self.splits.val is not None else self.splits.test

@@ -67,10 +67,11 @@ def failing_trial(config, fail_with):
     """run_trial whose training step raises the error named by ``fail_with`` (patched inside the trial's own
     process)."""
     import xbm.trainer
-    from xbm.errors import BadImageError
+    from xbm.errors import BadImageError, SharedMemoryError
 
     errors = {"oom": torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-              "bad_image": BadImageError("data set 'cub': cannot decode image /data/cub/1.jpg (data_root /data/cub)")}
+              "bad_image": BadImageError("data set 'cub': cannot decode image /data/cub/1.jpg (data_root /data/cub)"),
+              "shm": SharedMemoryError("loader workers hand their batches over in shared memory (/dev/shm), but ...")}
 
     def fail(*args, **kwargs):
         raise errors[fail_with]
@@ -83,10 +84,12 @@ def failing_trial(config, fail_with):
 @pytest.mark.parametrize("fail_with, reason, error", [
     ("oom", "batch_size=128", "OutOfMemoryError: CUDA out of memory"),
     ("bad_image", "bad image (on_bad_image=stop)", "BadImageError: data set 'cub': cannot decode image /data/cub/1.jpg"),
+    ("shm", "shared memory too small", "SharedMemoryError: loader workers hand their batches over in shared memory"),
 ])
 def test_a_deterministic_error_fails_the_trial_at_once_with_what_to_change(ray_session, tmp_path, fail_with,
                                                                           reason, error):
-    """Bug caught: an out-of-memory error or a bad image retried max_failures times into the same failure
+    """Bug caught: an out-of-memory error, a bad image or workers that cannot fit /dev/shm retried max_failures
+    times into the same failure
     (each retry re-runs the set-up), or recorded without the batch size and what to change."""
     trainable = tune.with_parameters(failing_trial, fail_with=fail_with)
     sink = ParquetSink(str(tmp_path / "f" / "results"), "f", "recall_at_1", "max")

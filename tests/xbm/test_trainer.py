@@ -146,6 +146,17 @@ def test_a_checkpoint_without_loss_scaling_resumes_where_fp16_scales_the_loss():
     assert resumed.scaler.is_enabled() and resumed.scaler.get_scale() == torch.amp.GradScaler("cpu").get_scale()
 
 
+def test_an_image_run_whose_workers_cannot_fit_shared_memory_is_refused_before_any_work(monkeypatch, tiny):
+    """Bug caught: the shared-memory check not wired into the trainer (or counting vector data, which has no
+    workers), so a container with 64 MB of /dev/shm crashed in the first batches instead."""
+    import xbm.training.loaders as loaders
+
+    monkeypatch.setattr(loaders.os, "statvfs", lambda folder: type("S", (), {"f_blocks": 1, "f_frsize": 4096}))
+    with pytest.raises(loaders.SharedMemoryError, match="2 workers x 4 batches x 20 images"):
+        tiny(dataset="digits", model="test_resnet", image_size=16, batch_size=20, num_workers=2)
+    assert tiny(dataset="digits", model="test_resnet", image_size=16, batch_size=20, num_workers=0).workers == 0
+
+
 class PoisonAt(torch.nn.Module):
     """Wraps a criterion; its loss becomes NaN at the n-th call."""
 

@@ -11,8 +11,9 @@ workers or on their processes' history, so persistent workers and a resumed run 
 """
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from xbm.config import TrainConfig
 from xbm.cpus import available_cpus
+from xbm.errors import SharedMemoryError
 from xbm.training.runtime import Runtime
 from xbm.training.rng import seed_worker
 
@@ -44,6 +46,36 @@ def host_bytes(t: torch.Tensor) -> int:
     38.5 MB, takes 64 MiB of page-locked memory)."""
     n = t.nbytes
     return 1 << (n - 1).bit_length() if n > 1 and t.is_pinned() else n
+
+
+TRAIN_PREFETCH, EVAL_PREFETCH = 4, 2  # batches each loader worker prepares ahead (torch's default: 2)
+SHARED_MEMORY = "/dev/shm"
+
+
+def check_shared_memory(sample_bytes: int, workers: int, loaders: Sequence[tuple[int, int]],
+                        folder: str = SHARED_MEMORY) -> None:
+    """Refuse a run whose loader workers cannot fit their batches in ``folder`` (torch's workers build each
+    batch in shared memory): ``workers`` x ``prefetch`` batches of ``batch`` samples of ``sample_bytes``, for the
+    largest of ``loaders`` ((batch, prefetch) pairs; one loader runs at a time). Checked against the folder's
+    size, not its free space, so only a run that can never fit is refused: Docker gives containers 64 MB, where
+    every image run with workers failed in its first batches ("unable to allocate shared memory")."""
+    if workers == 0 or not loaders:
+        return
+    try:
+        stats = os.statvfs(folder)
+    except (OSError, AttributeError):  # no such folder (macOS), no statvfs (Windows): nothing to check
+        return
+    size = stats.f_blocks * stats.f_frsize
+    batch, prefetch = max(loaders, key=lambda bp: bp[0] * bp[1])
+    need = workers * prefetch * batch * sample_bytes
+    if need > size:
+        fits = size // (prefetch * batch * sample_bytes)
+        raise SharedMemoryError(
+            f"loader workers hand their batches over in shared memory ({folder}), but {workers} workers x {prefetch} "
+            f"batches x {batch} images x {sample_bytes / 1024:.0f} KiB need {need / 2**20:.0f} MiB and {folder} holds "
+            f"{size / 2**20:.0f} MiB. In a container, give it more (docker run --shm-size=8g, or --ipc=host; "
+            f"Kubernetes: an emptyDir with medium Memory at /dev/shm); or lower num_workers "
+            f"(at most {fits} fit) or batch_size")
 
 
 def resolve_workers(setting: str, input_kind: str, cpus: Optional[int] = None) -> int:
@@ -92,7 +124,7 @@ def train_loader(dataset: Dataset, sampler: Sampler, cfg: TrainConfig, pin_memor
     seeded = SeededSampler(sampler, cfg.seed) if seeded is None else seeded
     return DataLoader(dataset, batch_size=cfg.batch_size // cfg.workers, sampler=seeded,
                       drop_last=True, num_workers=workers, pin_memory=pin_memory, worker_init_fn=seed_worker,
-                      persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None)
+                      persistent_workers=workers > 0, prefetch_factor=TRAIN_PREFETCH if workers > 0 else None)
 
 
 def start_persistent_workers(loader: DataLoader) -> None:
@@ -140,6 +172,7 @@ class Embedder:
         # never moves the global torch RNG and evaluating more (evaluate_test) leaves training unchanged.
         loader = DataLoader(subset, batch_size=self.batch_size, shuffle=False, num_workers=workers,
                             pin_memory=self.runtime.device.type == "cuda", persistent_workers=workers > 0,
+                            prefetch_factor=EVAL_PREFETCH if workers > 0 else None,
                             generator=torch.Generator().manual_seed(0))
         self._loaders[key] = [dataset, loader, None, 0]
         while len(self._loaders) > EVAL_LOADERS_KEPT:

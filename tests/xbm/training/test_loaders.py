@@ -133,6 +133,27 @@ def test_embedding_gives_every_module_its_own_mode_back():
     assert [m.training for m in model] == [True, False, True] and model.training
 
 
+def _shm(monkeypatch, size):
+    monkeypatch.setattr(loaders.os, "statvfs", lambda folder: type("S", (), {"f_blocks": size // 4096, "f_frsize": 4096}))
+
+
+def test_loader_workers_that_cannot_fit_docker_s_64_mb_of_shared_memory_are_refused_with_what_to_change(monkeypatch):
+    """Bug caught: torch's loader workers build every batch in /dev/shm, and a container's default 64 MB cannot
+    hold 7 workers x 4 batches of 64 images at 224 px (257 MiB): every image run failed in its first batches
+    with "unable to allocate shared memory", and Tune retried it into the same failure."""
+    _shm(monkeypatch, 64 * 2**20)
+    sample = 3 * 224 * 224
+    with pytest.raises(loaders.SharedMemoryError, match=r"7 workers x 4 batches x 64 images.*need 257 MiB.*64 MiB"
+                                                        r".*--shm-size.*num_workers \(at most 1 fit\)"):
+        loaders.check_shared_memory(sample, 7, [(64, 4)])
+    loaders.check_shared_memory(sample, 1, [(64, 4)])   # 37 MiB fit
+    loaders.check_shared_memory(sample, 0, [(64, 4), (256, 2)])   # no workers: nothing passes through it
+    with pytest.raises(loaders.SharedMemoryError, match="x 2 batches x 256 images"):   # the larger loader counts
+        loaders.check_shared_memory(sample, 1, [(64, 4), (256, 2)])
+    _shm(monkeypatch, 8 * 2**30)
+    loaders.check_shared_memory(sample, 7, [(64, 4), (256, 2)])
+
+
 @pytest.mark.slow
 def test_a_resumed_run_with_persistent_workers_draws_what_the_uninterrupted_one_draws():
     """Bug caught: a resumed run creating its persistent loader's first iterator after restoring the RNG, so
