@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Optional
@@ -42,6 +43,7 @@ from xbm.errors import BadImageError
 
 MEMORY_BUDGET = 2 * 1024**3
 CACHE_FORMAT = 2  # 2: records the skipped samples (empty entries)
+AHEAD_PER_THREAD = 4  # decoded images waiting per decode thread (_threaded)
 _ASPECT_ALLOWANCE = 4 / 3  # photos are rarely longer than 4:3 once the short side is fixed
 
 
@@ -96,8 +98,17 @@ def _threaded(fn: Callable, n: int, threads: int):
     if threads <= 1:
         yield from map(fn, range(n))
         return
+    # At most AHEAD_PER_THREAD results per thread wait for the consumer: Executor.map submits every task at
+    # once, so decoded images piled up in memory whenever the consumer (the disk cache's writer on a slow
+    # disk, NFS) was slower than the decoding: gigabytes for SOP.
     with ThreadPoolExecutor(threads) as pool:
-        yield from pool.map(fn, range(n))
+        ahead: deque = deque()
+        for j in range(n):
+            ahead.append(pool.submit(fn, j))
+            if len(ahead) >= threads * AHEAD_PER_THREAD:
+                yield ahead.popleft().result()
+        while ahead:
+            yield ahead.popleft().result()
 
 
 def _decoded_arrays(images: LiveImages, threads: int, skip: bool = False):
@@ -173,8 +184,11 @@ def _reusable(final: Path, source: SampleSource, skip: bool) -> bool:
 
 
 def _write(final: Path, key: dict, images: LiveImages, threads: int, skip: bool) -> None:
+    # Under the lock no one else writes: a temporary folder left here was a killed writer's (SIGKILL, an
+    # out-of-memory kill, a preempted node never reach the clean-up below), up to 31 GB for SOP at 224 px.
+    for stale in final.parent.glob(f"{final.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = final.with_name(final.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     offsets, shapes, skipped = [0], [], []
     try:
@@ -186,12 +200,16 @@ def _write(final: Path, key: dict, images: LiveImages, threads: int, skip: bool)
                 out.write(array.tobytes())
                 offsets.append(offsets[-1] + array.size)
                 shapes.append(array.shape[:2])
+            out.flush()
+            os.fsync(out.fileno())  # on disk before the rename says the cache is whole (a node that crashes)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # on_bad_image=stop: nothing is written
         raise
     np.savez(tmp / "index.npz", offsets=np.asarray(offsets, dtype=np.int64),
              shapes=np.asarray(shapes, dtype=np.int64).reshape(-1, 2), mode=np.str_(images.style.mode),
              skipped=np.asarray(skipped, dtype=np.int64))
+    with open(tmp / "index.npz", "rb") as index:
+        os.fsync(index.fileno())
     stamps = [stamp(images.source, j) for j in skipped]
     (tmp / "key.json").write_text(json.dumps({**key, "format": CACHE_FORMAT, "skipped": stamps}, indent=1))
     shutil.rmtree(final, ignore_errors=True)

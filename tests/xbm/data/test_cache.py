@@ -69,6 +69,43 @@ def test_disk_cache_is_written_once_then_read_without_decoding(tmp_path, monkeyp
                                                                                 if not p.name.startswith(".")]
 
 
+def test_a_killed_writer_s_temporary_folder_is_removed_by_the_next_writer(tmp_path):
+    """Bug caught: a writer killed mid-write (SIGKILL, an out-of-memory kill, a preempted node) never reaches its
+    clean-up, and its partial cache (up to 31 GB for SOP) stayed on disk for good beside the finished one."""
+    source, folder = photos(tmp_path), tmp_path / "cache"
+    key = {"dataset": "fixture", "load_size": 32}
+    open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1)
+    final = next(p for p in folder.iterdir() if not p.name.startswith("."))
+    killed = folder / f"{final.name}.tmp-999999"
+    killed.mkdir()
+    (killed / "pixels.u8").write_bytes(b"partial")
+    for part in final.iterdir():   # the finished cache no longer fits its key: written again
+        part.unlink()
+    final.rmdir()
+    open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1)
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [final.name]
+
+
+def test_decoding_threads_run_a_bounded_window_ahead_of_a_slow_consumer():
+    """Bug caught: ``Executor.map`` submits every image at once, so while the disk cache's writer (a slow disk,
+    NFS) lagged, every decoded image waited in memory: gigabytes for SOP. At most AHEAD_PER_THREAD per thread."""
+    import threading
+    import time
+
+    started, lock = [], threading.Lock()
+
+    def decode_one(j):
+        with lock:
+            started.append(j)
+        return j
+
+    results = cache._threaded(decode_one, 200, threads=2)
+    assert next(results) == 0
+    time.sleep(0.3)   # the consumer lags; the threads are long done with what they were given
+    assert len(started) <= 2 * cache.AHEAD_PER_THREAD + 1
+    assert list(results) == list(range(1, 200)) and len(started) == 200
+
+
 def test_image_store_keeps_small_sets_in_memory_and_large_ones_on_disk_or_live(tmp_path):
     source = photos(tmp_path)
     assert isinstance(image_store(source, PHOTO, 32, {"dataset": "f", "load_size": 32}), cache.PackedImages)
