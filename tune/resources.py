@@ -48,6 +48,21 @@ def cap_gpu_memory(fraction: float) -> bool:
     return True
 
 
+def free_previous_trial() -> None:
+    """Free what an earlier trial of this process left: with ``reuse_actors`` a trial runs where the last one
+    ran, and a Trainer sits in reference cycles (frames torch keeps from its lazy imports), which only the
+    cyclic collector frees, late (the oldest generation). Until then its model, optimiser and memory hold GPU
+    memory under this trial's cap and its loader workers stay alive. Cached CUDA blocks go back to the device,
+    for the trials sharing it."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def out_of_memory_reason(batch_size: int, gpu_fraction: float) -> str:
     """What a CUDA out-of-memory error means for this trial: the batch size, the peak it reached, the cap
     it had, and what to change. Not retried: the same config runs out of memory again."""

@@ -122,10 +122,11 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
     import ray
 
-    from tune.resources import cap_gpu_memory
+    from tune.resources import cap_gpu_memory, free_previous_trial
     from xbm.cpus import use_cpus
     from xbm.training.rng import seed_everything
 
+    free_previous_trial()
     context = tune.get_context()
     trial_id = context.get_trial_id()
     live.print_header(trial_id, context.get_trial_name(), config)

@@ -79,6 +79,10 @@ def check_space(space, options: SweepOptions) -> None:
     if workers > 1:
         check_batch_split(_values(space, "batch_size"), _values(space, "samples_per_class"),
                           _values(space, "objective"), workers)
+    if workers > 1 and options.gpus_per_trial > 0 and "cpu" in _values(space, "device"):
+        raise SweepInputError("device=cpu cannot run a data-parallel trial on GPUs: its workers talk over NCCL, "
+                              "which carries CUDA tensors only (the first gather of CPU tensors fails); drop "
+                              "device=cpu (device=auto trains on the trial's GPUs), or set --gpus-per-trial 0")
 
 
 def check_batch_split(batch_sizes: Iterable[int], samples_per_class: Iterable[int], objectives: Iterable[str],

@@ -61,3 +61,30 @@ def test_the_out_of_memory_reason_says_what_to_change():
     """Bug caught: a bare 'CUDA out of memory' that names neither the batch size nor what to do."""
     text = out_of_memory_reason(128, 0.5)
     assert "batch_size=128" in text and "--gpus-per-trial" in text and "peak" in text and "cap" in text
+
+
+def test_a_reused_actor_frees_the_previous_trials_trainer(monkeypatch):
+    """Bug caught: with reuse_actors a trial runs in the process of the last one, whose Trainer sits in a
+    reference cycle that only the oldest-generation collection frees: its model, optimiser and memory kept
+    GPU memory under the new trial's cap, and its loader workers stayed alive."""
+    import gc
+    import weakref
+
+    from tests.xbm.conftest import tiny_trainer
+    from tune.resources import free_previous_trial
+
+    def trial():
+        trainer = tiny_trainer(epochs=1)
+        next(trainer.fit())
+        cycle = {"trainer": trainer}
+        cycle["self"] = cycle   # as the frames torch's lazy imports keep (measured: the first trainer of a process)
+        return weakref.ref(trainer)
+
+    gc.disable()
+    try:
+        previous = trial()
+        assert previous() is not None   # nothing but the cyclic collector frees it
+        free_previous_trial()
+        assert previous() is None
+    finally:
+        gc.enable()

@@ -72,6 +72,20 @@ def test_the_global_batch_must_split_into_whole_classes_per_rank():
         check_batch_split([16], [4], ["moco"], 3)
 
 
+def test_device_cpu_on_gpu_workers_is_refused_before_ray_starts():
+    """Bug caught: ``--gpus-per-trial 1 --workers-per-trial 2`` with ``device=cpu`` in the space started NCCL
+    workers that trained on the CPU, and the first gather of CPU tensors failed inside every trial."""
+    from tune.spaces import load_space
+    from tune.workers import check_space
+
+    space = load_space("quickstart", overrides={"device": "cpu"})
+    options = SweepOptions(workers_per_trial=2, gpus_per_trial=1.0)
+    with pytest.raises(SweepInputError, match="device=cpu cannot run a data-parallel trial on GPUs.*NCCL"):
+        check_space(space, options)
+    check_space(space, SweepOptions(workers_per_trial=2, gpus_per_trial=0.0))   # gloo on CPU workers
+    check_space(load_space("quickstart"), options)   # device=auto
+
+
 def test_a_trial_with_more_gpus_than_any_node_is_refused_naming_the_nodes():
     """Bug caught: a 4-GPU trial on 2-GPU nodes accepted (its Train run waits for resources forever), or the
     error not saying which nodes have how many GPUs."""
