@@ -251,13 +251,14 @@ class Trainer:
         return self.embed(self.model, self.train_view)[0]
 
     def _embedded_sets(self) -> list:
-        """The sets an evaluation may embed: the training set (its eval view) and the query and gallery
-        parts of the validation and test splits."""
-        sets = [self.splits.train]
-        for split in (self.splits.val, self.splits.test):
-            if split is not None:
-                sets += [part for part in (split.query, split.gallery) if part is not None]
-        return sets
+        """The sets this run embeds whole: the selection split's parts, the test split's under
+        ``evaluate_test``, and the training set (its eval view) for every objective but the supervised one
+        (the label-free ones' k-NN accuracy, the neighbours' pools)."""
+        splits = [self._selection_split()]
+        if self.cfg.evaluate_test and self.splits.val is not None:
+            splits.append(self.splits.test)
+        sets = [part for split in splits for part in (split.query, split.gallery) if part is not None]
+        return sets + ([self.splits.train] if self.cfg.objective != "supervised" else [])
 
     def _selection_split(self):
         return self.splits.val if self.splits.val is not None else self.splits.test
