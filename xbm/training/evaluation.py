@@ -124,5 +124,5 @@ def staleness(model: nn.Module, train_view, memory: Optional[EmbeddingMemory], e
     rows = rows[indices[rows] >= 0]  # rows written without a training index cannot be re-embedded
     if len(rows) == 0:
         return {"staleness_mean": NAN}
-    current = embed(model, train_view, indices[rows])[0]
+    current = embed(model, train_view, indices[rows], keep=False)[0]   # other rows every epoch
     return {"staleness_mean": float(diagnostics.memory_staleness(stored[rows.to(stored.device)], current))}

@@ -156,7 +156,8 @@ class Embedder:
         self.num_workers = num_workers
         self.batch_size = batch_size
         self.prepare = prepare  # the batch on its device -> the model's input (the data set's eval statistics)
-        # key -> [dataset (held so that its id is not reused), loader, its input batches or None, their bytes]
+        # key -> [dataset (held so that its id is not reused), its loader (None once its batches are kept),
+        #         its input batches or None, their bytes]
         self._loaders: "OrderedDict[tuple, list]" = OrderedDict()
         self._inputs_bytes = 0
 
@@ -166,27 +167,30 @@ class Embedder:
         if key in self._loaders:
             self._loaders.move_to_end(key)
             return self._loaders[key]
-        subset = dataset if indices is None else Subset(dataset, indices.tolist())
-        workers = self.num_workers if len(subset) >= EVAL_WORKERS_FROM else 0
-        # An own generator: a DataLoader draws its base seed from the generator it is given, so evaluation
-        # never moves the global torch RNG and evaluating more (evaluate_test) leaves training unchanged.
-        loader = DataLoader(subset, batch_size=self.batch_size, shuffle=False, num_workers=workers,
-                            pin_memory=self.runtime.device.type == "cuda", persistent_workers=workers > 0,
-                            prefetch_factor=EVAL_PREFETCH if workers > 0 else None,
-                            generator=torch.Generator().manual_seed(0))
-        self._loaders[key] = [dataset, loader, None, 0]
+        self._loaders[key] = [dataset, self._loader(dataset, indices), None, 0]
         while len(self._loaders) > EVAL_LOADERS_KEPT:
             self._inputs_bytes -= self._loaders.popitem(last=False)[1][3]
         return self._loaders[key]
 
+    def _loader(self, dataset: Dataset, indices: Optional[torch.Tensor]) -> DataLoader:
+        subset = dataset if indices is None else Subset(dataset, indices.tolist())
+        workers = self.num_workers if len(subset) >= EVAL_WORKERS_FROM else 0
+        # An own generator: a DataLoader draws its base seed from the generator it is given, so evaluation
+        # never moves the global torch RNG and evaluating more (evaluate_test) leaves training unchanged.
+        return DataLoader(subset, batch_size=self.batch_size, shuffle=False, num_workers=workers,
+                          pin_memory=self.runtime.device.type == "cuda", persistent_workers=workers > 0,
+                          prefetch_factor=EVAL_PREFETCH if workers > 0 else None,
+                          generator=torch.Generator().manual_seed(0))
+
     @torch.no_grad()
-    def __call__(self, model: nn.Module, dataset: Dataset,
-                 indices: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Embeddings [N, d] (fp32) and labels [N] of ``dataset`` (or of its ``indices`` subset)."""
-        entry = self._entry(dataset, indices)
+    def __call__(self, model: nn.Module, dataset: Dataset, indices: Optional[torch.Tensor] = None,
+                 keep: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings [N, d] (fp32) and labels [N] of ``dataset`` (or of its ``indices`` subset). ``keep=False``:
+        a set embedded once (a staleness probe, new every epoch): neither its loader nor its inputs are kept."""
+        entry = self._entry(dataset, indices) if keep else [dataset, self._loader(dataset, indices), None, 0]
         kept = entry[2]
         # this pass's batches, while they still fit the budget (then dropped: never all of a large set at once)
-        batches, size = ([] if kept is None else None), 0
+        batches, size = ([] if kept is None and keep else None), 0
         # every module's own mode, not the top one's: model.train(True) would also wake a backbone the
         # warm-up froze in eval mode (BatchNorm statistics moving; with sync_bn, rank 0 alone all-reducing)
         modes = {m: m.training for m in model.modules()}
@@ -206,7 +210,7 @@ class Embedder:
         finally:
             for m, training in modes.items():
                 m.training = training
-        if batches is not None:
-            entry[2:] = batches, size
+        if batches is not None:   # the loader goes (its workers end): the set is read from memory from now on
+            entry[1:] = None, batches, size
             self._inputs_bytes += size
         return torch.cat(out), torch.cat(labels).to(self.runtime.device)

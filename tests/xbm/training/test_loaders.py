@@ -44,6 +44,23 @@ def test_changing_subsets_recycle_the_oldest_loader():
     assert len(embed._loaders) == EVAL_LOADERS_KEPT
 
 
+def test_a_probe_embedded_once_keeps_nothing_and_a_kept_set_lets_its_loader_go(monkeypatch):
+    """Bugs caught: staleness probes (other rows every epoch, never read again) storing their inputs and
+    taking kept-loader slots, up to 300 MiB of the inputs' budget; and a set whose inputs are kept holding its
+    loader, whose persistent workers then idled for the rest of the run (7 processes per large split)."""
+    embed = Embedder(Runtime.from_config("cpu", "off", False), 0)
+    data, model = _dataset(), torch.nn.Identity()
+    whole, _ = embed(model, data)
+    (entry,) = embed._loaders.values()
+    assert entry[1] is None and entry[2] is not None   # read from memory from now on, no loader left
+    kept = embed._inputs_bytes
+    for start in range(3):
+        probe, _ = embed(model, data, torch.tensor([start, start + 5]), keep=False)
+        assert torch.equal(probe, whole[[start, start + 5]])
+    assert len(embed._loaders) == 1 and embed._inputs_bytes == kept
+    assert torch.equal(embed(model, data)[0], whole)
+
+
 class CountingDataset(torch.utils.data.Dataset):
     """An evaluation view that counts its reads (each one a decode and transform of an image set)."""
 
