@@ -122,7 +122,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
     import ray
 
-    from tune.resources import cap_gpu_memory, free_previous_trial
+    from tune.resources import cap_gpu_memory, free_previous_trial, track_trainer
     from xbm.cpus import use_cpus
     from xbm.training.rng import seed_everything
 
@@ -147,6 +147,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
                      tune_reporter(), started)
     try:
         trainer = _trainer(cfg, cpus, policy, node_id, sweep)
+        track_trainer(trainer)
         checkpoint = tune.get_checkpoint()
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:
