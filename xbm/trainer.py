@@ -40,8 +40,8 @@ from xbm.objectives import build_objective
 from xbm.training import evaluation
 from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
-from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, EVAL_WORKERS_FROM, TRAIN_PREFETCH, Embedder,
-                                  check_shared_memory, resolve_workers, start_persistent_workers, train_loader)
+from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, Embedder, check_shared_memory,
+                                  eval_workers, resolve_workers, start_persistent_workers, train_loader)
 from xbm.training.optim import main_optimizer, main_scheduler, rescale_optimizer, warmup_optimizer
 from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
 from xbm.training.reuse import Reuse
@@ -99,11 +99,6 @@ class Trainer:
                 "CPU(s) for this run): every image would be decoded and augmented in the training process while "
                 "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
                 "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
-        if images:   # uint8 samples of input_shape; evaluation loaders have workers from EVAL_WORKERS_FROM on
-            shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH)]
-            if max(len(part) for part in self._embedded_sets()) >= EVAL_WORKERS_FROM:
-                shares.append((EVAL_BATCH, EVAL_PREFETCH))
-            check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares)
         self.model = create_embedding_model(cfg, tuple(self.splits.input_shape))
         if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
             self.model = convert_sync_batchnorm(self.model, self.runtime.device)
@@ -119,6 +114,11 @@ class Trainer:
         # The labels reach only the supervised objective and the neighbours' diagnostics.
         self.objective = build_objective(cfg, self.model, train.labels).to(self.runtime.device)
         self.objective.ranks = ranks
+        if images:   # before any loader: uint8 samples of input_shape through the workers' shared memory
+            shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH)]
+            if eval_workers(self.workers, max(len(part) for part in self._embedded_sets())):
+                shares.append((EVAL_BATCH, EVAL_PREFETCH))
+            check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares)
         compile_model(self.model, cfg.compile)  # after the objective: MoCo's key encoder copies the plain model
         pair_loss = self.objective.pair_loss()
         self.warmup_loss = BatchLoss(pair_loss)
@@ -252,13 +252,13 @@ class Trainer:
 
     def _embedded_sets(self) -> list:
         """The sets this run embeds whole: the selection split's parts, the test split's under
-        ``evaluate_test``, and the training set (its eval view) for every objective but the supervised one
-        (the label-free ones' k-NN accuracy, the neighbours' pools)."""
+        ``evaluate_test``, and the training set (its eval view) for a label-free objective (its k-NN
+        accuracy, the neighbours' pools)."""
         splits = [self._selection_split()]
         if self.cfg.evaluate_test and self.splits.val is not None:
             splits.append(self.splits.test)
         sets = [part for split in splits for part in (split.query, split.gallery) if part is not None]
-        return sets + ([self.splits.train] if self.cfg.objective != "supervised" else [])
+        return sets + ([] if self.objective.uses_labels else [self.splits.train])
 
     def _selection_split(self):
         return self.splits.val if self.splits.val is not None else self.splits.test

@@ -155,9 +155,7 @@ def test_an_image_run_whose_workers_cannot_fit_shared_memory_is_refused_before_a
     with pytest.raises(loaders.SharedMemoryError, match="2 workers x 4 batches x 20 images"):
         tiny(dataset="digits", model="test_resnet", image_size=16, batch_size=20, num_workers=2)
     assert tiny(dataset="digits", model="test_resnet", image_size=16, batch_size=20, num_workers=0).workers == 0
-    import xbm.trainer
-
-    monkeypatch.setattr(xbm.trainer, "EVAL_WORKERS_FROM", 10)   # digits' splits now get evaluation workers
+    monkeypatch.setattr(loaders, "EVAL_WORKERS_FROM", 10)   # digits' splits now get evaluation workers
     with pytest.raises(loaders.SharedMemoryError, match="2 workers x 2 batches x 256 images"):
         tiny(dataset="digits", model="test_resnet", image_size=16, batch_size=20, num_workers=2)
 

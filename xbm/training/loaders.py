@@ -35,9 +35,12 @@ EVAL_WORKERS_FROM = 4096
 # drift probe): built once per run. Staleness probes change every epoch and cycle through the oldest slot.
 EVAL_LOADERS_KEPT = 8
 # The input batches (uint8 images after the eval transform) a kept loader produced, kept with it while all
-# of them fit in this many bytes of host memory per Embedder (pinned ones counted as allocated: host_bytes): a later evaluation of the same set decodes and transforms
-# nothing (224-px images: 150 KB each, so a 1,200-image selection split takes 180 MB).
+# of them fit in this many bytes of host memory per Embedder (pinned ones counted as allocated: host_bytes):
+# a later evaluation of the same set decodes and transforms nothing (224-px images: 150 KB each, so a
+# 1,200-image selection split takes 180 MB).
 EVAL_INPUTS_BYTES = 2**30
+TRAIN_PREFETCH, EVAL_PREFETCH = 4, 2  # batches each loader worker prepares ahead (torch's default: 2)
+SHARED_MEMORY = "/dev/shm"
 
 
 def host_bytes(t: torch.Tensor) -> int:
@@ -48,8 +51,9 @@ def host_bytes(t: torch.Tensor) -> int:
     return 1 << (n - 1).bit_length() if n > 1 and t.is_pinned() else n
 
 
-TRAIN_PREFETCH, EVAL_PREFETCH = 4, 2  # batches each loader worker prepares ahead (torch's default: 2)
-SHARED_MEMORY = "/dev/shm"
+def eval_workers(num_workers: int, size: int) -> int:
+    """The workers an evaluation loader of ``size`` samples gets: none below :data:`EVAL_WORKERS_FROM`."""
+    return num_workers if size >= EVAL_WORKERS_FROM else 0
 
 
 def check_shared_memory(sample_bytes: int, workers: int, loaders: Sequence[tuple[int, int]],
@@ -174,7 +178,7 @@ class Embedder:
 
     def _loader(self, dataset: Dataset, indices: Optional[torch.Tensor]) -> DataLoader:
         subset = dataset if indices is None else Subset(dataset, indices.tolist())
-        workers = self.num_workers if len(subset) >= EVAL_WORKERS_FROM else 0
+        workers = eval_workers(self.num_workers, len(subset))
         # An own generator: a DataLoader draws its base seed from the generator it is given, so evaluation
         # never moves the global torch RNG and evaluating more (evaluate_test) leaves training unchanged.
         return DataLoader(subset, batch_size=self.batch_size, shuffle=False, num_workers=workers,

@@ -56,9 +56,6 @@ def full_fp32_matmul():
     mantissa) is off by ~1e-3, enough to reorder near neighbours, so GPU Recall@K would differ from the
     same embeddings' on the CPU. Costs little: one GEMM per block, beside a model's forward passes."""
     previous = torch.get_float32_matmul_precision()
-    if previous == "highest":
-        yield
-        return
     torch.set_float32_matmul_precision("highest")
     try:
         yield
