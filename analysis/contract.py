@@ -96,7 +96,7 @@ def trial_fields(metric: str, metric_types: Mapping[str, pa.DataType] | None = N
     """trials.parquet's columns before the ``config.*`` ones, in order. ``metric_types`` (a metric's
     type as reported) types its ``best_``/``final_`` columns; float64 otherwise. ``extra``: the sweep's
     other objectives."""
-    s, f, i = pa.string(), pa.float64(), pa.int64()
+    f, i = pa.float64(), pa.int64()
     summary = []
     for name in summary_names(metric, extra):
         kind = (metric_types or {}).get(name, f)

@@ -10,6 +10,38 @@ from pathlib import Path
 import pyarrow.fs as pafs
 
 
+def is_uri(text: str) -> bool:
+    """Whether ``text`` names a URI (``s3://...``, ``file:///...``) rather than a local path: the one test
+    of it, so that every command reads ``--storage`` and sweep folders alike."""
+    return "://" in text
+
+
+def absolute(text: str) -> str:
+    """A URI as given, a local path made absolute (``~`` expanded): how Tune and the records name a folder."""
+    return text if is_uri(text) else os.path.abspath(os.path.expanduser(text))
+
+
+def local_path(text: str) -> str | None:
+    """The absolute local path ``text`` names (a plain path, or a ``file://`` URI), None for a bucket."""
+    if not is_uri(text):
+        return absolute(text)
+    return text.removeprefix("file://") if text.startswith("file://") else None
+
+
+def filesystem_of(text: str) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, path inside it)`` for a local path (made absolute) or a URI ``pyarrow.fs`` understands."""
+    return pafs.FileSystem.from_uri(text) if is_uri(text) else (pafs.LocalFileSystem(), absolute(text))
+
+
+def read_file_bytes(text: str, what: str) -> bytes:
+    """The bytes of the file at a local path or URI; ``FileNotFoundError`` naming ``what`` when it is gone."""
+    fs, path = filesystem_of(text)
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        raise FileNotFoundError(f"{what} {text} does not exist (moved or deleted?)")
+    with fs.open_input_stream(path) as stream:
+        return stream.readall()
+
+
 @dataclass(frozen=True)
 class Location:
     fs: pafs.FileSystem
@@ -20,12 +52,9 @@ class Location:
     def resolve(cls, path: str | Path) -> "Location":
         """The sweep folder at ``path`` (the folder itself or its ``results/``)."""
         text = str(path)
-        if "://" in text:
-            fs, root = pafs.FileSystem.from_uri(text)
-            scheme = text.split("://", 1)[0]
-            make_uri = (lambda r: f"{scheme}://{r}") if scheme != "file" else (lambda r: r)
-        else:
-            fs, root, make_uri = pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(text)), (lambda r: r)
+        fs, root = filesystem_of(text)
+        scheme = text.split("://", 1)[0] if is_uri(text) else "file"
+        make_uri = (lambda r: f"{scheme}://{r}") if scheme != "file" else (lambda r: r)
         root = root.rstrip("/") or "/"
         for candidate in (root, root.rsplit("/", 1)[0] if root.endswith("/results") else None):
             if candidate and _is_dir(fs, f"{candidate}/results"):

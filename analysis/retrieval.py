@@ -84,14 +84,14 @@ def best_trial_grid(sweep, queries: int = 8, k: int = 5) -> RetrievalGrid:
 def _read_weights(uri: str) -> dict:
     import io
 
-    import pyarrow.fs as pafs
-
-    fs, path = pafs.FileSystem.from_uri(uri) if "://" in uri else (pafs.LocalFileSystem(), uri)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
-        raise NotApplicable(f"the best trial's weights {uri} no longer exist")
-    with fs.open_input_stream(path) as stream:
-        data = stream.readall()
     import torch
+
+    from analysis.location import read_file_bytes
+
+    try:
+        data = read_file_bytes(uri, "the best trial's weights")
+    except FileNotFoundError as exc:
+        raise NotApplicable(str(exc)) from exc
 
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+from analysis.location import read_file_bytes
+
 FINISHED = ("completed", "stopped_early")  # trials that ran to their end (budget or scheduler)
 STAGES = ("sweep", "confirm")
 RUN_WEIGHTS = ("best_weights.pt", "checkpoint.pt")
@@ -92,7 +94,7 @@ def from_sweep(sweep: str, trial: str | None, stage: str) -> dict[str, Any]:
     if uri is None or (isinstance(uri, float) and math.isnan(uri)) or not str(uri):
         raise ValueError(f"trial {row['trial_id']} ({row.get('status')}) has no best weights (it reported no "
                          f"finite {record.metric}, or ran before best weights were kept)")
-    payload = _load(read_bytes(str(uri)), str(uri))
+    payload = _load(read_file_bytes(str(uri), "the best weights file"), str(uri))
     provenance = {"source": "sweep", "sweep": sweep.rstrip("/"), "experiment": record.experiment,
                   "stage": str(row.get("stage")), "trial": str(row["trial_id"]), "epoch": int(payload["epoch"]),
                   "metric": str(payload.get("metric", record.metric)), "value": float(payload["value"]),
@@ -160,20 +162,6 @@ def _load(data: bytes, where: str) -> dict:
         raise ValueError(f"{where} holds a model of the vector data set {payload['config'].get('dataset')!r}: "
                          "an embedder takes images; export a run on an image data set")
     return payload
-
-
-def read_bytes(uri: str) -> bytes:
-    """A file's bytes from a local path or a URI pyarrow.fs understands (s3://...)."""
-    import pyarrow.fs as pafs
-
-    if "://" in uri:
-        fs, path = pafs.FileSystem.from_uri(uri)
-    else:
-        fs, path = pafs.LocalFileSystem(), str(Path(uri).expanduser().resolve())
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
-        raise FileNotFoundError(f"the best weights file {uri} does not exist (moved or deleted?)")
-    with fs.open_input_stream(path) as stream:
-        return stream.readall()
 
 
 def _last_metric(folder: Path, metric: str):

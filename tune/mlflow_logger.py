@@ -22,6 +22,7 @@ from ray.air.integrations.mlflow import MLflowLoggerCallback
 from ray.tune.result import TIMESTEPS_TOTAL
 from ray.tune.utils.util import flatten_dict
 
+from analysis.location import local_path
 from tune.options import SweepInputError
 
 MLRUNS_DIR = "mlruns"
@@ -102,5 +103,6 @@ def _numbers(values: dict) -> dict[str, float]:
 
 
 def build_mlflow(storage_path: str, experiment: str) -> SweepMLflow:
-    local = None if "://" in storage_path else os.path.join(storage_path, experiment)
+    root = local_path(storage_path)
+    local = None if root is None else os.path.join(root, experiment)
     return SweepMLflow(tracking_uri(local), experiment)

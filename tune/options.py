@@ -5,11 +5,11 @@ The CLI flags map one to one (``--num-samples`` -> ``num_samples``); ``sweep.jso
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from analysis.location import absolute, is_uri
 from analysis.sweep_record import Objectives
 from xbm.checks import checker
 from xbm.checks import parse_overrides as _parse_overrides
@@ -172,9 +172,7 @@ class SweepOptions(Objectives):
 
     def storage_path(self) -> str:
         """Tune wants an absolute local path or a URI."""
-        if "://" in self.storage:
-            return self.storage.rstrip("/")
-        return os.path.abspath(os.path.expanduser(self.storage))
+        return self.storage.rstrip("/") if is_uri(self.storage) else absolute(self.storage)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "overrides": dict(self.overrides)}

@@ -22,6 +22,7 @@ import tempfile
 from typing import Any, Mapping
 
 from analysis.contract import TRIALS_FILE, SweepRecord
+from analysis.location import absolute, local_path
 from tune.options import SweepInputError
 from tune.parquet import RESULTS, SWEEP_JSON, Storage, finite
 
@@ -42,9 +43,8 @@ def journal_storage(path: str):
 
 def live_journal(results_uri: str) -> str | None:
     """Where a sweep with results in ``results_uri`` keeps its live study: a local path, or None on a bucket."""
-    if "://" in results_uri and not results_uri.startswith("file://"):
-        return None
-    return os.path.join(results_uri.removeprefix("file://"), JOURNAL)
+    root = local_path(results_uri)
+    return None if root is None else os.path.join(root, JOURNAL)
 
 
 def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str, int]]:
@@ -52,9 +52,7 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
     ``./<name>.optuna.journal`` for a bucket). Returns (journal path, study name, trials per state)."""
     import optuna
 
-    uri = path.rstrip("/")
-    if "://" not in uri:
-        uri = os.path.abspath(os.path.expanduser(uri))
+    uri = absolute(path.rstrip("/"))
     results = Storage(f"{uri}/{RESULTS}")
     if not results.exists(SWEEP_JSON) or not results.exists("trials.parquet"):
         raise SweepInputError(f"export-optuna needs a sweep folder with {RESULTS}/{SWEEP_JSON} and "

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from analysis.contract import (CONFIG_PREFIX, INT_COLUMNS, RESULTS, SWEEP_JSON, UnreadableFileError,  # noqa: F401
                                column_type, config_of, finite, read_retried)
+from analysis.location import filesystem_of, is_uri
 from tune.options import SweepInputError
 from xbm.config import TrainConfig
 
@@ -98,10 +99,8 @@ class Storage:
     def __init__(self, root: str, filesystem: pafs.FileSystem | None = None) -> None:
         if filesystem is not None:
             self.fs, self.root = filesystem, root
-        elif "://" in root:
-            self.fs, self.root = pafs.FileSystem.from_uri(root)
         else:
-            self.fs, self.root = pafs.LocalFileSystem(), _absolute(root)
+            self.fs, self.root = filesystem_of(root)
         self._made: set[str] = set()
 
     def path(self, relative: str) -> str:
@@ -185,7 +184,7 @@ class Storage:
 def check_storage(uri: str) -> None:
     """Raise ``SweepInputError`` (the CLI's exit 2) when ``uri`` names a bucket that does not exist or
     that the credentials cannot read; a local folder passes (it is created when needed)."""
-    if "://" not in uri:
+    if not is_uri(uri):
         return
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
@@ -212,7 +211,4 @@ def write_bytes(fs: pafs.FileSystem, path: str, payload) -> None:
     with fs.open_output_stream(path) as out:
         out.write(payload)
 
-
-def _absolute(path: str) -> str:
-    return os.path.abspath(os.path.expanduser(path))
 

@@ -3,7 +3,6 @@ provenance every row carries, and the outcome of a fit read back from ``trials.p
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -136,8 +135,3 @@ def _empty_trials():
     import pandas as pd
 
     return pd.DataFrame({"trial_id": [], "status": []})
-
-
-def absolute_uri(path: str) -> str:
-    """A sweep folder as Tune wants it: a URI as given, a local path absolute."""
-    return path if "://" in path else os.path.abspath(os.path.expanduser(path))

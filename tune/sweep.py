@@ -24,13 +24,14 @@ from typing import Any, Mapping
 from ray import tune
 from ray.tune.schedulers import FIFOScheduler
 
+from analysis.location import absolute
 from tune.checkpoints import KeepLatestCheckpoint
 from tune.cluster import ray_session
 from tune.live import SweepBest
 from tune.optuna_study import journal_storage
 from tune.options import SweepInputError, SweepOptions
 from tune.plan import SweepPlan, check_data, relocated
-from tune.record import (SweepOutcome, absolute_uri, outcome, provenance, read_record, record_paths, sweep_record,
+from tune.record import (SweepOutcome, outcome, provenance, read_record, record_paths, sweep_record,
                          write_record)
 from tune.resources import resolve_cpus_per_trial
 from tune.schedulers import build_scheduler, decision_epochs
@@ -189,7 +190,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
 
     ``paths`` (``--set data_root=NEW``) moves the sweep to files elsewhere (``tune.plan``); the data
     set is checked before Ray starts either way."""
-    uri = absolute_uri(path)
+    uri = absolute(path)
     record = read_record(uri)
     if not tune.Tuner.can_restore(uri):
         raise SweepInputError(f"resume needs a sweep folder with Tune's experiment state, but {uri!r} has none "

@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from ray.air.integrations.wandb import WandbLoggerCallback
 
+from analysis.location import local_path
 from tune.options import SweepInputError
 
 WANDB_DIR = "wandb"
@@ -103,7 +104,7 @@ class SweepWandb(WandbLoggerCallback):
 
 
 def build_wandb(storage_path: str, experiment: str) -> SweepWandb:
-    if "://" in storage_path:
+    if local_path(storage_path) is None:
         mode = wandb_mode()
         if mode == "offline":
             raise SweepInputError(f"--log wandb runs offline here (no W&B key, or no connection), and offline runs "

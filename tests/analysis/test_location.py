@@ -1,4 +1,6 @@
 """Sweep folders on a local disk or behind a pyarrow.fs URI."""
+from pathlib import Path
+
 import pytest
 
 from analysis.location import Location
@@ -23,3 +25,20 @@ def test_listing_skips_the_sinks_temporary_files(tmp_path):
     location.write_bytes("figures/x.png", b"png")
     assert location.read_bytes("figures/x.png") == b"png" and location.is_dir("figures")
     assert location.display("report.md") == f"{tmp_path}/report.md"
+
+
+def test_one_rule_for_local_folders_and_buckets(tmp_path):
+    # Bug: each command tested "://" its own way, so `--storage file:///...` was a local folder for the Optuna
+    # journal but a bucket for MLflow (no local tracking store); and a relative folder stayed relative.
+    from analysis.location import absolute, filesystem_of, local_path, read_file_bytes
+
+    assert local_path("file:///data/sweeps") == "/data/sweeps"
+    assert local_path("s3://bucket/sweeps") is None
+    assert local_path("~/sweeps") == str(Path.home() / "sweeps")
+    assert absolute("s3://bucket/x") == "s3://bucket/x"
+    assert absolute("rel") == str(Path.cwd() / "rel")
+    assert filesystem_of("rel")[1] == str(Path.cwd() / "rel")
+    (tmp_path / "w.pt").write_bytes(b"abc")
+    assert read_file_bytes(f"file://{tmp_path}/w.pt", "the weights") == b"abc"
+    with pytest.raises(FileNotFoundError, match=r"the weights .*gone\.pt does not exist"):
+        read_file_bytes(str(tmp_path / "gone.pt"), "the weights")

@@ -24,6 +24,7 @@ def test_the_store_is_the_sweeps_database_unless_a_tracking_uri_is_set(monkeypat
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert tracking_uri("/data/sweeps/exp") == "sqlite:////data/sweeps/exp/mlruns/mlflow.db"
     assert build_mlflow("/data/sweeps", "exp").tracking_uri == "sqlite:////data/sweeps/exp/mlruns/mlflow.db"
+    assert build_mlflow("file:///data/sweeps", "exp").tracking_uri == "sqlite:////data/sweeps/exp/mlruns/mlflow.db"
     with pytest.raises(SweepInputError, match="MLFLOW_TRACKING_URI"):
         build_mlflow("s3://bucket/sweeps", "exp")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example.org:5000")
