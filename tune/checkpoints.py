@@ -8,6 +8,9 @@ epochs and at its last epoch; its best epoch's weights always kept; one full che
 - **Best weights** (``best_weights.pt`` in the trial's folder, beside its checkpoints): the model's weights
   at the epoch with the best value of the sweep's metric, whenever it improves, whatever the period. The
   copy to the CPU happens at once; the write runs in a background thread while the next epoch trains.
+  Tune stops a trial (ASHA, the budget) or reuses its actor without waiting for the trial's thread, and the
+  writer dies with the process, so the trainable's ``cleanup`` and ``reset_config`` first call
+  :func:`finish_best_weights`; a data-parallel rank 0, which Tune cannot wait for, writes before reporting.
 - **When a trial ends** (completed or stopped by the scheduler), :class:`KeepLatestCheckpoint` deletes all
   but its newest full checkpoint. While it runs, Tune keeps two (``tune.sweep.KEEP_CHECKPOINTS``: a killed
   driver's last snapshot may still name the older one). Under population-based training every checkpoint
@@ -18,6 +21,7 @@ from __future__ import annotations
 import io
 import math
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
@@ -83,6 +87,7 @@ class BestWeights:
         payload = {"model": weights, "epoch": self.epoch, "value": self.value, **about}
         self._writer = threading.Thread(target=self._write, args=(payload,), daemon=True, name="best-weights")
         self._writer.start()
+        _PENDING.add(self)
         return True
 
     def _write(self, payload: dict) -> None:
@@ -96,10 +101,13 @@ class BestWeights:
             self._error = exc
 
     def wait(self) -> None:
-        """Block until the pending write is done; re-raise its error, naming the file."""
-        if self._writer is not None:
-            self._writer.join()
+        """Block until the pending write is done; re-raise its error, naming the file. The trial's thread and
+        the actor's ``cleanup`` may both wait."""
+        writer = self._writer
+        if writer is not None:
+            writer.join()
             self._writer = None
+        _PENDING.discard(self)
         if self._error is not None:
             error, self._error = self._error, None
             raise OSError(f"could not write the best weights to {self.folder_uri}/{BEST_WEIGHTS}: {error}") from error
@@ -111,6 +119,20 @@ class BestWeights:
         value = state.get("value")
         self.value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
         self.epoch = state.get("epoch")
+
+
+_PENDING: set[BestWeights] = set()  # this process's best weights with a write not yet waited for
+
+
+def finish_best_weights() -> None:
+    """Wait for every best-weights write this process started: a trial's row names the file as soon as the
+    epoch is reported, so the write must land before Tune ends or reuses the actor. A failed write is
+    said, not raised: the trial has ended."""
+    for best in list(_PENDING):
+        try:
+            best.wait()
+        except OSError as exc:
+            warnings.warn(str(exc), stacklevel=2)
 
 
 class KeepLatestCheckpoint(Callback):

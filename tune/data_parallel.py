@@ -206,7 +206,7 @@ def worker_main(job: Mapping[str, Any]) -> None:
     fs, path = job["filesystem"], job["trial_path"]
     best = BestWeights(Storage(path, filesystem=fs), storage_uri(fs, path), job["mode"])
     loop = TrialLoop(job["trial_id"], cfg, job["metric"], job["mode"], job["policy"], job["sweep"], where, best,
-                     reporter, started)
+                     reporter, started, best_before_report=True)
     try:
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:

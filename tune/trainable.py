@@ -48,7 +48,7 @@ from ray import tune
 from ray.tune.trainable.function_trainable import wrap_function
 
 from tune import live
-from tune.checkpoints import DEFAULT_PERIOD_S, BestWeights, storage_uri
+from tune.checkpoints import DEFAULT_PERIOD_S, BestWeights, finish_best_weights, storage_uri
 from tune.parquet import Storage
 # CHECKPOINT_FILE, SETUP_KEY, BEST_WEIGHTS_KEY: re-exported (the loop that writes them moved to tune.trial_loop)
 from tune.trial_loop import BEST_WEIGHTS_KEY, CHECKPOINT_FILE, SETUP_KEY, TrialLoop, tune_reporter  # noqa: F401
@@ -258,6 +258,7 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
         return f"XbmTrial({getattr(self, 'trial_name', '')})"
 
     def reset_config(self, new_config) -> bool:
+        finish_best_weights()  # the previous trial's
         ok = base.reset_config(self, new_config)
         if ok:  # Tune set the new trial's info before this call
             live.announce_actor_name(repr(self))
@@ -268,6 +269,7 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
             from tune.data_parallel import abort_running
 
             abort_running()
+        finish_best_weights()
         base.cleanup(self)
 
     return type("XbmTrial", (base,), {"__repr__": __repr__, "reset_config": reset_config, "cleanup": cleanup,

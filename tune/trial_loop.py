@@ -53,7 +53,8 @@ class TrialLoop:
     """One run of a trial from its first epoch to its last (or the scheduler's stop): ``cfg`` its resolved
     TrainConfig; ``where`` the location keys every row carries (node, GPUs, relocated paths); ``started``
     the ``time.perf_counter()`` of the run's start (``setup_s`` is measured from it, and added to the set-up
-    of the starts before the checkpoint it restores)."""
+    of the starts before the checkpoint it restores); ``best_before_report``: wait for each best-weights write
+    before reporting its epoch (a data-parallel rank 0: Tune kills it at a stop and cannot wait for it)."""
 
     trial_id: str
     cfg: Any
@@ -65,6 +66,7 @@ class TrialLoop:
     best: BestWeights
     reporter: Reporter
     started: float
+    best_before_report: bool = False
     clock: CheckpointClock = field(init=False)
     epoch: int = field(default=0, init=False)  # the last epoch reported
     earlier_setup_s: float = field(default=0.0, init=False)  # set-up of the starts before the checkpoint restored
@@ -103,12 +105,15 @@ class TrialLoop:
             begun = time.perf_counter()
             self.best.offer(epoch, metrics[metric], model, {"config": cfg.to_dict(), "metric": metric,
                                                             "preprocessing": trainer.preprocessing_dict()})
+            if self.best_before_report:
+                self.best.wait()
             row = {**metrics, **self.where, **setup, BEST_WEIGHTS_KEY: self.best.uri}
             every = self.policy.checkpoint_every and epoch % self.policy.checkpoint_every == 0
             if not self.clock.due(metrics["epoch_time_s"], last=epoch >= cfg.epochs or bool(every)):
                 self.reporter.report({**row, "checkpoint_s": written_s + time.perf_counter() - begun})
                 written_s = 0.0
                 continue
+            self.best.wait()  # the checkpoint's trial state names the best epoch: it must be on storage
             with tempfile.TemporaryDirectory(prefix="xbm-ckpt-") as folder:
                 torch.save(trainer.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
                 state = {"best": self.best.state(), "trial_id": self.trial_id, **setup}

@@ -42,7 +42,8 @@ from xbm.training.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, Embedder, check_shared_memory,
                                   eval_workers, resolve_workers, start_persistent_workers, train_loader)
-from xbm.training.optim import main_optimizer, main_scheduler, rescale_optimizer, warmup_optimizer
+from xbm.training.optim import (load_optimizer_state, main_optimizer, main_scheduler, rescale_optimizer,
+                                warmup_optimizer)
 from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
 from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
@@ -344,8 +345,8 @@ class Trainer:
             raise ValueError("a checkpoint must be resumed with the config it was saved with, but these keys "
                              "differ: " + ", ".join(f"{k} (saved {saved.get(k)!r}, now {ours[k]!r})" for k in changed))
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.warmup_optimizer.load_state_dict(state["warmup_optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
+        load_optimizer_state(self.warmup_optimizer, state["warmup_optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         rescale_optimizer(self.optimizer, self.scheduler, lr=(saved["lr"], ours["lr"]),
                           weight_decay=(saved["weight_decay"], ours["weight_decay"]))

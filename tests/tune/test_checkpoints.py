@@ -96,3 +96,37 @@ def test_under_pbt_checkpoints_are_pruned_when_the_sweep_ends_not_when_a_trial_d
     keep.on_experiment_end([done, failed])
     assert [p.name for p in (tmp_path / "done").iterdir()] == ["checkpoint_000002"]
     assert len(list((tmp_path / "failed").iterdir())) == 2
+
+
+class SlowStorage(Storage):
+    """Writes as slowly as ~100 MB of ResNet50 weights on a network disk."""
+
+    def write_bytes(self, relative, payload):
+        import time
+
+        time.sleep(0.5)
+        super().write_bytes(relative, payload)
+
+
+def test_a_stopped_or_reused_actor_waits_for_the_best_weights_write(tmp_path, monkeypatch):
+    """Bug caught: ASHA stopping a trial right after an improving epoch (Tune's cleanup does not wait for the
+    trial's thread, and the daemon writer dies with the actor): the row names best_weights.pt, but the file
+    is missing (first rung) or holds an older epoch, so `xbm-tune export` fails on the sweep's best trial."""
+    from tune import trainable
+    from tune.checkpoints import finish_best_weights
+
+    best = BestWeights(SlowStorage(str(tmp_path)), str(tmp_path), "max")
+    best.offer(1, 0.5, torch.nn.Linear(2, 1), {})
+    finish_best_weights()
+    assert torch.load(tmp_path / BEST_WEIGHTS, weights_only=True)["epoch"] == 1
+    finish_best_weights()  # nothing pending: returns at once
+
+    waited = []
+    monkeypatch.setattr(trainable, "finish_best_weights", lambda: waited.append(True))
+    cls = trainable.make_trainable("recall_at_1", "max")
+    base = cls.__mro__[1]
+    monkeypatch.setattr(base, "cleanup", lambda self: None)
+    monkeypatch.setattr(base, "reset_config", lambda self, config: False)
+    cls.cleanup(object.__new__(cls))
+    cls.reset_config(object.__new__(cls), {})
+    assert waited == [True, True]

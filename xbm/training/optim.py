@@ -119,3 +119,17 @@ def rescale_optimizer(optimizer: torch.optim.Optimizer, scheduler, lr: tuple[flo
     if new_wd != old_wd:
         for group in optimizer.param_groups:
             group["weight_decay"] = new_wd
+
+
+IMPLEMENTATION_KEYS = ("fused", "foreach", "capturable")  # the kernels a group steps with, not its hyperparameters
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """``optimizer.load_state_dict(state)`` keeping this run's kernels. torch takes every saved group option,
+    the kernel flags too, while ``_step_supports_amp_scaling`` stays the constructor's: a CPU checkpoint resumed
+    on CUDA would hand ``found_inf`` to the plain kernel (an AssertionError at the first step), and a CUDA one
+    resumed on the CPU would step with the CPU's fused kernel. The flags are set before the load, so torch
+    places each ``step`` counter where this run's kernels want it."""
+    groups = [{**saved, **{key: own[key] for key in IMPLEMENTATION_KEYS if key in own}}
+              for saved, own in zip(state["param_groups"], optimizer.param_groups)]
+    optimizer.load_state_dict({**state, "param_groups": groups})

@@ -198,3 +198,25 @@ def test_a_lambda_schedule_resumes_from_a_weights_only_checkpoint(tmp_path):
     resumed.load_state_dict(load_checkpoint(tmp_path / "trainer.pt"))
     assert [m["lr"] for m in resumed.fit()] == pytest.approx(full[2:], rel=1e-12)
     assert full[0] == pytest.approx(0.005)   # the ramp: 0.01 * 1 / 2
+
+
+@pytest.mark.parametrize("saved_fused, resumed_fused", [(False, True), (True, False)])
+def test_a_checkpoint_resumes_with_this_runs_optimiser_kernels(monkeypatch, saved_fused, resumed_fused):
+    """Bug caught: torch's load_state_dict copies the saved group's ``fused`` over this run's, while
+    ``_step_supports_amp_scaling`` (read by the step's on-device skip and by GradScaler) keeps the
+    constructor's: a CPU checkpoint resumed on CUDA handed ``found_inf`` to the plain kernel, an AssertionError
+    at the first step (and retried into the same failure). torch has fused AdamW on the CPU, so this runs
+    here with the flag forced."""
+    from ..conftest import tiny_trainer
+    from xbm.training import optim
+
+    monkeypatch.setattr(optim, "fused", lambda params: saved_fused)
+    first = tiny_trainer(epochs=2)
+    next(iter(first.fit()))
+    state = first.state_dict()
+    monkeypatch.setattr(optim, "fused", lambda params: resumed_fused)
+    resumed = tiny_trainer(epochs=2)
+    resumed.load_state_dict(state)
+    assert bool(resumed.optimizer.param_groups[0]["fused"]) == resumed_fused
+    assert bool(resumed.warmup_optimizer.param_groups[0]["fused"]) == resumed_fused
+    assert [m["epoch"] for m in resumed.fit()] == [2]
