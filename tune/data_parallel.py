@@ -164,7 +164,20 @@ def _delete(fs, path: str) -> None:
 
 
 def worker_main(job: Mapping[str, Any]) -> None:
-    """One Train worker of a trial: rank 0 runs the trial's epoch loop and reports; the others follow."""
+    """One Train worker of a trial: rank 0 runs the trial's epoch loop and reports; the others follow. A rank
+    that runs out of CUDA memory says so with its own peak (``RankOutOfMemoryError``)."""
+    import torch
+
+    from tune.resources import RankOutOfMemoryError, out_of_memory_reason
+
+    try:
+        _run_rank(job)
+    except torch.OutOfMemoryError as exc:
+        reason = out_of_memory_reason(train_config(job["config"]).batch_size, 1.0)
+        raise RankOutOfMemoryError(reason, str(exc)) from exc
+
+
+def _run_rank(job: Mapping[str, Any]) -> None:
     started = time.perf_counter() - (time.time() - job["started_s"])  # setup_s from the launcher's start
     import ray
     import ray.train

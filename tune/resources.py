@@ -76,6 +76,19 @@ def free_previous_trial() -> None:
         torch.cuda.empty_cache()
 
 
+class RankOutOfMemoryError(RuntimeError):
+    """A data-parallel rank ran out of CUDA memory: ``reason`` is :func:`out_of_memory_reason` as that rank
+    measured it, the message torch's own. The launcher, which reports the failure, holds no GPU: read there,
+    the peak would be its own (0), and its first CUDA call would open a context on a GPU another trial owns."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(reason, message)  # both in args: Ray pickles the error to the launcher
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.args[1]
+
+
 def out_of_memory_reason(batch_size: int, gpu_fraction: float) -> str:
     """What a CUDA out-of-memory error means for this trial: the batch size, the peak it reached, the cap
     it had, and what to change. Not retried: the same config runs out of memory again."""

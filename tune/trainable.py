@@ -121,6 +121,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     started = time.perf_counter()
     # torch and the trainer load here, in the trial's process: the driver (CLI, sink) never needs them
     import ray
+    import torch
 
     from tune.resources import cap_gpu_memory, free_previous_trial, track_trainer
     from xbm.cpus import use_cpus
@@ -141,8 +142,9 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     assigned = ray.get_runtime_context().get_assigned_resources()
     cpus = use_cpus(assigned.get("CPU", 1))  # torch and decode threads: the trial's CPUs, not the node's
     gpu_share = float(assigned.get("GPU", 0.0))
-    if cfg.device.startswith("cuda"):
+    if cfg.device.startswith("cuda") and torch.cuda.is_available():
         cap_gpu_memory(gpu_share)
+        torch.cuda.reset_peak_memory_stats()  # an out-of-memory reason names this trial's peak, not a previous one's
     loop = TrialLoop(trial_id, cfg, metric, mode, policy, sweep, where, trial_best_weights(context.get_storage(), mode),
                      tune_reporter(), started)
     try:
@@ -179,11 +181,13 @@ def deterministic_failure(exc: BaseException, cfg, epoch: int, gpu_share: float)
     ``epoch`` is the last epoch reported."""
     import torch
 
-    from tune.resources import out_of_memory_reason
+    from tune.resources import RankOutOfMemoryError, out_of_memory_reason
     from xbm.errors import BadImageError, NonFiniteLossError, SharedMemoryError
 
     if isinstance(exc, NonFiniteLossError):
         return max(exc.epoch, epoch), "non-finite loss"
+    if isinstance(exc, RankOutOfMemoryError):  # measured on the rank (tune.data_parallel)
+        return epoch + 1, exc.reason
     if isinstance(exc, torch.OutOfMemoryError):
         return epoch + 1, out_of_memory_reason(cfg.batch_size, gpu_share or 1.0)
     if isinstance(exc, BadImageError):  # on_bad_image=stop: every retry would stop on the same file

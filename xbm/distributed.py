@@ -11,6 +11,7 @@ workers (Ray Train in ``tune``, ``torch.multiprocessing`` in the tests) initiali
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -38,6 +39,12 @@ class Ranks:
         if dist.is_available() and dist.is_initialized():
             return cls(dist.get_rank(), dist.get_world_size())
         return cls()
+
+    @property
+    def on_this_node(self) -> int:
+        """The ranks on this process's node (``LOCAL_WORLD_SIZE``, set by torchrun and Ray Train; 1 without a
+        process group or the variable): they share the node's ``/dev/shm``."""
+        return int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.distributed else 1
 
     @property
     def is_main(self) -> bool:

@@ -116,9 +116,9 @@ class Trainer:
         self.objective = build_objective(cfg, self.model, train.labels).to(self.runtime.device)
         self.objective.ranks = ranks
         if images:   # before any loader: uint8 samples of input_shape through the workers' shared memory
-            shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH)]
+            shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH, ranks.on_this_node)]
             if eval_workers(self.workers, max(len(part) for part in self._embedded_sets())):
-                shares.append((EVAL_BATCH, EVAL_PREFETCH))
+                shares.append((EVAL_BATCH, EVAL_PREFETCH, 1))  # rank 0 evaluates alone
             check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares)
         compile_model(self.model, cfg.compile)  # after the objective: MoCo's key encoder copies the plain model
         pair_loss = self.objective.pair_loss()

@@ -95,3 +95,33 @@ def test_a_reused_actor_frees_the_previous_trials_trainer_and_collects_only_then
         assert len(collections) == 1
     finally:
         gc.enable()
+
+
+def test_a_ranks_out_of_memory_is_described_by_the_rank_not_the_launcher(monkeypatch):
+    """Bug caught: a data-parallel rank's out-of-memory error described in its launcher, which holds no GPU:
+    'peak 0.00 GiB' (the launcher's own allocator), and a CUDA context opened there on a GPU another trial
+    owns. The rank measures; the launcher only carries the reason (it survives Ray's pickling)."""
+    import pickle
+
+    import torch
+
+    from tune import data_parallel
+    from tune.resources import RankOutOfMemoryError
+    from tune.trainable import deterministic_failure, train_config
+
+    def out_of_memory(job):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(data_parallel, "_run_rank", out_of_memory)
+    with pytest.raises(RankOutOfMemoryError) as raised:
+        data_parallel.worker_main({"config": {"dataset": "toy", "model": "mlp", "batch_size": 96}})
+    error = pickle.loads(pickle.dumps(raised.value))  # as Ray hands it to the launcher
+    assert "batch_size=96" in error.reason and str(error) == "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+    def no_cuda_here(*args):
+        raise AssertionError("the launcher touched CUDA")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", no_cuda_here)
+    cfg = train_config({"dataset": "toy", "model": "mlp", "batch_size": 96})
+    assert deterministic_failure(error, cfg, 3, 0.0) == (4, error.reason)

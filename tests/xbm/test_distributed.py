@@ -210,4 +210,5 @@ def test_two_gpus_train_the_one_gpu_run(case):
         assert relative(m2["loss"], m1["loss"]) < 1e-5
     for a, b in zip(two[0]["steps"], two[1]["steps"]):
         assert torch.equal(a.cpu(), b.cpu())
-    torch.testing.assert_close(two[0]["memory"][-1][0].cpu(), one["memory"][-1][0].cpu(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(two[0]["memory"][-1][0].cpu(), one["memory"][-1][0].cpu(), rtol=0,
+                               atol=MEMORY_ATOL.get(case, 1e-6))  # the CPU's measured bounds

@@ -6,7 +6,9 @@ the mean (two passes), never as E[z^2] - E[z]^2, which cancels catastrophically 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -71,8 +73,27 @@ class GroupSums:
         return Moments(mean, (m2 / (n - 1)).sqrt_().clamp_min_(eps))
 
 
+@contextmanager
+def deterministic_sums(device: torch.device) -> Iterator[None]:
+    """Group sums in a fixed order on CUDA: its ``index_add_`` adds with atomics, in an order that differs
+    from run to run and from GPU to GPU, so data-parallel ranks' memories (adapted in place from these sums)
+    would drift apart by rounding. Under torch's deterministic mode, CUDA's ``index_add_`` sorts the ids and
+    adds each group's rows in order (torch.use_deterministic_algorithms lists it); the CPU's already adds in
+    order. The mode is torch-global, so it is set only around the sums, and restored."""
+    if device.type != "cuda":
+        yield
+        return
+    mode, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+
+
 def group_counts(group: Tensor, n_groups: int, dtype: torch.dtype = torch.float32) -> Tensor:
-    """Rows per group [G] of the ids ``group`` [n] in [0, G), on the device, without a host read."""
+    """Rows per group [G] of the ids ``group`` [n] in [0, G), on the device, without a host read (whole
+    numbers: exact in any order)."""
     counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
     return counts.index_add_(0, group, torch.ones(group.shape, dtype=dtype, device=group.device))
 
@@ -81,16 +102,18 @@ def group_sums(x: Tensor, group: Tensor, n_groups: int, with_std: bool = True) -
     """``GroupSums`` of the rows of ``x`` [n, d] with group ids ``group`` [n] in [0, G).
 
     Two chunked passes with ``index_add_`` (sums, then squares about the group means): no loop
-    over groups, and no host synchronisation (``bincount`` on CUDA reads the largest id back)."""
+    over groups, and no host synchronisation (``bincount`` on CUDA reads the largest id back). The same
+    rows give the same bits on every device and run (:func:`deterministic_sums`)."""
     step = chunks(x)
     counts = group_counts(group, n_groups, x.dtype).unsqueeze(1)
-    sums = x.new_zeros(n_groups, x.shape[1])
-    for part, ids in zip(x.split(step), group.split(step)):
-        sums.index_add_(0, ids, part)
-    mean = sums.div_(counts.clamp_min(1))
-    if not with_std:
-        return GroupSums(counts, mean, None)
-    m2 = x.new_zeros(n_groups, x.shape[1])
-    for part, ids in zip(x.split(step), group.split(step)):
-        m2.index_add_(0, ids, (part - mean.index_select(0, ids)).square_())
+    with deterministic_sums(x.device):
+        sums = x.new_zeros(n_groups, x.shape[1])
+        for part, ids in zip(x.split(step), group.split(step)):
+            sums.index_add_(0, ids, part)
+        mean = sums.div_(counts.clamp_min(1))
+        if not with_std:
+            return GroupSums(counts, mean, None)
+        m2 = x.new_zeros(n_groups, x.shape[1])
+        for part, ids in zip(x.split(step), group.split(step)):
+            m2.index_add_(0, ids, (part - mean.index_select(0, ids)).square_())
     return GroupSums(counts, mean, m2)

@@ -11,6 +11,7 @@ workers or on their processes' history, so persistent workers and a resumed run 
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import OrderedDict
 from typing import Callable, Iterator, Optional, Sequence
@@ -56,13 +57,15 @@ def eval_workers(num_workers: int, size: int) -> int:
     return num_workers if size >= EVAL_WORKERS_FROM else 0
 
 
-def check_shared_memory(sample_bytes: int, workers: int, loaders: Sequence[tuple[int, int]],
+def check_shared_memory(sample_bytes: int, workers: int, loaders: Sequence[tuple[int, int, int]],
                         folder: str = SHARED_MEMORY) -> None:
     """Refuse a run whose loader workers cannot fit their batches in ``folder`` (torch's workers build each
-    batch in shared memory): ``workers`` x ``prefetch`` batches of ``batch`` samples of ``sample_bytes``, for the
-    largest of ``loaders`` ((batch, prefetch) pairs; one loader runs at a time). Checked against the folder's
-    size, not its free space, so only a run that can never fit is refused: Docker gives containers 64 MB, where
-    every image run with workers failed in its first batches ("unable to allocate shared memory")."""
+    batch in shared memory): ``processes`` x ``workers`` x ``prefetch`` batches of ``batch`` samples of
+    ``sample_bytes``, for the largest of ``loaders`` ((batch, prefetch, processes) triples, ``processes`` the
+    data-parallel ranks on this node that run that loader at once, sharing the folder; one loader runs at a
+    time). Checked against the folder's size, not its free space, so only a run that can never fit is refused:
+    Docker gives containers 64 MB, where every image run with workers failed in its first batches ("unable to
+    allocate shared memory")."""
     if workers == 0 or not loaders:
         return
     try:
@@ -70,13 +73,14 @@ def check_shared_memory(sample_bytes: int, workers: int, loaders: Sequence[tuple
     except (OSError, AttributeError):  # no such folder (macOS), no statvfs (Windows): nothing to check
         return
     size = stats.f_blocks * stats.f_frsize
-    batch, prefetch = max(loaders, key=lambda bp: bp[0] * bp[1])
-    need = workers * prefetch * batch * sample_bytes
+    batch, prefetch, processes = max(loaders, key=lambda loader: math.prod(loader))
+    need = processes * workers * prefetch * batch * sample_bytes
     if need > size:
-        fits = size // (prefetch * batch * sample_bytes)
+        fits = size // (processes * prefetch * batch * sample_bytes)
+        ranks = f"{processes} ranks x " if processes > 1 else ""
         raise SharedMemoryError(
-            f"loader workers hand their batches over in shared memory ({folder}), but {workers} workers x {prefetch} "
-            f"batches x {batch} images x {sample_bytes / 1024:.0f} KiB need {need / 2**20:.0f} MiB and {folder} holds "
+            f"loader workers hand their batches over in shared memory ({folder}), but {ranks}{workers} workers x "
+            f"{prefetch} batches x {batch} images x {sample_bytes / 1024:.0f} KiB need {need / 2**20:.0f} MiB and {folder} holds "
             f"{size / 2**20:.0f} MiB. In a container, give it more (docker run --shm-size=8g, or --ipc=host; "
             f"Kubernetes: an emptyDir with medium Memory at /dev/shm); or lower num_workers "
             f"(at most {fits} fit) or batch_size")

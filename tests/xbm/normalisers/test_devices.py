@@ -64,3 +64,33 @@ def test_every_kind_on_cuda_with_cpu_labels_matches_the_float64_reference(kind, 
         assert got.is_cuda
         want = ref(memory, memory_labels, batch, batch_labels, epoch=step)
         torch.testing.assert_close(got.cpu().double(), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("before", [(False, False), (True, True)])
+def test_group_sums_on_cuda_run_in_deterministic_mode_and_restore_it(before):
+    """Bug caught: PC-XBN / SC-XBN group sums by CUDA's atomic index_add_, whose order differs between GPUs,
+    so data-parallel ranks' memories (adapted in place from the sums) drifted apart by rounding; or the
+    torch-global mode left switched (every later non-deterministic op then warning), or switched on the CPU."""
+    from xbm.normalisers.stats import deterministic_sums
+
+    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+    try:
+        with deterministic_sums(torch.device("cuda")):   # sets flags only: runs without a GPU
+            assert torch.are_deterministic_algorithms_enabled()
+        assert (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) \
+            == before
+        with deterministic_sums(torch.device("cpu")):
+            assert torch.are_deterministic_algorithms_enabled() == before[0]
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@needs_cuda
+def test_cuda_group_sums_are_bit_identical_run_to_run():
+    """Bug caught (on a GPU): atomic adds making the same memory's per-class moments differ between runs."""
+    from xbm.normalisers.stats import group_sums
+
+    x = torch.randn(60_000, 512, device="cuda")
+    ids = torch.randint(0, 10_000, (60_000,), device="cuda")
+    first, second = group_sums(x, ids, 10_000), group_sums(x, ids, 10_000)
+    assert torch.equal(first.mean, second.mean) and torch.equal(first.m2, second.m2)

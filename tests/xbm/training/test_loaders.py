@@ -162,13 +162,28 @@ def test_loader_workers_that_cannot_fit_docker_s_64_mb_of_shared_memory_are_refu
     sample = 3 * 224 * 224
     with pytest.raises(loaders.SharedMemoryError, match=r"7 workers x 4 batches x 64 images.*need 257 MiB.*64 MiB"
                                                         r".*--shm-size.*num_workers \(at most 1 fit\)"):
-        loaders.check_shared_memory(sample, 7, [(64, 4)])
-    loaders.check_shared_memory(sample, 1, [(64, 4)])   # 37 MiB fit
-    loaders.check_shared_memory(sample, 0, [(64, 4), (256, 2)])   # no workers: nothing passes through it
+        loaders.check_shared_memory(sample, 7, [(64, 4, 1)])
+    loaders.check_shared_memory(sample, 1, [(64, 4, 1)])   # 37 MiB fit
+    loaders.check_shared_memory(sample, 0, [(64, 4, 1), (256, 2, 1)])   # no workers: nothing passes through it
     with pytest.raises(loaders.SharedMemoryError, match="x 2 batches x 256 images"):   # the larger loader counts
-        loaders.check_shared_memory(sample, 1, [(64, 4), (256, 2)])
+        loaders.check_shared_memory(sample, 1, [(64, 4, 1), (256, 2, 1)])
     _shm(monkeypatch, 8 * 2**30)
-    loaders.check_shared_memory(sample, 7, [(64, 4), (256, 2)])
+    loaders.check_shared_memory(sample, 7, [(64, 4, 1), (256, 2, 1)])
+
+
+def test_the_ranks_of_a_node_are_counted_together_against_its_shared_memory(monkeypatch):
+    """Bug caught: each data-parallel rank checked its own loader workers against the whole /dev/shm, which
+    the node's ranks share: 4 ranks needing 4 x 37 MiB passed a 64 MiB check and failed in their first batches.
+    The ranks on the node come from LOCAL_WORLD_SIZE (torchrun, Ray Train)."""
+    from xbm.distributed import Ranks
+
+    _shm(monkeypatch, 64 * 2**20)
+    sample = 3 * 224 * 224
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert Ranks(1, 4).on_this_node == 4 and Ranks().on_this_node == 1
+    loaders.check_shared_memory(sample, 1, [(64, 4, 1)])
+    with pytest.raises(loaders.SharedMemoryError, match=r"4 ranks x 1 workers x 4 batches.*need 147 MiB"):
+        loaders.check_shared_memory(sample, 1, [(64, 4, Ranks(1, 4).on_this_node)])
 
 
 @pytest.mark.slow
