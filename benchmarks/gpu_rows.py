@@ -219,8 +219,10 @@ def child(kind: str, spec: dict, queue, barrier=None) -> None:
             import xbm.data.cache
 
             xbm.data.cache.MEMORY_BUDGET = spec["budget"]
-        if spec.get("memory_fraction") and torch.cuda.is_available():
-            torch.cuda.set_per_process_memory_fraction(spec["memory_fraction"])
+        if spec.get("memory_fraction"):  # as a sweep's trial holding that share of the GPU caps itself
+            from tune.resources import cap_gpu_memory
+
+            cap_gpu_memory(spec["memory_fraction"])
         if kind == "shared":
             result = shared_trial(spec, barrier)
         elif kind in TRAINER_ROWS:

@@ -18,6 +18,9 @@ AUTO = "auto"
 ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 ALLOC_CONF_ANY_DEVICE = "PYTORCH_ALLOC_CONF"  # torch's newer name; the CUDA one, when set, wins over it
 EXPANDABLE = "expandable_segments:True"
+# What a CUDA process holds outside its caching allocator (context, cuBLAS/cuDNN handles and workspaces, kernel
+# images): about 0.5-1 GiB on current GPUs (estimated, not measured here)
+OUTSIDE_ALLOCATOR = 1 << 30
 
 
 def resolve_cpus_per_trial(requested: float | str, gpus_per_trial: float, nodes: Iterable[Mapping[str, Any]]) -> float:
@@ -34,18 +37,28 @@ def resolve_cpus_per_trial(requested: float | str, gpus_per_trial: float, nodes:
     return float(max(min(shares), 1)) if shares else 1.0
 
 
+def allocator_cap(share: float, total: int) -> float:
+    """The allocator's fraction of a ``total``-byte GPU for a trial holding ``share`` of it: the share less
+    :data:`OUTSIDE_ALLOCATOR`, so that the caps of the trials filling a GPU leave room for their processes'
+    own memory (caps summing to the whole device would run out of physical memory below them, an error then
+    put down to the batch size); at least half the share."""
+    return max(share - OUTSIDE_ALLOCATOR / total, share / 2)
+
+
 def cap_gpu_memory(fraction: float) -> bool:
-    """Cap this process's CUDA allocator at ``fraction`` of its device when the trial shares a GPU
-    (``0 < fraction < 1``), and ask for expandable segments (less fragmentation, so the cap is reached
-    later) unless the user set ``PYTORCH_CUDA_ALLOC_CONF`` or ``PYTORCH_ALLOC_CONF`` themselves. Without the
-    cap, trials sharing a GPU grow until one of them runs out of memory. Returns whether a cap was set."""
+    """Cap this process's CUDA allocator at its part (:func:`allocator_cap`) of a ``fraction`` share of its
+    device when the trial shares a GPU (``0 < fraction < 1``), and ask for expandable segments (less
+    fragmentation, so the cap is reached later) unless the user set ``PYTORCH_CUDA_ALLOC_CONF`` or
+    ``PYTORCH_ALLOC_CONF`` themselves. Without the cap, trials sharing a GPU grow until one of them runs out
+    of memory. Returns whether a cap was set."""
     import torch
 
     if not 0 < fraction < 1 or not torch.cuda.is_available():
         return False
     if ALLOC_CONF not in os.environ and ALLOC_CONF_ANY_DEVICE not in os.environ:
         os.environ[ALLOC_CONF] = EXPANDABLE  # read by the allocator when CUDA first allocates
-    torch.cuda.set_per_process_memory_fraction(fraction)
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    torch.cuda.set_per_process_memory_fraction(allocator_cap(fraction, total))
     return True
 
 
@@ -96,9 +109,10 @@ def out_of_memory_reason(batch_size: int, gpu_fraction: float) -> str:
 
     if torch.cuda.is_available():
         device = torch.cuda.current_device()
-        total = torch.cuda.get_device_properties(device).total_memory / 2**30
+        total = torch.cuda.get_device_properties(device).total_memory
         peak = f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB"
-        cap = f"{total * gpu_fraction:.2f} GiB ({gpu_fraction:g} of the GPU's {total:.1f} GiB)"
+        part = allocator_cap(gpu_fraction, total) if gpu_fraction < 1 else 1.0
+        cap = f"{total * part / 2**30:.2f} GiB (a {gpu_fraction:g} share of the GPU's {total / 2**30:.1f} GiB)"
     else:
         peak, cap = "unknown (no CUDA device)", "none"
     return (f"out of memory at batch_size={batch_size}: peak {peak}, cap {cap}. Lower batch_size (or image_size), "

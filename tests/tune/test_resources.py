@@ -44,17 +44,32 @@ def test_a_trial_sharing_a_gpu_caps_its_allocator_at_its_share(monkeypatch):
     name) masked by a PYTORCH_CUDA_ALLOC_CONF we set, which the allocator reads first."""
     caps = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, *a: caps.append(f))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: type("P", (), {"total_memory": 80 * 2**30}))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, *a: caps.append(round(f * 80, 6)))
     monkeypatch.delenv(ALLOC_CONF, raising=False)
     monkeypatch.setenv(ALLOC_CONF_ANY_DEVICE, "garbage_collection_threshold:0.6")
-    assert cap_gpu_memory(0.25) and caps == [0.25] and ALLOC_CONF not in os.environ
+    # caps in GiB of an 80 GiB GPU: the share less the 1 GiB each process holds outside its allocator
+    assert cap_gpu_memory(0.25) and caps == [19.0] and ALLOC_CONF not in os.environ
     monkeypatch.delenv(ALLOC_CONF_ANY_DEVICE)
     caps.clear()
-    assert cap_gpu_memory(0.25) and caps == [0.25]
+    assert cap_gpu_memory(0.25) and caps == [19.0]
     assert os.environ[ALLOC_CONF] == EXPANDABLE
-    assert not cap_gpu_memory(1.0) and not cap_gpu_memory(0.0) and caps == [0.25]
+    assert not cap_gpu_memory(1.0) and not cap_gpu_memory(0.0) and caps == [19.0]
     monkeypatch.setenv(ALLOC_CONF, "max_split_size_mb:128")
-    assert cap_gpu_memory(0.5) and os.environ[ALLOC_CONF] == "max_split_size_mb:128" and caps == [0.25, 0.5]
+    assert cap_gpu_memory(0.5) and os.environ[ALLOC_CONF] == "max_split_size_mb:128" and caps == [19.0, 39.0]
+
+
+def test_the_caps_of_the_trials_filling_a_gpu_leave_room_for_their_processes():
+    """Bug caught: caps of share x total summing to the whole GPU, while each process also holds its CUDA
+    context and library handles outside the allocator: trials sharing the GPU ran out of physical memory below
+    their caps, and the failure was put down to their batch size (not retried)."""
+    from tune.resources import OUTSIDE_ALLOCATOR, allocator_cap
+
+    for total in (16 * 2**30, 80 * 2**30, 141 * 2**30):
+        for trials in (2, 3, 4):
+            assert trials * (allocator_cap(1 / trials, total) * total + OUTSIDE_ALLOCATOR) <= total
+    assert allocator_cap(0.5, 2**30) == 0.25  # a tiny GPU: half the share, not nothing
 
 
 def test_the_out_of_memory_reason_says_what_to_change():
