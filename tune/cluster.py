@@ -49,14 +49,18 @@ def connect(address: str | None = None, dashboard: bool = True, **init_kwargs) -
     """Join ``address`` (``auto``, ``host:port`` or ``ray://...``), or start a local Ray.
 
     A driver already connected (tests, notebooks) is reused as it is. ``init_kwargs`` go to
-    ``ray.init`` for a local start (e.g. ``num_cpus``, ``num_gpus`` for fake GPUs).
+    ``ray.init`` for a local start (e.g. ``num_cpus``, ``num_gpus`` for fake GPUs). Without ``address`` (and
+    without ``RAY_ADDRESS``, which a Ray job's driver has) a new local Ray, never the cluster Ray's own
+    discovery finds: a stale /tmp/ray/ray_current_cluster left the sweep retrying a dead address forever.
     """
     started = False
     if not ray.is_initialized():
         if address:
             url = ray.init(address=address).dashboard_url
         else:
-            url = ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", **init_kwargs).dashboard_url
+            local = {} if os.environ.get("RAY_ADDRESS") else {"address": "local"}
+            url = ray.init(include_dashboard=dashboard, dashboard_host="127.0.0.1", **local,
+                           **init_kwargs).dashboard_url
             started = True
     else:
         # no public getter for an existing connection's dashboard

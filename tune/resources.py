@@ -23,17 +23,25 @@ EXPANDABLE = "expandable_segments:True"
 OUTSIDE_ALLOCATOR = 1 << 30
 
 
-def resolve_cpus_per_trial(requested: float | str, gpus_per_trial: float, nodes: Iterable[Mapping[str, Any]]) -> float:
+def resolve_cpus_per_trial(requested: float | str, gpus_per_trial: float, nodes: Iterable[Mapping[str, Any]],
+                           workers: int = 1, launcher_cpu: float = 0.0) -> float:
     """``requested`` as given, or for ``auto`` the CPUs that come with ``gpus_per_trial`` of a GPU node.
 
     ``nodes`` are ``ray.nodes()`` entries (``Alive``, ``Resources`` with ``CPU`` / ``GPU``). Whole CPUs, so
-    that ``num_workers=auto`` gets whole workers; the smallest over the GPU nodes, so a trial fits on each."""
+    that ``num_workers=auto`` gets whole workers; the smallest over the GPU nodes, so a trial fits on each.
+    Trials of ``workers`` > 1 (``gpus_per_trial`` is then one worker's) also hold a launcher of
+    ``launcher_cpu`` each: the node's CPUs less its trials' launchers are shared, or the workers of the last
+    trial on a node never fit (2 workers of 4 CPUs and a launcher of 0.01 on an 8-CPU node wait forever)."""
     if requested != AUTO:
         return float(requested)
     if gpus_per_trial <= 0:
         return 1.0
-    shares = [math.floor(n["Resources"].get("CPU", 0.0) * gpus_per_trial / n["Resources"]["GPU"])
-              for n in nodes if n.get("Alive", True) and n.get("Resources", {}).get("GPU", 0) > 0]
+    shares = []
+    for node in nodes:
+        cpus, gpus = node.get("Resources", {}).get("CPU", 0.0), node.get("Resources", {}).get("GPU", 0)
+        if node.get("Alive", True) and gpus > 0:
+            launchers = max(1, math.floor(gpus / (workers * gpus_per_trial))) if workers > 1 else 0
+            shares.append(math.floor((cpus - launchers * launcher_cpu) * gpus_per_trial / gpus))
     return float(max(min(shares), 1)) if shares else 1.0
 
 

@@ -39,7 +39,8 @@ from tune.searchers import FixedConfigs
 from tune.sink import ParquetSink
 from tune.tensorboard_logger import SweepTensorBoard
 from tune.trainable import TrialNamer, TrialPolicy, make_trainable, train_config, trial_dirname
-from tune.workers import check_node_gpus, config_workers, launcher_resources, max_concurrent, worker_resources
+from tune.workers import (LAUNCHER_CPU, check_node_gpus, config_workers, launcher_resources, max_concurrent,
+                          worker_resources)
 from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS, live_decode_warning
 
 # The experiment state (what `resume` restores) is saved at most this often; Tune's "auto" can wait
@@ -123,7 +124,7 @@ def resolved_resources(options: SweepOptions) -> SweepOptions:
     nodes = ray.nodes() if needs_nodes else ()
     check_node_gpus(options, nodes)
     options = options.replace(cpus_per_trial=resolve_cpus_per_trial(options.cpus_per_trial, options.gpus_per_worker,
-                                                                     nodes))
+                                                                     nodes, options.workers, LAUNCHER_CPU))
     return options.replace(max_concurrent=max_concurrent(options, nodes))
 
 

@@ -73,7 +73,9 @@ def _fit(cfg, folder, workers: int, gpus: bool) -> int:
     ray.init(address="local", num_cpus=max(available_cpus(), workers * cpus), include_dashboard=False)
     try:
         trainer = TorchTrainer(
-            worker_main, train_loop_config={"config": cfg.to_dict(), "folder": str(folder), "cpus": cpus, "gpus": gpus},
+            # absolute: a worker's working folder is Ray's, not the user's
+            worker_main, train_loop_config={"config": cfg.to_dict(), "folder": os.path.abspath(folder), "cpus": cpus,
+                                            "gpus": gpus},
             torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
             scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus, resources_per_worker={"CPU": cpus}),
             run_config=RunConfig(name="ray_train", storage_path=os.path.abspath(folder),

@@ -52,6 +52,29 @@ def test_ray_session_prints_where_it_runs_and_disconnects_even_on_an_error(monke
     assert "Ray: local Ray, 1 node(s), 2 CPU(s), 0 GPU(s)" in capsys.readouterr().out
 
 
+def test_without_an_address_a_sweep_starts_its_own_ray_not_the_one_a_stale_file_names(monkeypatch):
+    """Bug caught: ray.init() without an address joins whatever /tmp/ray/ray_current_cluster names (a cluster
+    killed without `ray stop` leaves it): the sweep retried the dead address for minutes, silently. A Ray job's
+    driver (RAY_ADDRESS set) still joins its cluster."""
+    from tune import cluster
+
+    calls = []
+
+    def init(**kwargs):
+        calls.append(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(cluster.ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(cluster.ray, "init", init)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for address, env in ((None, None), (None, "10.0.0.1:6379"), ("auto", None)):
+        if env:
+            monkeypatch.setenv("RAY_ADDRESS", env)
+        with pytest.raises(RuntimeError, match="stop here"):
+            connect(address, dashboard=False)
+    assert [c.get("address") for c in calls] == ["local", None, "auto"]
+
+
 class MostAtOnce(Callback):
     """The largest number of trials RUNNING at the same time."""
 

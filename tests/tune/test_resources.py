@@ -25,6 +25,11 @@ def test_auto_gives_the_cpus_that_come_with_a_share_of_a_gpu_node():
     assert resolve_cpus_per_trial("auto", 0.1, [_node(4, 2)]) == 1.0  # never below 1
     assert resolve_cpus_per_trial("auto", 1.0, [_node(64, 8, alive=False), _node(16, 2)]) == 8.0  # dead nodes
     assert resolve_cpus_per_trial(3.0, 1.0, nodes) == 3.0  # a number stays
+    # Bug caught: multi-worker trials given the node's every CPU, with nothing left for their launchers: 2 workers
+    # of 4 CPUs + a 0.01-CPU launcher on an 8-CPU node never fit, and the trial waited forever
+    assert resolve_cpus_per_trial("auto", 1.0, [_node(8, 2)], workers=2, launcher_cpu=0.01) == 3.0
+    assert resolve_cpus_per_trial("auto", 1.0, [_node(64, 8)], workers=2, launcher_cpu=0.01) == 7.0  # 4 launchers
+    assert resolve_cpus_per_trial("auto", 1.0, [_node(10, 4)], workers=2, launcher_cpu=0.01) == 2.0  # room left
 
 
 def test_cpus_per_trial_accepts_auto_or_a_positive_number():

@@ -16,12 +16,15 @@ RUN = ["train", "--set", "dataset=toy", "--set", "model=mlp", "--set", "embeddin
 
 
 @pytest.mark.slow
-def test_two_workers_write_the_one_worker_runs_folder_with_its_losses(tmp_path, ray_down):
+def test_two_workers_write_the_one_worker_runs_folder_with_its_losses(tmp_path, ray_down, monkeypatch):
     """Bug caught (issue 20): ``--workers 2`` ignored (one process trains), each worker writing the folder
     (metrics rows doubled), the run's config without ``workers``, its Ray left running, or the ranks training
-    on other batches than the one-worker run (its losses then differ beyond rounding)."""
+    on other batches than the one-worker run (its losses then differ beyond rounding). And a relative
+    ``--output`` (the default ``runs/<time>`` too) resolved in the Ray worker's own folder: the run's files
+    went to Ray's session directory while the command printed the user's path."""
     assert main([*RUN, "--output", str(tmp_path / "one")]) == 0
-    assert main([*RUN, "--workers", "2", "--output", str(tmp_path / "two")]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert main([*RUN, "--workers", "2", "--output", "two"]) == 0
     assert not ray.is_initialized()
     one = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
     two = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
