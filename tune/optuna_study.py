@@ -11,9 +11,11 @@ trial id (warm-start points carry ``warm_start`` instead). ``optuna-dashboard <s
 Sweeps on a bucket (``s3://``) keep the study in memory only; export it afterwards.
 
 Export: the same study from ``results/trials.parquet`` and ``results/epochs/``: for each sweep-stage trial,
-its params (the space's, as enqueued Optuna points), the metric per epoch, and the state its status maps
-to (``completed`` -> COMPLETE with ``final_<metric>``, ``stopped_early`` -> PRUNED, ``failed`` -> FAIL,
-``running`` stays RUNNING). Works for grid, random and optuna sweeps, finished or not.
+its params (the space's, as enqueued Optuna points; a grid param as a categorical over its values), the
+metric per epoch, and the state its status maps to (``completed`` -> COMPLETE with ``final_<metric>``,
+``stopped_early`` -> PRUNED, ``failed`` -> FAIL, ``running`` stays RUNNING). Works for grid, random and
+optuna sweeps, finished or not. The journal is written only once the study is whole: a refused export
+leaves no file (nor any change to an existing one).
 """
 from __future__ import annotations
 
@@ -50,8 +52,6 @@ def live_journal(results_uri: str) -> str | None:
 def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str, int]]:
     """Build the sweep's study from its Parquet into ``out`` (default ``<sweep>/results/optuna.journal``, or
     ``./<name>.optuna.journal`` for a bucket). Returns (journal path, study name, trials per state)."""
-    import optuna
-
     uri = absolute(path.rstrip("/"))
     results = Storage(f"{uri}/{RESULTS}")
     if not results.exists(SWEEP_JSON) or not results.exists("trials.parquet"):
@@ -60,19 +60,41 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
     record = SweepRecord.from_dict(results.read_json(SWEEP_JSON))
     name = record.experiment or uri.rsplit("/", 1)[-1]
     out = out or live_journal(f"{uri}/{RESULTS}") or f"{name}.optuna.journal"
-    storage = journal_storage(out)
-    if name in [s.study_name for s in optuna.get_all_study_summaries(storage)]:
-        raise SweepInputError(f"{out} already holds a study named {name!r} (an optuna sweep writes its own "
-                              f"live): open it with `optuna-dashboard {out}`, or export elsewhere with --out")
-    metric, mode = record.metric, record.mode
-    space = space_of(record)
-    # built in a side file, appended to ``out`` only when whole: a refused trial leaves ``out`` as it was
+    if name in study_names(out):
+        raise SweepInputError(f"{out} already holds a study named {name!r} (an optuna sweep's live study, or an "
+                              f"earlier export): open it with `optuna-dashboard {out}`, or export elsewhere with --out")
+    # built whole in a side file, moved or appended to ``out`` only then: a refused trial leaves ``out`` as
+    # it was (an empty journal left behind would hide the failure from the next look)
     partial = f"{out}.partial"
-    if os.path.exists(partial):
-        os.remove(partial)
-    study = optuna.create_study(study_name=name, storage=journal_storage(partial),
+    try:
+        if os.path.exists(partial):  # left by an export that was killed
+            os.remove(partial)
+        counts = build_study(partial, name, record, results)
+        publish(partial, out, name)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return out, name, counts
+
+
+def study_names(path: str) -> list[str]:
+    """The studies in the journal ``path``; none when it is missing (opening a storage there would create it)."""
+    import optuna
+
+    if not os.path.exists(path):
+        return []
+    return [s.study_name for s in optuna.get_all_study_summaries(journal_storage(path))]
+
+
+def build_study(path: str, name: str, record: SweepRecord, results: Storage) -> dict[str, int]:
+    """Write the study ``name`` of the sweep-stage trials in ``results`` to the journal ``path``; return
+    the trials per state."""
+    import optuna
+
+    metric, space = record.metric, space_of(record)
+    study = optuna.create_study(study_name=name, storage=journal_storage(path),
                                 sampler=optuna.samplers.RandomSampler(0),
-                                direction="maximize" if mode == "max" else "minimize")
+                                direction="maximize" if record.mode == "max" else "minimize")
     name_objective(study, metric)
     counts: dict[str, int] = {}
     for row in results.read_table(TRIALS_FILE).to_pylist():
@@ -80,15 +102,20 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
             continue
         epochs = results.read_table(f"epochs/{row['trial_id']}.parquet")
         curve = [(r["epoch"], r.get(metric)) for r in (epochs.to_pylist() if epochs is not None else [])]
-        try:
-            state = add_trial(study, space, row, curve, metric)
-        except BaseException:
-            os.remove(partial)
-            raise
+        state = add_trial(study, space, row, curve, metric)
         counts[state] = counts.get(state, 0) + 1
-    optuna.copy_study(from_study_name=name, from_storage=study._storage, to_storage=storage)
-    os.remove(partial)
-    return out, name, counts
+    return counts
+
+
+def publish(partial: str, out: str, name: str) -> None:
+    """Put the finished study of the journal ``partial`` into ``out``: the file itself when ``out`` is new,
+    else appended to it (a journal that holds other studies keeps them)."""
+    import optuna
+
+    if not os.path.exists(out):
+        os.replace(partial, out)
+        return
+    optuna.copy_study(from_study_name=name, from_storage=journal_storage(partial), to_storage=journal_storage(out))
 
 
 def name_objective(study, metric: str | list[str]) -> None:
@@ -101,15 +128,15 @@ def name_objective(study, metric: str | list[str]) -> None:
 
 
 def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]], metric: str) -> str:
-    """Ask ``study`` for the trial's params (enqueued, then suggested by the space as the live searcher
-    does), report its curve, tell its state; return the state's name."""
+    """Ask ``study`` for the trial's params (enqueued, then suggested by the space: ``suggest_params``),
+    report its curve, tell its state; return the state's name."""
     from optuna.trial import TrialState
 
     point = {k: row[f"config.{k}"] for k in space.params if row.get(f"config.{k}") is not None}
     study.enqueue_trial(point, skip_if_exists=False)
     trial = study.ask()
     try:
-        space.define_by_run(trial)
+        suggest_params(space, trial)
     except ValueError as exc:  # a choice the space does not offer
         raise SweepInputError(f"trial {row['trial_id']}: its params {point} are not a point of the sweep's "
                               f"space ({exc})") from None
@@ -128,6 +155,20 @@ def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]]
         state = "FAIL"
     study.tell(trial, float(value) if state == "COMPLETE" else None, state=TrialState[state])
     return state
+
+
+def suggest_params(space, trial) -> None:
+    """``space.define_by_run`` for a trial that already ran: the same params, order and conditions, but a
+    grid param is suggested as a categorical over its values. The live searcher must refuse grid params
+    (TPE samples, it cannot enumerate: ``check_search``), but a grid or random sweep's trial ran with one
+    grid value, and its study should show it."""
+    values = space.fixed
+    for key, param in space.params.items():
+        branch = param.active(values)
+        if branch is None:
+            continue
+        dist = branch.dist
+        values[key] = trial.suggest_categorical(key, dist.values()) if dist.is_grid else dist.suggest(trial, key)
 
 
 def space_of(record: SweepRecord):
