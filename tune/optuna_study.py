@@ -128,15 +128,15 @@ def name_objective(study, metric: str | list[str]) -> None:
 
 
 def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]], metric: str) -> str:
-    """Ask ``study`` for the trial's params (enqueued, then suggested by the space: ``suggest_params``),
-    report its curve, tell its state; return the state's name."""
+    """Ask ``study`` for the trial's params (enqueued, then suggested by the space as the live searcher does,
+    a grid param as a categorical), report its curve, tell its state; return the state's name."""
     from optuna.trial import TrialState
 
     point = {k: row[f"config.{k}"] for k in space.params if row.get(f"config.{k}") is not None}
     study.enqueue_trial(point, skip_if_exists=False)
     trial = study.ask()
     try:
-        suggest_params(space, trial)
+        space.define_by_run(trial, grid_as_choice=True)
     except ValueError as exc:  # a choice the space does not offer
         raise SweepInputError(f"trial {row['trial_id']}: its params {point} are not a point of the sweep's "
                               f"space ({exc})") from None
@@ -155,20 +155,6 @@ def add_trial(study, space, row: Mapping[str, Any], curve: list[tuple[int, Any]]
         state = "FAIL"
     study.tell(trial, float(value) if state == "COMPLETE" else None, state=TrialState[state])
     return state
-
-
-def suggest_params(space, trial) -> None:
-    """``space.define_by_run`` for a trial that already ran: the same params, order and conditions, but a
-    grid param is suggested as a categorical over its values. The live searcher must refuse grid params
-    (TPE samples, it cannot enumerate: ``check_search``), but a grid or random sweep's trial ran with one
-    grid value, and its study should show it."""
-    values = space.fixed
-    for key, param in space.params.items():
-        branch = param.active(values)
-        if branch is None:
-            continue
-        dist = branch.dist
-        values[key] = trial.suggest_categorical(key, dist.values()) if dist.is_grid else dist.suggest(trial, key)
 
 
 def space_of(record: SweepRecord):

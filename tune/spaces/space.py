@@ -108,14 +108,19 @@ class SearchSpace:
         return {key: self.params[key].branches[0].dist.to_tune() for key in self.mutable}
 
     # ---- Optuna define-by-run (search "optuna") ------------------------------------------------
-    def define_by_run(self, trial) -> dict[str, Any] | None:
+    def define_by_run(self, trial, grid_as_choice: bool = False) -> dict[str, Any] | None:
         """``OptunaSearch(space=space.define_by_run, ...)``: suggests, in dependency order, every param
-        whose condition holds on what is known so far; returns the constant base (Ray merges it)."""
+        whose condition holds on what is known so far; returns the constant base (Ray merges it).
+        ``grid_as_choice``: a grid param as a categorical over its values, for a study of trials that ran (a
+        live search cannot enumerate a grid, and ``check_search`` refuses it)."""
         values = self.fixed
         for key, param in self.params.items():
             branch = param.active(values)
-            if branch is not None:
-                values[key] = branch.dist.suggest(trial, key)
+            if branch is None:
+                continue
+            dist = branch.dist
+            values[key] = (trial.suggest_categorical(key, dist.values()) if grid_as_choice and dist.is_grid
+                           else dist.suggest(trial, key))
         return dict(self.base) or None
 
     # ---- a trial's config ---------------------------------------------------------------------
