@@ -201,14 +201,14 @@ def print_watch_help(plan) -> None:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     from tune.plan import prepare
-    from tune.submit import follow_help, submit
+    from tune.submit import enable_token_auth_if_available, follow_help, submit
 
     with bad_input():  # the sweep's own checks, here, before anything reaches the cluster
         plan = prepare(args.space, options_from(args))
     argv = list(args.argv)
     forwarded = argv[argv.index("submit") + 1:] if "submit" in argv else argv
     job_id = submit(forwarded, plan.experiment, args.address)
-    print(follow_help(job_id, args.address))
+    print(follow_help(job_id, args.address, enable_token_auth_if_available()))
     print(f"results (on the cluster's storage): {plan.results_uri}")
     return 0
 

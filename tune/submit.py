@@ -46,15 +46,16 @@ def job_argv(argv: Sequence[str], name: str) -> list[str]:
     return ["sweep", *out, "--name", name, "--address", "auto"]
 
 
-def enable_token_auth_if_available() -> None:
+def enable_token_auth_if_available() -> bool:
     """Ray's own rule for clients (``ray start`` applies it): a stored token turns token auth on when
-    ``RAY_AUTH_MODE`` is unset; JobSubmissionClient then sends ``Authorization: Bearer <token>``."""
+    ``RAY_AUTH_MODE`` is unset; JobSubmissionClient then sends ``Authorization: Bearer <token>``. Returns
+    whether token auth is on."""
     try:
         from ray._private.authentication.authentication_token_setup import (
             maybe_enable_token_auth_if_token_available)
     except ImportError:  # a Ray without token authentication
-        return
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+        return False
+    return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
 
 
 def submit(argv: Sequence[str], name: str, address: str) -> str:
@@ -95,11 +96,14 @@ def _submit_when_ready(connect, entrypoint: str, name: str, wait_s: float = AGEN
             time.sleep(2)
 
 
-def follow_help(job_id: str, address: str) -> str:
+def follow_help(job_id: str, address: str, token_auth: bool = False) -> str:
+    """The commands that follow a submitted job. With token auth, ``ray job`` sends the token only under
+    ``RAY_AUTH_MODE=token`` (a stored token alone does not turn it on there: 'Missing authentication token')."""
+    ray = "RAY_AUTH_MODE=token ray" if token_auth else "ray"
     return (f"submitted job {job_id}\n"
-            f"  follow:  ray job logs -f --address {address} {job_id}\n"
-            f"  status:  ray job status --address {address} {job_id}\n"
-            f"  stop:    ray job stop --address {address} {job_id}\n"
+            f"  follow:  {ray} job logs -f --address {address} {job_id}\n"
+            f"  status:  {ray} job status --address {address} {job_id}\n"
+            f"  stop:    {ray} job stop --address {address} {job_id}\n"
             f"  Jobs page: {address.rstrip('/')}/#/jobs (the driver log holds Tune's progress table)")
 
 

@@ -41,11 +41,13 @@ def write_export(folder: Union[str, Path], model_state: Mapping[str, torch.Tenso
                  provenance: Mapping[str, Any], config: Mapping[str, Any]) -> Path:
     """Write the three files of an export folder (module docstring); returns the folder."""
     import yaml
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model_state.items()}, str(folder / WEIGHTS))
+    # bytes written as the other files are (safetensors' save_file creates it readable by its owner only,
+    # and an export folder is for handing on)
+    (folder / WEIGHTS).write_bytes(save({k: v.detach().cpu().contiguous() for k, v in model_state.items()}))
     card = {"format": FORMAT, "model": model, "embedding_size": int(embedding_size),
             "input_shape": [int(v) for v in input_shape], "preprocessing": preprocessing.to_dict(),
             "provenance": dict(provenance), "config": dict(config)}

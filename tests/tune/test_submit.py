@@ -101,3 +101,14 @@ def test_submit_runs_the_sweep_as_a_job_named_after_it(head, tmp_path, capsys, m
     code, out, err = submit("--storage", str(tmp_path / "x"), token="0" * 32)
     assert code == 2 and "refused the token" in err, (code, out[-1000:], err[-2000:])
     assert [j.submission_id for j in client.list_jobs()] == ["sub-1"]  # neither reached the cluster
+
+
+def test_the_printed_job_commands_send_the_token_when_auth_is_on():
+    """Bug caught: the `ray job logs/status/stop` lines printed after a submit failed with 'Missing
+    authentication token' on a token-auth cluster: `ray job` sends the stored token only under
+    RAY_AUTH_MODE=token."""
+    from tune.submit import follow_help
+
+    on, off = follow_help("s1", "http://h:8265", True), follow_help("s1", "http://h:8265")
+    assert "  status:  RAY_AUTH_MODE=token ray job status --address http://h:8265 s1" in on
+    assert "  stop:    ray job stop --address http://h:8265 s1" in off and "RAY_AUTH_MODE" not in off

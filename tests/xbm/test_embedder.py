@@ -111,6 +111,9 @@ def test_export_card_records_the_preprocessing_and_where_the_weights_came_from(e
     assert card["preprocessing"] == trainer.splits.preprocessing.to_dict()
     assert card["provenance"] == {"run": "test", "epoch": 0} and card["config"]["model"] == "resnet18"
     assert (folder / "README.md").read_text().startswith("# Image embedder: resnet18, 8 dimensions")
+    # Bug caught: the weights written readable by their owner only (safetensors' save_file), while the card and
+    # README are not: a folder handed to colleagues that they cannot load
+    assert (folder / WEIGHTS).stat().st_mode & 0o777 == (folder / CARD).stat().st_mode & 0o777
 
 
 def test_export_loads_in_a_process_without_ray(exported):
