@@ -202,7 +202,7 @@ def paired_differences(sweep: Sweep, metric: str | None = None, select: str = "a
 def confirmation_table(sweep: Sweep, metric: str | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """One row per confirmed configuration: its held-out test value over seeds (mean, t-interval),
     the confirm runs' own ``best_<metric>`` on the selection split, and the best value the same
-    configuration reached in the sweep (matched on the parameters the sweep varied)."""
+    configuration reached in the sweep (matched on the parameters the sweep varied, which ``swept`` names)."""
     metric = metric or sweep.metric
     values, _ = confirm_values(sweep, metric)
     confirm = sweep.stage_trials("confirm")
@@ -227,7 +227,7 @@ def confirmation_table(sweep: Sweep, metric: str | None = None, confidence: floa
                         "selection_mean": float(ok["selection"].mean()) if len(ok) else math.nan,
                         # a sweep that varied nothing ran this one configuration: all its trials match
                         "sweep_best": float(sweep_best.get(match, math.nan)),
-                        "config": key})
+                        "swept": match, "config": key})
     table = pd.DataFrame(records)
     return table.sort_values("test_mean", ascending=not sweep.higher_is_better(metric), ignore_index=True)
 

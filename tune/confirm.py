@@ -229,7 +229,13 @@ def summary(uri: str, metric: str) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             table = confirmation_table(load(uri), metric)
-        columns = [c for c in ("variant", "n_completed", "test_mean", "test_ci_low", "test_ci_high",
+        # two configurations of one variant (two xbn ratios) are told apart by their swept values
+        named = ("variant",)
+        if table["variant"].duplicated().any():
+            table["swept"] = [", ".join(part for part in str(key).split("|") if not part.endswith("=<null>"))
+                              for key in table["swept"]]
+            named = ("variant", "swept")
+        columns = [c for c in (*named, "n_completed", "test_mean", "test_ci_low", "test_ci_high",
                                "selection_mean", "sweep_best") if c in table.columns]
         return "confirmation (mean and 95% t-interval over seeds):\n" + table[columns].to_string(index=False)
     except Exception as exc:  # the runs are written either way; the table is a convenience

@@ -106,6 +106,8 @@ def test_confirmation_table(confirm_sweep, finished_sweep):
     assert table.loc["pcxbn", "sweep_best"] == pytest.approx(0.70)
     assert table.loc["xbn", "sweep_best"] == pytest.approx(0.65)
     assert table.loc["xbn", "n_completed"] == 3
+    # bug caught: two confirmed configurations of one variant (two xbn ratios) shown under one label only
+    assert "memory.ratio=0.5" in table.loc["xbn", "swept"] and "normaliser.kind=xbn" in table.loc["xbn", "swept"]
     with pytest.raises(NotApplicable):
         confirmation_table(load(finished_sweep))
 
