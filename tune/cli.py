@@ -2,7 +2,8 @@
 export, embed, retrieve.
 
 Exit status: 0 done, 2 bad input (nothing started, nothing written; a path that is not what the command
-expects, a results file that cannot be read), 1 failure. An unexpected error prints one line; with
+expects, a results file that cannot be read), 1 failure or an interrupted sweep (Ctrl-C: its last line says
+how to continue, ``interrupted_line``). An unexpected error prints one line; with
 ``XBM_TUNE_DEBUG=1`` in the environment, its full traceback (``DEBUG_VARIABLE``).
 """
 from __future__ import annotations
@@ -175,12 +176,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"{plan.options.scheduler}, {plan.options.num_samples} sample(s), {plan.max_epochs} epoch(s) max")
     print(f"results: {plan.results_uri}")
     print_watch_help(plan)
-    code = finish(run_sweep(plan))
+    args.resume_path = plan.experiment_uri  # a second Ctrl-C (KeyboardInterrupt) names it too
+    outcome = run_sweep(plan)
+    code = finish(outcome)
     for line in filter(None, (logger.closing() for logger in plan.loggers)):  # W&B's sync command
         print(line)
     guards = getattr(plan.scheduler, "guards", None)
     if guards is not None and guards.spent:  # the last line says the sweep ended on its budget
         print(f"{guards.spent}: the sweep stopped its trials after their current epoch; the Parquet is complete")
+    say_interrupted(outcome)
     return code
 
 
@@ -233,12 +237,22 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from tune.sweep import resume_sweep
 
-    return finish(resume_sweep(args.path, address=args.address, dashboard=args.dashboard,
-                               paths=parse_overrides(args.set)))
+    args.resume_path = args.path
+    outcome = resume_sweep(args.path, address=args.address, dashboard=args.dashboard, paths=parse_overrides(args.set))
+    code = finish(outcome)
+    say_interrupted(outcome)
+    return code
+
+
+def interrupted_line(path: str = "PATH") -> str:
+    """The last line of an interrupted sweep or resume: Ray's own advice (``Tuner.restore``) is replaced."""
+    return f"interrupted: continue with `xbm-tune resume {path}`"
 
 
 def finish(outcome) -> int:
-    """Print the best trial and where the Parquet is; 1 when every trial failed."""
+    """Print the trials' statuses, the best trial (ranked by each trial's best epoch, as trials.parquet's
+    ``best_<metric>``; Ray's "Current best trial" line ranks by the last epoch's value) and where the Parquet
+    is; 1 when every trial failed or the fit was interrupted (``say_interrupted`` then ends the output)."""
     counts = ", ".join(f"{n} {status}" for status, n in sorted(outcome.counts().items())) or "no trials"
     print(f"\ntrials: {counts}")
     best = outcome.best()
@@ -247,16 +261,23 @@ def finish(outcome) -> int:
         swept = {k: best.get(f"config.{k}") for k in outcome.swept}
         epoch = best.get("best_epoch")
         epoch = int(epoch) if epoch is not None and epoch == epoch else "?"
-        print(f"best trial: {best['trial_id']} ({best.get('trial_name')}): {metric}={best[f'best_{metric}']:.4g} "
-              f"at epoch {epoch}, status {best['status']}")
+        print(f"best trial (by its best epoch): {best['trial_id']} ({best.get('trial_name')}): "
+              f"{metric}={best[f'best_{metric}']:.4g} at epoch {epoch}, status {best['status']}")
         shown = ", ".join(f"{k}={'(absent)' if v is None or v != v else v}" for k, v in swept.items())
         print(f"  config: {shown}")
     print(f"Parquet: {outcome.results_uri}/trials.parquet and {outcome.results_uri}/epochs/*.parquet")
     print(f"next: xbm-tune status {outcome.experiment_uri}  |  xbm-tune report {outcome.experiment_uri}")
     code = outcome.exit_code()
-    if code:
+    if code and not getattr(outcome, "interrupted", False):
         print("every trial failed: see the error column of trials.parquet", file=sys.stderr)
     return code
+
+
+def say_interrupted(outcome) -> None:
+    """An interrupted fit's last line (after the summary): how to continue it."""
+    if getattr(outcome, "interrupted", False):
+        sys.stdout.flush()  # after the summary, in a log that takes both streams
+        print(interrupted_line(outcome.experiment_uri), file=sys.stderr, flush=True)
 
 
 def cmd_spaces(args: argparse.Namespace) -> int:
@@ -404,8 +425,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SweepInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted: continue with `xbm-tune resume PATH`", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C (Ray's Tuner.fit handles the first: tune.sweep.fit)
+        print(interrupted_line(getattr(args, "resume_path", "PATH")), file=sys.stderr)
         return 1
     except Exception as exc:  # a failure after the input was accepted
         if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):

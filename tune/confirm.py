@@ -194,6 +194,11 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
                               dashboard=args.dashboard, warm_start=None, **changes)
     outcome = run_configs(p.configs, options, f"{p.uri}/{RESULTS}", stage="confirm", **init_kwargs)
     print(summary(p.uri, metric))
+    if outcome.interrupted:  # Ctrl-C: Ray's Tuner.fit returned early (tune.sweep.fit); `resume` does not continue these
+        sys.stdout.flush()
+        print("interrupted: the confirm runs stopped before they finished; the summary above covers the finished "
+              "ones", file=sys.stderr)
+        return 1
     trials = outcome.trials
     confirm = trials[trials["stage"] == "confirm"] if "stage" in trials else trials.iloc[:0]
     return 0 if (confirm["status"] == "completed").any() else 1

@@ -96,7 +96,8 @@ def provenance() -> dict[str, Any]:
 # ---- the outcome of a fit -------------------------------------------------------------------------
 @dataclass
 class SweepOutcome:
-    """What a finished ``fit`` leaves: the results folder and the trials table (pandas)."""
+    """What a finished ``fit`` leaves: the results folder and the trials table (pandas); ``interrupted``
+    when Ctrl-C stopped the fit before its trials finished (``tune.sweep.fit``)."""
 
     experiment_uri: str
     results_uri: str
@@ -104,6 +105,7 @@ class SweepOutcome:
     metric: str
     mode: str
     swept: tuple = ()
+    interrupted: bool = False
 
     def best(self) -> dict | None:
         column = f"best_{self.metric}"
@@ -117,7 +119,10 @@ class SweepOutcome:
         return self.trials["status"].value_counts().to_dict() if len(self.trials) else {}
 
     def exit_code(self) -> int:
-        """0 when at least one trial completed or was stopped early by design, 1 when every trial failed."""
+        """0 when at least one trial completed or was stopped early by design, 1 when every trial failed or
+        the fit was interrupted (the sweep is not done: ``xbm-tune resume`` continues it)."""
+        if self.interrupted:
+            return 1
         counts = self.counts()
         return 0 if counts.get("completed", 0) + counts.get("stopped_early", 0) > 0 else 1
 

@@ -16,9 +16,10 @@ local folder the searcher's study in ``results/optuna.journal`` (``tune.optuna_s
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ray import tune
@@ -177,11 +178,61 @@ def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: 
         checkpoint_config=tune.CheckpointConfig(num_to_keep=None if pbt else KEEP_CHECKPOINTS))
 
 
+class _RayInterrupt(logging.Filter):
+    """On Ray Tune's logger during a fit: notes the warning Ray's signal handler logs when it stops the run
+    ("Stop signal received", SIGINT or SIGUSR1), and replaces the ``Tuner.restore(...)`` in Ray's closing
+    "Resume experiment with:" line by ``hint`` (this project's command; the line is dropped without one)."""
+
+    def __init__(self, hint: str | None) -> None:
+        super().__init__()
+        self.hint = hint
+        self.seen = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text.startswith("Stop signal received"):
+            self.seen = True
+        elif "Tuner.restore(" in text:
+            head = text.split("\nResume", 1)[0]
+            record.msg, record.args = (f"{head}\nResume with: {self.hint}" if self.hint else head), ()
+        return True
+
+
+def fit(tuner: tune.Tuner, hint: str | None = None) -> bool:
+    """``tuner.fit()``; True when it was interrupted before its trials finished.
+
+    Ray 2.60's ``Tuner.fit`` handles the first SIGINT (Ctrl-C) itself (``ray.tune.tune._setup_signal_catching``):
+    its handler logs "Stop signal received", puts the previous handler back (a second Ctrl-C raises
+    KeyboardInterrupt), and the run loop stops, saves the experiment state and returns the ResultGrid as if
+    the sweep had ended, so no KeyboardInterrupt reaches the caller. An interrupted fit is told by that log
+    record and, should the record not come (a changed wording, Ray's logger silenced), by its trials: a fit
+    that runs to its end leaves every trial terminated or errored, an interrupted one leaves pending,
+    running or paused ones. ``hint`` replaces Ray's ``Tuner.restore(...)`` advice (``_RayInterrupt``)."""
+    watch = _RayInterrupt(hint)
+    ray_logger = logging.getLogger("ray.tune.tune")
+    ray_logger.addFilter(watch)
+    try:
+        grid = tuner.fit()
+    finally:
+        ray_logger.removeFilter(watch)
+    return watch.seen or unfinished(grid) > 0
+
+
+def unfinished(grid) -> int:
+    """Trials of a ResultGrid neither terminated nor errored."""
+    return len(grid) - grid.num_terminated - grid.num_errors
+
+
+def resume_hint(uri: str) -> str:
+    return f"xbm-tune resume {uri}"
+
+
 def run_sweep(plan: SweepPlan, **init_kwargs) -> SweepOutcome:
-    """Connect (or start) Ray, write sweep.json, fit, and return the outcome read back from Parquet."""
+    """Connect (or start) Ray, write sweep.json, fit, and return the outcome read back from Parquet
+    (``interrupted`` when Ctrl-C stopped the fit: ``fit``)."""
     with ray_session(plan.options.address, plan.options.dashboard, **init_kwargs):
-        start(plan).tuner.fit()
-        return outcome(plan.experiment_uri, plan.options.metric, plan.options.mode)
+        interrupted = fit(start(plan).tuner, resume_hint(plan.experiment_uri))
+        return replace(outcome(plan.experiment_uri, plan.options.metric, plan.options.mode), interrupted=interrupted)
 
 
 def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
@@ -209,8 +260,8 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
         options = resolved_resources(options)
         tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located, policy),
                                    resume_unfinished=True, resume_errored=True, restart_errored=False)
-        tuner.fit()
-        return outcome(uri, record.metric, record.mode)
+        interrupted = fit(tuner, resume_hint(uri))
+        return replace(outcome(uri, record.metric, record.mode), interrupted=interrupted)
 
 
 def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results_dir: str,
@@ -243,5 +294,5 @@ def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results
         best = SweepBest(name, options.metric, options.mode)  # the stage's best, in the trials' lines
         tuner = tune.Tuner(trainable(options, name), tune_config=tune_config,
                            run_config=_run_config(options, name, sweep_uri, [sink, best]))
-        tuner.fit()
-        return outcome(sweep_uri, options.metric, options.mode)
+        interrupted = fit(tuner)  # no resume for these runs: Ray's Tuner.restore advice is dropped
+        return replace(outcome(sweep_uri, options.metric, options.mode), interrupted=interrupted)

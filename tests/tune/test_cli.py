@@ -1,4 +1,4 @@
-"""tune/cli.py: help, exit codes (0 done, 2 bad input with nothing written, 1 failure), the read-only
+"""tune/cli.py: help, exit codes (0 done, 2 bad input with nothing written, 1 failure or Ctrl-C), the read-only
 commands, and a --smoke-test sweep end to end followed by status."""
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_smoke_sweep_then_status_then_the_name_is_taken(ray_session, tmp_path, c
             str(tmp_path / "out"), "--name", "smoke", "--max-concurrent", "1"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "best trial:" in out and f"Parquet: {tmp_path}/out/smoke/results/trials.parquet" in out
+    assert "best trial (by its best epoch):" in out and f"Parquet: {tmp_path}/out/smoke/results/trials.parquet" in out
     assert (tmp_path / "out" / "smoke" / "results" / "sweep.json").is_file()
     assert main(["status", str(tmp_path / "out" / "smoke")]) == 0
     table = capsys.readouterr().out
@@ -260,3 +260,157 @@ def test_more_gpus_per_trial_than_any_node_exits_2_naming_the_nodes(tmp_path, ca
     assert "--gpus-per-trial 2 asks 2 GPUs per trial, more than any node has (GPUs per node: " in err and ": 0)" in err
     assert not (tmp_path / "out" / "gpus" / "results" / "sweep.json").exists()
     assert not ray.is_initialized()  # the session it started is closed
+
+
+# ---- Ctrl-C: Ray's Tuner.fit catches the first SIGINT and returns as if done ------------------------
+class _Grid(list):
+    """A ResultGrid's counts (``tune.sweep.unfinished`` reads them) over trial statuses."""
+
+    @property
+    def num_terminated(self):
+        return self.count("TERMINATED")
+
+    @property
+    def num_errors(self):
+        return self.count("ERROR")
+
+
+class _Tuner:
+    def __init__(self, statuses, logs=()):
+        self.statuses, self.logs = statuses, logs
+
+    def fit(self):
+        import logging
+
+        for text in self.logs:  # as Ray's tune.py logs them: its signal handler, then the end of run()
+            logging.getLogger("ray.tune.tune").warning(text)
+        return _Grid(self.statuses)
+
+
+STOP = ("Stop signal received (e.g. via SIGINT/Ctrl+C), ending Ray Tune run. This will try to checkpoint the "
+        "experiment state one last time. Press CTRL+C (or send SIGINT/SIGKILL/SIGTERM) to skip. ")
+RESUME = ('Experiment has been interrupted, but the most recent state was saved.\n'
+          'Resume experiment with: Tuner.restore(path="%s", trainable=...)')
+
+
+@pytest.mark.parametrize("statuses, logs, interrupted", [
+    (["TERMINATED", "ERROR"], (), False),
+    (["TERMINATED", "RUNNING", "PENDING"], (), True),  # no log record (Ray's logger silenced): the trials tell
+    (["TERMINATED", "TERMINATED"], (STOP, RESUME % "/s/e"), True),  # every trial created so far had ended
+])
+def test_fit_tells_a_fit_that_ray_stopped_on_ctrl_c(statuses, logs, interrupted):
+    """Bug caught: Ctrl-C on a sweep read as a finished sweep. Ray's Tuner.fit handles the first SIGINT itself
+    (it stops the trials, saves the experiment state and returns normally), so no KeyboardInterrupt reached the
+    CLI; an interrupted fit is told by Ray's "Stop signal received" record or by trials left unfinished."""
+    import logging
+
+    from tune.sweep import fit
+
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    keep = Keep()
+    logging.getLogger("ray.tune.tune").addHandler(keep)
+    try:
+        assert fit(_Tuner(statuses, logs), "xbm-tune resume /s/e") is interrupted
+    finally:
+        logging.getLogger("ray.tune.tune").removeHandler(keep)
+    if logs:  # Ray's advice names this project's command, not Tuner.restore (which needs the trainable)
+        assert seen == [STOP, "Experiment has been interrupted, but the most recent state was saved.\n"
+                              "Resume with: xbm-tune resume /s/e"]
+    assert fit(_Tuner(["TERMINATED"], ())) is False  # the filter went with the fit that set it
+
+
+@pytest.mark.parametrize("command", ["sweep", "resume"])
+def test_an_interrupted_sweep_exits_1_and_ends_on_the_resume_line(tmp_path, capsys, monkeypatch, command):
+    """Bugs caught: Ctrl-C on a sweep (or a resume) with a completed trial exiting 0, the code docs/sweeps.md
+    gives for "done", and never printing how to continue (``xbm-tune resume PATH``); one without a completed
+    trial saying "every trial failed". Also: the summary's best trial (its best epoch) read as Ray's
+    "Current best trial" (the last epoch's value), two different answers without saying why."""
+    import pandas as pd
+
+    from tune import sweep
+    from tune.record import SweepOutcome
+
+    trials = pd.DataFrame({"trial_id": ["t0", "t1", "t2"], "status": ["completed", "running", "running"],
+                           "trial_name": "x", "best_recall_at_1": [0.4, 0.6, float("nan")], "best_epoch": [5, 3, 1]})
+    uri = str(tmp_path / "out" / "e")
+
+    def interrupted(*args, **kwargs):
+        return SweepOutcome(uri, f"{uri}/results", trials, "recall_at_1", "max", interrupted=True)
+
+    monkeypatch.setattr(sweep, "run_sweep", interrupted)
+    monkeypatch.setattr(sweep, "resume_sweep", interrupted)
+    (tmp_path / "space.yaml").write_text(TOY)
+    argv = ([str(tmp_path / "space.yaml"), "--storage", str(tmp_path / "out"), "--name", "e"] if command == "sweep"
+            else [uri])
+    assert main([command, *argv, "--no-dashboard"]) == 1
+    captured = capsys.readouterr()
+    assert "trials: 1 completed, 2 running" in captured.out
+    assert "best trial (by its best epoch): t1 (x): recall_at_1=0.6 at epoch 3, status running" in captured.out
+    assert captured.err.strip().splitlines()[-1] == f"interrupted: continue with `xbm-tune resume {uri}`"
+    assert "every trial failed" not in captured.err
+
+
+def test_an_interrupted_confirm_exits_1_saying_so(tmp_path, capsys, monkeypatch):
+    """Bug caught: Ctrl-C on ``confirm`` (Ray's Tuner.fit returns normally) exiting 0, as if every
+    configuration had been confirmed, once one of its runs had completed."""
+    import pandas as pd
+
+    from tune import sweep
+    from tune.record import SweepOutcome
+
+    from .test_confirm import ROWS, write_sweep
+
+    path = write_sweep(tmp_path, ROWS)
+    trials = pd.DataFrame({"trial_id": ["c0", "c1"], "status": ["completed", "running"], "stage": "confirm"})
+    monkeypatch.setattr(sweep, "run_configs", lambda *a, **k: SweepOutcome(
+        path, f"{path}/results", trials, "recall_at_1", "max", interrupted=True))
+    assert main(["confirm", path, "--top", "1", "--seeds", "2", "--no-dashboard"]) == 1
+    assert "interrupted: the confirm runs stopped before they finished" in capsys.readouterr().err
+
+
+SIGINT_SPACE = (TOY.replace("epochs: 2", "epochs: 8").replace("batch_size: 128", "batch_size: 16, samples_per_class: 4")
+                .replace("{choice: [none, xbn]}", "{grid: [none, xbn]}"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_sweep_exits_1_with_the_resume_line(tmp_path):
+    """Bug caught: Ctrl-C (SIGINT) on ``xbm-tune sweep`` once a trial had completed exiting 0 ("done"), with
+    Ray's ``Tuner.restore(...)`` advice and without the CLI's ``xbm-tune resume PATH`` line: Ray's Tuner.fit
+    catches the first SIGINT and returns normally. A real driver, interrupted in its second trial's epochs
+    (``resume`` after a killed driver: tests/tune/test_faults.py)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .conftest import REPO
+
+    (tmp_path / "space.yaml").write_text(SIGINT_SPACE)
+    argv = [sys.executable, "-m", "tune.cli", "sweep", str(tmp_path / "space.yaml"), "--search", "grid",
+            "--scheduler", "fifo", "--max-concurrent", "1", "--storage", str(tmp_path / "out"), "--name", "cc",
+            "--no-dashboard", "--checkpoint-period", "0", "--no-stop-collapsed"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    driver = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, firsts, deadline = [], 0, time.time() + 180
+    try:
+        for line in driver.stdout:  # the second trial's first epoch (one trial at a time): 1 completed, 7 to go
+            lines.append(line)
+            firsts += " epoch 1/8 " in line
+            if firsts == 2:
+                driver.send_signal(signal.SIGINT)
+                break
+            assert time.time() < deadline, "".join(lines[-50:])
+        rest, _ = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    output = "".join(lines) + rest
+    assert driver.returncode == 1, output[-3000:]
+    summary = output[output.index("\ntrials: "):].splitlines()  # the CLI's, after Ray's session closed
+    assert f"interrupted: continue with `xbm-tune resume {tmp_path / 'out' / 'cc'}`" in summary, output[-3000:]
+    assert "trials: 1 completed, 1 running" in summary and "Tuner.restore" not in output
