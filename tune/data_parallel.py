@@ -45,6 +45,9 @@ from tune.trial_loop import Reporter, TrialLoop, follow, load_trainer_state
 TRAIN_RUNS = "data_parallel"
 #: this launcher process's running Train controller (an actor handle), for :func:`abort_running`
 _RUNNING: dict[str, Any] = {}
+#: the first report of every rank, before any work: it brings the controller's handle to the launcher, so a
+#: trial stopped during its set-up (decode, references, warm-up) is aborted too; never forwarded to Tune
+STARTED_KEY = "xbm_started"
 
 
 class ForwardToTune(UserCallback):
@@ -115,6 +118,8 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
             if fitting.is_alive() or not queue.empty():
                 continue
             break
+        if STARTED_KEY in row:
+            continue
         last = row
         tune.report(row, checkpoint=None if checkpoint is None else
                     tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem))
@@ -188,6 +193,7 @@ def _run_rank(job: Mapping[str, Any]) -> None:
     from xbm.cpus import use_cpus
     from xbm.training.rng import seed_everything
 
+    ray.train.report({STARTED_KEY: 1})  # every rank: Train's reports are collective
     rank = ray.train.get_context().get_world_rank()
     config, paths = job["config"], job["paths"]
     moved = {k: v for k, v in paths.items() if config.get(k) != v}
