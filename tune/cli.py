@@ -244,7 +244,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return code
 
 
-def interrupted_line(path: str = "PATH") -> str:
+def interrupted_line(path: str) -> str:
     """The last line of an interrupted sweep or resume: Ray's own advice (``Tuner.restore``) is replaced."""
     return f"interrupted: continue with `xbm-tune resume {path}`"
 
@@ -426,7 +426,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a second Ctrl-C (Ray's Tuner.fit handles the first: tune.sweep.fit)
-        print(interrupted_line(getattr(args, "resume_path", "PATH")), file=sys.stderr)
+        path = getattr(args, "resume_path", None)  # only a started sweep or resume can be continued
+        print(interrupted_line(path) if path else "interrupted", file=sys.stderr)
         return 1
     except Exception as exc:  # a failure after the input was accepted
         if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):

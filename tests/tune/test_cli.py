@@ -414,3 +414,16 @@ def test_ctrl_c_on_a_sweep_exits_1_with_the_resume_line(tmp_path):
     summary = output[output.index("\ntrials: "):].splitlines()  # the CLI's, after Ray's session closed
     assert f"interrupted: continue with `xbm-tune resume {tmp_path / 'out' / 'cc'}`" in summary, output[-3000:]
     assert "trials: 1 completed, 1 running" in summary and "Tuner.restore" not in output
+
+
+def test_a_second_ctrl_c_names_resume_only_for_what_resume_continues(monkeypatch, capsys):
+    """Bug caught: a KeyboardInterrupt in `train`, `confirm` or a sweep still checking its input told the
+    user to `xbm-tune resume PATH` (a literal PATH, and nothing resume can continue)."""
+    from tune import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_spaces", interrupted)  # the parser is built inside main: it takes this one
+    assert cli.main(["spaces"]) == 1
+    assert capsys.readouterr().err.strip() == "interrupted"
