@@ -200,7 +200,7 @@ class _Report:
         _, label = compare.confirm_values(self.sweep, self.metric)
         return [f"Test value: {label}; `selection_mean`: the confirm runs' best_{self.metric}; "
                 f"`sweep_best`: the same configuration's best in the sweep.", "",
-                markdown.table(table.drop(columns=["config"])), "", "Configurations (swept values):", ""] + \
+                markdown.table(table.drop(columns=["config", "swept"])), "", "Configurations (swept values):", ""] + \
             [f"- **{v}**: `{self.short(c)}`" for v, c in zip(table["variant"], table["config"])]
 
     def importance(self) -> list[str]:

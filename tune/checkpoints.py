@@ -66,6 +66,7 @@ class BestWeights:
         self.epoch: Optional[int] = None
         self._writer: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._lock = threading.Lock()  # the trial's thread and the actor's cleanup may both wait
 
     @property
     def uri(self) -> Optional[str]:
@@ -85,9 +86,11 @@ class BestWeights:
         self.wait()  # one write at a time, in epoch order
         self.value, self.epoch = float(value), int(epoch)
         payload = {"model": weights, "epoch": self.epoch, "value": self.value, **about}
-        self._writer = threading.Thread(target=self._write, args=(payload,), daemon=True, name="best-weights")
-        self._writer.start()
-        _PENDING.add(self)
+        writer = threading.Thread(target=self._write, args=(payload,), daemon=True, name="best-weights")
+        with self._lock:
+            self._writer = writer
+            _PENDING.add(self)
+        writer.start()
         return True
 
     def _write(self, payload: dict) -> None:
@@ -106,8 +109,10 @@ class BestWeights:
         writer = self._writer
         if writer is not None:
             writer.join()
-            self._writer = None
-        _PENDING.discard(self)
+        with self._lock:
+            if self._writer is writer:  # not a newer write the other thread started meanwhile
+                self._writer = None
+                _PENDING.discard(self)
         if self._error is not None:
             error, self._error = self._error, None
             raise OSError(f"could not write the best weights to {self.folder_uri}/{BEST_WEIGHTS}: {error}") from error
@@ -128,11 +133,12 @@ def finish_best_weights() -> None:
     """Wait for every best-weights write this process started: a trial's row names the file as soon as the
     epoch is reported, so the write must land before Tune ends or reuses the actor. A failed write is
     said, not raised: the trial has ended."""
-    for best in list(_PENDING):
-        try:
-            best.wait()
-        except OSError as exc:
-            warnings.warn(str(exc), stacklevel=2)
+    while _PENDING:  # the trial's thread may still start one (a stop mid-epoch)
+        for best in list(_PENDING):
+            try:
+                best.wait()
+            except OSError as exc:
+                warnings.warn(str(exc), stacklevel=2)
 
 
 class KeepLatestCheckpoint(Callback):

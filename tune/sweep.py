@@ -90,11 +90,11 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     return Built(tuner, sink, plan.searcher, plan.scheduler)
 
 
-def start(plan: SweepPlan, callbacks: tuple = ()) -> Built:
+def start(plan: SweepPlan, callbacks: tuple = (), own_ray: bool = False) -> Built:
     """Resolve ``--cpus-per-trial auto`` on the connected cluster, write results/sweep.json (with the
     resolved number), keep an optuna searcher's study in the live journal, and build the Tuner (the caller
-    fits it; Ray must be connected)."""
-    plan.options = resolved_resources(plan.options)
+    fits it; Ray must be connected; ``own_ray``: this process started it, ``resolved_resources``)."""
+    plan.options = resolved_resources(plan.options, own_ray)
     for warning in gpu_data_warnings(plan):
         print(f"warning: {warning}", flush=True)
     write_record(plan.results_uri, sweep_record(plan))
@@ -114,11 +114,12 @@ def trial_policy(options: SweepOptions, scheduler, max_epochs: int, mutable: tup
     return TrialPolicy(options.checkpoint_period, tuple(range(interval, max_epochs + 1, interval)), interval, mutable)
 
 
-def resolved_resources(options: SweepOptions) -> SweepOptions:
+def resolved_resources(options: SweepOptions, own_ray: bool = False) -> SweepOptions:
     """``options`` with ``cpus_per_trial`` a number (``auto`` resolved on the connected cluster's nodes: the
     CPUs that come with one worker's GPUs), checked against the nodes' GPUs (a trial's GPUs must fit on
     one node: SweepInputError naming every node's count), and for multi-worker trials ``max_concurrent``
-    capped to the trials whose workers fit together (``tune.workers``)."""
+    capped to the trials whose workers fit together (``tune.workers``; refused when none ever fits on a Ray
+    this process started, ``own_ray``)."""
     import ray
 
     needs_nodes = options.gpus_per_trial > 0 or options.workers > 1
@@ -126,7 +127,7 @@ def resolved_resources(options: SweepOptions) -> SweepOptions:
     check_node_gpus(options, nodes)
     options = options.replace(cpus_per_trial=resolve_cpus_per_trial(options.cpus_per_trial, options.gpus_per_worker,
                                                                      nodes, options.workers, LAUNCHER_CPU))
-    return options.replace(max_concurrent=max_concurrent(options, nodes))
+    return options.replace(max_concurrent=max_concurrent(options, nodes, own_ray))
 
 
 def tune_cap(search_alg, max_concurrent: int | None) -> int | None:
@@ -230,8 +231,8 @@ def resume_hint(uri: str) -> str:
 def run_sweep(plan: SweepPlan, **init_kwargs) -> SweepOutcome:
     """Connect (or start) Ray, write sweep.json, fit, and return the outcome read back from Parquet
     (``interrupted`` when Ctrl-C stopped the fit: ``fit``)."""
-    with ray_session(plan.options.address, plan.options.dashboard, **init_kwargs):
-        interrupted = fit(start(plan).tuner, resume_hint(plan.experiment_uri))
+    with ray_session(plan.options.address, plan.options.dashboard, **init_kwargs) as ray_info:
+        interrupted = fit(start(plan, own_ray=ray_info.started).tuner, resume_hint(plan.experiment_uri))
         return replace(outcome(plan.experiment_uri, plan.options.metric, plan.options.mode), interrupted=interrupted)
 
 
@@ -256,8 +257,8 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     mutable = tuple(key for key, spec in record.space.params.items() if isinstance(spec, dict) and spec.get("mutable"))
     scheduler = None if options.population_based else build_scheduler(options, max_epochs, {})
     policy = trial_policy(options, scheduler, max_epochs, mutable)
-    with ray_session(address, dashboard, **init_kwargs):
-        options = resolved_resources(options)
+    with ray_session(address, dashboard, **init_kwargs) as ray_info:
+        options = resolved_resources(options, ray_info.started)
         tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located, policy),
                                    resume_unfinished=True, resume_errored=True, restart_errored=False)
         interrupted = fit(tuner, resume_hint(uri))
@@ -284,8 +285,8 @@ def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results
                        options.mode, stage=stage, swept=swept, provenance=provenance(),
                        gpus_per_worker=options.gpus_per_worker)
     name = f"{stage}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-    with ray_session(options.address, options.dashboard, **init_kwargs):
-        options = resolved_resources(options)  # the cluster's nodes cap multi-worker trials at once
+    with ray_session(options.address, options.dashboard, **init_kwargs) as ray_info:
+        options = resolved_resources(options, ray_info.started)  # the nodes cap multi-worker trials at once
         tune_config = tune.TuneConfig(
             metric=options.metric, mode=options.mode, search_alg=FixedConfigs(configs, options.metric, options.mode),
             scheduler=FIFOScheduler(), num_samples=len(configs), max_concurrent_trials=options.max_concurrent,

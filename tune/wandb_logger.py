@@ -104,11 +104,12 @@ class SweepWandb(WandbLoggerCallback):
 
 
 def build_wandb(storage_path: str, experiment: str) -> SweepWandb:
-    if local_path(storage_path) is None:
+    root = local_path(storage_path)
+    if root is None:
         mode = wandb_mode()
         if mode == "offline":
             raise SweepInputError(f"--log wandb runs offline here (no W&B key, or no connection), and offline runs "
                                   f"are written to a local folder, but --storage is {storage_path!r}: use a local "
                                   f"--storage, or set WANDB_API_KEY on a machine that reaches W&B")
         return SweepWandb(os.path.join(os.path.expanduser("~"), "xbm_wandb", experiment), experiment, mode)
-    return SweepWandb(os.path.join(storage_path, experiment), experiment, wandb_mode())
+    return SweepWandb(os.path.join(root, experiment), experiment, wandb_mode())

@@ -134,12 +134,12 @@ def _node_name(node: Mapping[str, Any]) -> str:
     return f"{host} ({str(node.get('NodeID', ''))[:8]})"
 
 
-def max_concurrent(options: SweepOptions, nodes: Iterable[Mapping[str, Any]]) -> int | None:
+def max_concurrent(options: SweepOptions, nodes: Iterable[Mapping[str, Any]], own_ray: bool = False) -> int | None:
     """The trials that may run at once: ``--max-concurrent``, capped for multi-worker trials by the trials
     whose workers fit on the connected cluster's nodes together (at least 1). One-worker trials: as given
-    (Tune's own placement groups count their resources). On the local Ray a sweep starts itself (no
-    ``--address``: no autoscaler will add nodes), a trial that can never fit is refused (SweepInputError):
-    its Train run would wait forever, silently."""
+    (Tune's own placement groups count their resources). On a Ray this command started itself (``own_ray``:
+    no autoscaler will add nodes), a trial that can never fit is refused (SweepInputError): its Train run
+    would wait forever, silently."""
     if options.workers == 1:
         return options.max_concurrent
     per_worker = worker_resources(options)
@@ -150,13 +150,14 @@ def max_concurrent(options: SweepOptions, nodes: Iterable[Mapping[str, Any]]) ->
     # each trial's launcher holds LAUNCHER_CPU too: 2 trials of 2 one-CPU workers do not fit in 4 CPUs
     cpus = sum(have.get("CPU", 0.0) for have in alive)
     need = options.workers * per_worker["CPU"] + LAUNCHER_CPU
-    if options.address is None and (fits < options.workers or need > cpus + 1e-9):
+    if own_ray and (fits < options.workers or need > cpus + 1e-9):
         share = math.floor((cpus - LAUNCHER_CPU) / options.workers * 100) / 100
         each = ", ".join(f"{amount:g} {kind}" for kind, amount in per_worker.items())
         raise SweepInputError(f"--workers-per-trial {options.workers} x ({each}) per worker, plus the trial's "
                               f"launcher ({LAUNCHER_CPU:g} CPU), never fit on this Ray ({cpus:g} CPUs): the trial "
                               f"would wait forever. Lower --cpus-per-trial (at most {share:g} for "
-                              f"{options.workers} workers here) or --workers-per-trial")
+                              f"{options.workers} workers here) or --workers-per-trial, or run on a larger Ray "
+                              f"(--address)")
     while trials > 1 and trials * (options.workers * per_worker["CPU"] + LAUNCHER_CPU) > cpus + 1e-9:
         trials -= 1
     return trials if options.max_concurrent is None else min(options.max_concurrent, trials)

@@ -37,6 +37,7 @@ def test_full_report_with_confirm_stage(confirm_sweep):
     assert "failed (" not in text
     confirmation = text.split("## Confirmation")[1].split("## ")[0]
     assert "final test_recall_at_1" in confirmation and "| pcxbn | 3 | 3 | 10, 11, 12 | 0.5867 |" in confirmation
+    assert "<null>" not in confirmation.split("Configurations")[0]   # no raw configuration keys in the table
     assert "reference values on CIFAR-100 from the paper" in text
     recall = text.split("## Recall@K")[1].split("## ")[0]   # the K set the runs reported, best epoch's values
     assert "| rank | trial_id | recall_at_1 | recall_at_10 |" in recall and "| 1 | pcxbn_0.5_2 | 0.7 | 0.9 |" in recall

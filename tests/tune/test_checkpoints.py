@@ -130,3 +130,26 @@ def test_a_stopped_or_reused_actor_waits_for_the_best_weights_write(tmp_path, mo
     cls.cleanup(object.__new__(cls))
     cls.reset_config(object.__new__(cls), {})
     assert waited == [True, True]
+
+
+def test_a_wait_that_overlaps_a_new_write_leaves_that_write_pending(tmp_path):
+    """Bug caught: the actor's cleanup waiting while the trial's thread offered a new epoch: cleanup's wait,
+    back from joining the old write, cleared the new one, which then nobody waited for (lost with the actor)."""
+    from tune.checkpoints import _PENDING
+
+    best = BestWeights(SlowStorage(str(tmp_path)), str(tmp_path), "max")
+    model = torch.nn.Linear(2, 1)
+
+    class OldWrite:  # the old write; while cleanup joins it, the trial's thread offers epoch 2
+        offered = False
+
+        def join(self):
+            if not self.offered:
+                self.offered = True
+                best.offer(2, 0.9, model, {})
+
+    best._writer = OldWrite()
+    best.wait()   # cleanup's wait
+    assert best._writer is not None and best in _PENDING   # epoch 2's write still to wait for
+    best.wait()
+    assert torch.load(tmp_path / BEST_WEIGHTS, weights_only=True)["epoch"] == 2 and best not in _PENDING

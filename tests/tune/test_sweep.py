@@ -285,3 +285,40 @@ def test_a_confirm_reruns_each_config_with_its_own_workers(tmp_path, ray_down):
     with pytest.raises(SweepInputError, match=r"give the 1 worker\(s\).*but give 2"):
         run_configs([{**two, "workers": 1}], SweepOptions(gpus_per_trial=2.0), str(tmp_path / "sweep" / "results"))
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("started", [True, False])
+def test_resume_judges_multi_worker_trials_against_the_ray_it_runs_on(monkeypatch, started):
+    """Bug caught: resume decided whether a never-fitting multi-worker trial is refused from the address
+    sweep.json recorded, not the Ray it runs on: a submitted sweep (recorded --address auto) resumed on a
+    laptop hung silently, and a local one resumed on an autoscaling cluster was refused."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from tune import sweep
+    from tune.options import SweepOptions
+
+    options = SweepOptions(workers_per_trial=2, cpus_per_trial=1.0, address="auto", scheduler="fifo",
+                           search="random", num_samples=1)
+    record = SimpleNamespace(options=options.to_dict(), space=SimpleNamespace(base={}, params={}), swept=(),
+                             max_epochs=2, experiment="e", metric="recall_at_1", mode="max")
+    monkeypatch.setattr(sweep, "read_record", lambda uri: record)
+    monkeypatch.setattr(sweep.tune.Tuner, "can_restore", lambda uri: True)
+    for name in ("relocated", "check_data", "record_paths"):
+        monkeypatch.setattr(sweep, name, lambda *a: {})
+
+    @contextmanager
+    def session(address, dashboard, **kwargs):
+        yield SimpleNamespace(started=started)
+
+    judged = []
+
+    def resolved(opts, own_ray=False):
+        judged.append(own_ray)
+        raise KeyboardInterrupt  # enough: stop before Tune
+
+    monkeypatch.setattr(sweep, "ray_session", session)
+    monkeypatch.setattr(sweep, "resolved_resources", resolved)
+    with pytest.raises(KeyboardInterrupt):
+        sweep.resume_sweep("/tmp/nowhere")
+    assert judged == [started]

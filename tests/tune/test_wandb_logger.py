@@ -78,3 +78,5 @@ def test_offline_runs_go_to_the_sweep_folder_and_a_bucket_is_refused(no_credenti
     assert callback.closing() == f"W&B runs are offline; upload them with: wandb sync {folder}/offline-run-*"
     with pytest.raises(SweepInputError, match="local --storage"):
         wl.build_wandb("s3://bucket/sweeps", "exp")
+    # bug caught: a file:// storage taken as local but joined as given, a folder named 'file:' in the cwd
+    assert wl.build_wandb(f"file://{tmp_path}/sweeps", "exp").kwargs["dir"] == str(tmp_path / "sweeps" / "exp")

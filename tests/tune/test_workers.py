@@ -110,12 +110,12 @@ def test_trials_at_once_are_those_whose_workers_fit_together():
     assert max_concurrent(cpu, [node("a", 8.5)]) == 4  # 8 one-CPU workers = 4 trials of 2, + 4 x 0.01 CPU
     assert max_concurrent(cpu, [node("a", 8)]) == 3  # the launchers' 0.01 CPU each: 4 x 2.01 > 8
     assert max_concurrent(cpu.replace(max_concurrent=3), [node("a", 8)]) == 3
-    assert max_concurrent(cpu.replace(address="auto"), [node("a", 1)]) == 1  # never 0: an autoscaler may add nodes
+    assert max_concurrent(cpu, [node("a", 1)]) == 1  # never 0 on a joined cluster: an autoscaler may add nodes
     # Bug caught: on the sweep's own local Ray, a trial that can never fit (2 one-CPU workers + the launcher's
     # 0.01 on 2 CPUs, the docs' CPU example on a laptop) waited forever without a word
     with pytest.raises(SweepInputError, match=r"--workers-per-trial 2 x \(1 CPU\) per worker.*never fit on this Ray "
                                               r"\(2 CPUs\).*at most 0.99 for 2 workers"):
-        max_concurrent(cpu, [node("a", 2)])
+        max_concurrent(cpu, [node("a", 2)], own_ray=True)
     gpu = SweepOptions(gpus_per_trial=2.0, cpus_per_trial=2.0)  # 2 workers x (2 CPUs, 1 GPU)
     # node a: min(16 / 2, 2 / 1) = 2 workers; node b: min(3 // 2, 4) = 1 worker; 3 workers = 1 trial
     assert max_concurrent(gpu, [node("a", 16, 2), node("b", 3, 4), node("c", 8, 8, alive=False)]) == 1

@@ -130,6 +130,9 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
     on CUDA would hand ``found_inf`` to the plain kernel (an AssertionError at the first step), and a CUDA one
     resumed on the CPU would step with the CPU's fused kernel. The flags are set before the load, so torch
     places each ``step`` counter where this run's kernels want it."""
+    if len(state["param_groups"]) != len(optimizer.param_groups):
+        raise ValueError(f"the checkpoint's optimiser has {len(state['param_groups'])} parameter groups, this run's "
+                         f"{len(optimizer.param_groups)}: it was saved by another model or optimiser")
     groups = [{**saved, **{key: own[key] for key in IMPLEMENTATION_KEYS if key in own}}
               for saved, own in zip(state["param_groups"], optimizer.param_groups)]
     optimizer.load_state_dict({**state, "param_groups": groups})

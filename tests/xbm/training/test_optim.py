@@ -220,3 +220,14 @@ def test_a_checkpoint_resumes_with_this_runs_optimiser_kernels(monkeypatch, save
     assert bool(resumed.optimizer.param_groups[0]["fused"]) == resumed_fused
     assert bool(resumed.warmup_optimizer.param_groups[0]["fused"]) == resumed_fused
     assert [m["epoch"] for m in resumed.fit()] == [2]
+
+
+def test_a_checkpoint_of_other_parameter_groups_is_refused():
+    """Bug caught: loading with this run's kernels zipped the saved groups with this run's and silently
+    dropped the extra ones (torch's own load refuses a different number of groups)."""
+    from xbm.training.optim import load_optimizer_state
+
+    a, b, c = (torch.nn.Parameter(torch.randn(3)) for _ in range(3))
+    saved = torch.optim.AdamW([{"params": [a]}, {"params": [b], "lr": 0.5}]).state_dict()
+    with pytest.raises(ValueError, match="2 parameter groups, this run's 1"):
+        load_optimizer_state(torch.optim.AdamW([c]), saved)
