@@ -85,6 +85,24 @@ def test_group_sums_on_cuda_run_in_deterministic_mode_and_restore_it(before):
         torch.use_deterministic_algorithms(False)
 
 
+def test_group_sums_run_inside_the_deterministic_context(monkeypatch):
+    """Bug caught: group_sums no longer entering deterministic_sums (the mode test above would still pass)."""
+    from contextlib import contextmanager
+
+    from xbm.normalisers import stats
+
+    entered = []
+
+    @contextmanager
+    def recording(device):
+        entered.append(device.type)
+        yield
+
+    monkeypatch.setattr(stats, "deterministic_sums", recording)
+    stats.group_sums(torch.randn(8, 3), torch.tensor([0, 1] * 4), 2)
+    assert entered == ["cpu"]
+
+
 @needs_cuda
 def test_cuda_group_sums_are_bit_identical_run_to_run():
     """Bug caught (on a GPU): atomic adds making the same memory's per-class moments differ between runs."""
