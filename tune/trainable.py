@@ -38,6 +38,7 @@ driver's check (``tune.plan.check_data``) only proves the files exist on the dri
 from __future__ import annotations
 
 import math
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ from tune.trial_loop import BEST_WEIGHTS_KEY, CHECKPOINT_FILE, SETUP_KEY, TrialL
 ERROR_KEY, STOP_REASON_KEY = "error", "stop_reason"
 #: trial-level facts reported with every epoch (strings; the sink puts them in trials.parquet too)
 NODE_KEY, GPU_KEY = "node_id", "gpu_ids"
+NOSET_VISIBLE_DEVICES = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
 #: result key: {path key: value} a trial read instead of its config's (a sweep moved on resume)
 RELOCATED_KEY = "relocated"
 
@@ -85,12 +87,20 @@ def train_config(config: Mapping[str, Any]):
 def assigned_device(requested: str, gpu_ids: list) -> str:
     """The device this trial may use: the GPU Ray assigned (Ray sets CUDA_VISIBLE_DEVICES, so it is
     ``cuda`` inside the process), else CPU. ``auto`` must not grab a GPU Ray did not assign, which
-    the trainer's own ``auto`` would do on a shared GPU machine."""
+    the trainer's own ``auto`` would do on a shared GPU machine. Under Ray's
+    ``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES`` the process sees the node's GPUs, and plain ``cuda``
+    would put every trial on the first: the assigned one is named (its place among CUDA_VISIBLE_DEVICES)."""
     import torch
 
     if requested != "auto":
         return requested
-    return "cuda" if gpu_ids and torch.cuda.is_available() else "cpu"
+    if not (gpu_ids and torch.cuda.is_available()):
+        return "cpu"
+    if os.environ.get(NOSET_VISIBLE_DEVICES, "").lower() not in ("1", "true"):  # Ray's own test of it
+        return "cuda"
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    gpu = str(gpu_ids[0])
+    return f"cuda:{visible.index(gpu) if gpu in visible else int(gpu)}"
 
 
 @dataclass(frozen=True)
@@ -143,6 +153,8 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     cpus = use_cpus(assigned.get("CPU", 1))  # torch and decode threads: the trial's CPUs, not the node's
     gpu_share = float(assigned.get("GPU", 0.0))
     if cfg.device.startswith("cuda") and torch.cuda.is_available():
+        if torch.device(cfg.device).index is not None:  # the cap and the peak read the current device
+            torch.cuda.set_device(torch.device(cfg.device))
         cap_gpu_memory(gpu_share)
         torch.cuda.reset_peak_memory_stats()  # an out-of-memory reason names this trial's peak, not a previous one's
     loop = TrialLoop(trial_id, cfg, metric, mode, policy, sweep, where, trial_best_weights(context.get_storage(), mode),

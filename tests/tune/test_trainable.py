@@ -31,6 +31,15 @@ def test_device_is_the_assigned_gpu_or_cpu(monkeypatch):
     assert assigned_device("auto", ["1"]) == "cuda"  # Ray's CUDA_VISIBLE_DEVICES makes it cuda:0
     assert assigned_device("auto", []) == "cpu"  # never a GPU Ray did not assign
     assert assigned_device("cpu", ["0"]) == "cpu"
+    # Bug caught: under Ray's NOSET variable the process sees the node's GPUs, and `cuda` put every trial on
+    # the first one: the assigned GPU by its place among CUDA_VISIBLE_DEVICES, or its index
+    monkeypatch.setenv("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert assigned_device("auto", ["3"]) == "cuda:3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert assigned_device("auto", ["3"]) == "cuda:1"
+    monkeypatch.setenv("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "0")
+    assert assigned_device("auto", ["3"]) == "cuda"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert assigned_device("auto", ["0"]) == "cpu"  # fake GPUs on a CPU machine
 
