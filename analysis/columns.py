@@ -94,12 +94,21 @@ def seeds(frame: pd.DataFrame) -> pd.Series:
     return out
 
 
+ABSENT = "<null>"  # a config_key's value of a parameter the row does not have
+
+
 def config_key(frame: pd.DataFrame, exclude: tuple[str, ...] = ("config.seed",)) -> pd.Series:
     """A string naming the configuration of each row: every config value except ``exclude``,
-    nulls included, so rows that differ only by seed share a key."""
+    nulls included, so rows that differ only by seed share a key (``name=value|name=value``)."""
     columns = [c for c in config_columns(frame) if c not in exclude]
     if not columns or frame.empty:
         return pd.Series("", index=frame.index, dtype="string")
-    parts = frame[columns].astype("string").fillna("<null>")
+    parts = frame[columns].astype("string").fillna(ABSENT)
     return parts.apply(lambda row: "|".join(f"{param_name(c)}={v}" for c, v in row.items()), axis=1).astype("string")
 
+
+
+def key_values(key: str) -> list[tuple[str, str]]:
+    """The ``(parameter, value)`` pairs of a :func:`config_key`, without the parameters it marks absent."""
+    return [(name, value) for name, value in (part.split("=", 1) for part in str(key).split("|") if "=" in part)
+            if value != ABSENT]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.columns import KEY, KIND, VARIANT_FLAGS, config_columns, config_key, seeds, varying_columns
+from analysis.columns import KEY, KIND, VARIANT_FLAGS, config_columns, config_key, key_values, seeds, varying_columns
 from analysis.errors import NotApplicable
 from analysis.loader import Sweep
 from analysis.values import confirm_values, finished, metric_values
@@ -202,7 +202,8 @@ def paired_differences(sweep: Sweep, metric: str | None = None, select: str = "a
 def confirmation_table(sweep: Sweep, metric: str | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """One row per confirmed configuration: its held-out test value over seeds (mean, t-interval),
     the confirm runs' own ``best_<metric>`` on the selection split, and the best value the same
-    configuration reached in the sweep (matched on the parameters the sweep varied, which ``swept`` names)."""
+    configuration reached in the sweep (matched on the parameters the sweep varied, which ``swept`` names:
+    ``name=value, ...``)."""
     metric = metric or sweep.metric
     values, _ = confirm_values(sweep, metric)
     confirm = sweep.stage_trials("confirm")
@@ -227,7 +228,8 @@ def confirmation_table(sweep: Sweep, metric: str | None = None, confidence: floa
                         "selection_mean": float(ok["selection"].mean()) if len(ok) else math.nan,
                         # a sweep that varied nothing ran this one configuration: all its trials match
                         "sweep_best": float(sweep_best.get(match, math.nan)),
-                        "swept": match, "config": key})
+                        "swept": ", ".join(f"{name}={value}" for name, value in key_values(match)),
+                        "config": key})
     table = pd.DataFrame(records)
     return table.sort_values("test_mean", ascending=not sweep.higher_is_better(metric), ignore_index=True)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import compare, curves, effects, importance, markdown, plots, schedules, tables
-from analysis.columns import param_name, varying_columns
+from analysis.columns import key_values, param_name, varying_columns
 from analysis.contract import TRIALS_FILE
 from analysis.costs import time_line
 from analysis.errors import NotApplicable
@@ -90,9 +90,7 @@ class _Report:
     def short(self, key: str) -> str:
         """A config key reduced to the parameters the sweep varied."""
         swept = {param_name(c) for c in varying_columns(self.sweep.stage_trials("sweep"))}
-        parts = [p.split("=", 1) for p in key.split("|") if "=" in p]
-        shown = [f"{name}={markdown.cell(_number(value))}" for name, value in parts
-                 if name in swept and value != "<null>"]
+        shown = [f"{name}={markdown.cell(_number(value))}" for name, value in key_values(key) if name in swept]
         return ", ".join(shown) or key
 
     # ---- sections ---------------------------------------------------------------------------------

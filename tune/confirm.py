@@ -235,11 +235,7 @@ def summary(uri: str, metric: str) -> str:
             warnings.simplefilter("ignore")
             table = confirmation_table(load(uri), metric)
         # two configurations of one variant (two xbn ratios) are told apart by their swept values
-        named = ("variant",)
-        if table["variant"].duplicated().any():
-            table["swept"] = [", ".join(part for part in str(key).split("|") if not part.endswith("=<null>"))
-                              for key in table["swept"]]
-            named = ("variant", "swept")
+        named = ("variant", "swept") if table["variant"].duplicated().any() else ("variant",)
         columns = [c for c in (*named, "n_completed", "test_mean", "test_ci_low", "test_ci_high",
                                "selection_mean", "sweep_best") if c in table.columns]
         return "confirmation (mean and 95% t-interval over seeds):\n" + table[columns].to_string(index=False)
