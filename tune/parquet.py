@@ -210,5 +210,3 @@ def check_storage(uri: str) -> None:
 def write_bytes(fs: pafs.FileSystem, path: str, payload) -> None:
     with fs.open_output_stream(path) as out:
         out.write(payload)
-
-

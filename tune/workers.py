@@ -158,6 +158,6 @@ def max_concurrent(options: SweepOptions, nodes: Iterable[Mapping[str, Any]], ow
                               f"would wait forever. Lower --cpus-per-trial (at most {share:g} for "
                               f"{options.workers} workers here) or --workers-per-trial, or run on a larger Ray "
                               f"(--address)")
-    while trials > 1 and trials * (options.workers * per_worker["CPU"] + LAUNCHER_CPU) > cpus + 1e-9:
+    while trials > 1 and trials * need > cpus + 1e-9:
         trials -= 1
     return trials if options.max_concurrent is None else min(options.max_concurrent, trials)
