@@ -4,8 +4,9 @@ A 60,000 x 512 memory (SOP scale: 11,000 classes, 12 super-classes), batch 64 (1
 each kind's ``norm(memory, labels, batch, batch_labels, out=buffer)`` (as XBMLoss calls it, and
 without ``out``, allocating the result) and the miner + SupCon forward + backward
 of the batch against the full memory, all timed in one run (median of ``--repeats`` after a warm-up)
-and printed as ratios to the loss step. Uses CUDA when present. Targets (issue 2): xbn <= 1.0x the
-loss step (aim 0.5x), pcxbn and scxbn <= 3x xbn.
+and printed as ratios to the loss step. Uses CUDA when present. Targets: xbn <= 1.0x the loss step (aim
+0.5x); pcxbn and scxbn <= 2x xbn on the CPU, <= 3x on a GPU (their group sums: index_add_ on the CPU, a
+one-hot product on a GPU, ``xbm.normalisers.stats.group_sums``).
 
     python benchmarks/bench_normalisers.py            # full size
     python benchmarks/bench_normalisers.py --quick    # 6,000-row memory, 3 repeats: a sanity run
@@ -102,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{new_ms / loss_ms:5.2f}x")
     xbn = ms[("xbn", False, "out")]
     worst = max(ms[("pcxbn", False, "out")], ms[("scxbn", False, "out")])
+    limit = 2 if device.type == "cpu" else 3
     print(f"targets (out=): xbn <= 1.0x loss step: {xbn / loss_ms:.2f}x ({'met' if xbn <= loss_ms else 'MISSED'}); "
-          f"pcxbn, scxbn <= 3x xbn: {worst / xbn:.2f}x ({'met' if worst <= 3 * xbn else 'MISSED'})")
+          f"pcxbn, scxbn <= {limit}x xbn on {device.type}: {worst / xbn:.2f}x "
+          f"({'met' if worst <= limit * xbn else 'MISSED'})")
     return 0
 
 

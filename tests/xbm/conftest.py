@@ -79,7 +79,7 @@ def same(a, b) -> bool:
 class GemmPrecisions(torch.overrides.TorchFunctionMode):
     """Records ``torch.get_float32_matmul_precision()`` at every matrix product run inside it."""
 
-    GEMMS = {"matmul", "__matmul__", "mm", "addmm", "bmm", "cdist"}
+    GEMMS = {"matmul", "__matmul__", "mm", "addmm", "addmm_", "bmm", "cdist"}
 
     def __init__(self) -> None:
         super().__init__()

@@ -23,10 +23,10 @@ class PerClassXBN(Normaliser):
     No host synchronisation: every shape is known before the call. A batch of B rows has at most B
     groups, so groups are B fixed slots: each batch row's slot is its group's first position in the
     sorted batch groups (``searchsorted``, no ``unique``), a memory row's the slot of its group, or the
-    spare slot B when its group is not in the batch. Per-slot sums run with ``index_add_`` over the whole
-    memory, rows without their own map in the spare slot, so the whole-memory moments are pooled from the
-    slots' (no extra pass); the spare slot then holds the fallback map (global XBN or the identity) and
-    every row is written in one grouped pass. Subclasses override ``groups``.
+    spare slot B when its group is not in the batch. Per-slot sums (``stats.group_sums``: ``index_add_`` on
+    the CPU, a one-hot product on a GPU) run over the whole memory, rows without their own map in the spare
+    slot, so the whole-memory moments are pooled from the slots' (no extra pass); the spare slot then holds
+    the fallback map (global XBN or the identity) and every row is written in one grouped pass. Subclasses override ``groups``.
     """
 
     kind = "pcxbn"
@@ -42,8 +42,9 @@ class PerClassXBN(Normaliser):
         slot, batch_slot = _slots(self.groups(labels), self.groups(batch_labels))
         n = len(batch_labels)
         # A group gets its own map with >= 2 rows in the batch and >= 2 in the memory; slot n: the fallback.
-        own = (group_counts(batch_slot, n + 1) >= 2) & (group_counts(slot, n + 1) >= 2)
-        own[n] = False
+        # (no ``own[n] = False``: a Python scalar written into a device tensor is a blocking host-to-device copy)
+        own = ((group_counts(batch_slot, n + 1) >= 2) & (group_counts(slot, n + 1) >= 2)
+               & (torch.arange(n + 1, device=slot.device) < n))
         slot = torch.where(own.index_select(0, slot), slot, n)
         batch_slot = torch.where(own.index_select(0, batch_slot), batch_slot, n)
         sums = group_sums(z, slot, n + 1, with_std)

@@ -6,12 +6,16 @@ the mean (two passes), never as E[z^2] - E[z]^2, which cancels catastrophically 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
+
+from xbm.precision import full_fp32_matmul
+
+DENSE_ELEMENTS = 2**25  # one one-hot block of the dense group sums, groups x rows (128 MiB in fp32)
 
 
 def chunks(x: Tensor) -> int:
@@ -73,47 +77,73 @@ class GroupSums:
         return Moments(mean, (m2 / (n - 1)).sqrt_().clamp_min_(eps))
 
 
-@contextmanager
-def deterministic_sums(device: torch.device) -> Iterator[None]:
-    """Group sums in a fixed order on CUDA: its ``index_add_`` adds with atomics, in an order that differs
-    from run to run and from GPU to GPU, so data-parallel ranks' memories (adapted in place from these sums)
-    would drift apart by rounding. Under torch's deterministic mode, CUDA's ``index_add_`` sorts the ids and
-    adds each group's rows in order (torch.use_deterministic_algorithms lists it); the CPU's already adds in
-    order. The mode is torch-global, so it is set only around the sums, and restored."""
-    if device.type != "cuda":
-        yield
-        return
-    mode, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+def uses_dense_sums(device: torch.device) -> bool:
+    """Whether group sums on ``device`` take the one-hot product (:func:`group_sums`): everywhere but the CPU."""
+    return device.type != "cpu"
 
 
-def group_counts(group: Tensor, n_groups: int, dtype: torch.dtype = torch.float32) -> Tensor:
+def group_counts(group: Tensor, n_groups: int, dtype: torch.dtype = torch.float32,
+                 dense: Optional[bool] = None) -> Tensor:
     """Rows per group [G] of the ids ``group`` [n] in [0, G), on the device, without a host read (whole
-    numbers: exact in any order)."""
+    numbers: exact in any order). ``dense`` (default: off the CPU) counts with one-hot row sums instead of
+    ``index_add_``, whose atomics on one address serialise on a GPU (PC-XBN's spare slot holds almost every
+    memory row)."""
     counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
-    return counts.index_add_(0, group, torch.ones(group.shape, dtype=dtype, device=group.device))
+    if not (uses_dense_sums(group.device) if dense is None else dense):
+        return counts.index_add_(0, group, torch.ones(group.shape, dtype=dtype, device=group.device))
+    for ids in group.split(_dense_rows(n_groups, group.shape[0])):
+        counts += _one_hot(ids, n_groups).sum(dim=1, dtype=dtype)
+    return counts
 
 
-def group_sums(x: Tensor, group: Tensor, n_groups: int, with_std: bool = True) -> GroupSums:
+def _one_hot(ids: Tensor, n_groups: int) -> Tensor:
+    """The [G, n] bool matrix, True at (ids[j], j): as floats, ``one_hot @ x`` sums the rows of ``x`` by group."""
+    return ids.unsqueeze(0) == torch.arange(n_groups, device=ids.device).unsqueeze(1)
+
+
+def _dense_rows(n_groups: int, n: int) -> int:
+    """Rows per one-hot chunk: a [G, rows] block of at most :data:`DENSE_ELEMENTS`."""
+    return max(1, min(n, DENSE_ELEMENTS // max(1, n_groups)))
+
+
+def _add_by_group(out: Tensor, x: Tensor, group: Tensor, term: Callable[[Tensor, Tensor], Tensor],
+                  dense: bool) -> Tensor:
+    """``out[g] += sum of term(rows, their ids) over the rows of x in group g``, in a fixed order (below)."""
+    if not dense:   # the CPU's index_add_ adds the rows one after another, in index order
+        step = chunks(x)
+        for part, ids in zip(x.split(step), group.split(step)):
+            out.index_add_(0, ids, term(part, ids))
+        return out
+    # A GEMM reduces in an order fixed by its shapes, never by the data, and no atomics; full fp32 (TF32
+    # would round x to 10 bits) and outside autocast (which would take the product to bf16).
+    plain = torch.amp.is_autocast_available(x.device.type)   # not on "meta", the tests' stand-in GPU
+    with full_fp32_matmul(), torch.autocast(x.device.type, enabled=False) if plain else nullcontext():
+        step = _dense_rows(out.shape[0], x.shape[0])
+        for part, ids in zip(x.split(step), group.split(step)):
+            out.addmm_(_one_hot(ids, out.shape[0]).to(x.dtype), term(part, ids))
+    return out
+
+
+def group_sums(x: Tensor, group: Tensor, n_groups: int, with_std: bool = True,
+               dense: Optional[bool] = None) -> GroupSums:
     """``GroupSums`` of the rows of ``x`` [n, d] with group ids ``group`` [n] in [0, G).
 
-    Two chunked passes with ``index_add_`` (sums, then squares about the group means): no loop
-    over groups, and no host synchronisation (``bincount`` on CUDA reads the largest id back). The same
-    rows give the same bits on every device and run (:func:`deterministic_sums`)."""
-    step = chunks(x)
-    counts = group_counts(group, n_groups, x.dtype).unsqueeze(1)
-    with deterministic_sums(x.device):
-        sums = x.new_zeros(n_groups, x.shape[1])
-        for part, ids in zip(x.split(step), group.split(step)):
-            sums.index_add_(0, ids, part)
-        mean = sums.div_(counts.clamp_min(1))
-        if not with_std:
-            return GroupSums(counts, mean, None)
-        m2 = x.new_zeros(n_groups, x.shape[1])
-        for part, ids in zip(x.split(step), group.split(step)):
-            m2.index_add_(0, ids, (part - mean.index_select(0, ids)).square_())
+    Two passes (sums, then squares about the group means), no loop over groups, no host synchronisation
+    (``bincount`` on CUDA reads the largest id back), and the same bits on every run and rank:
+
+    - on the CPU (``dense`` False, the default there) ``index_add_``, chunked, which adds in index order;
+    - elsewhere (``dense`` True) the product of the one-hot matrix [G, n] with the rows [n, d]. CUDA's
+      ``index_add_`` adds with atomics in no fixed order, so ranks' memories, adapted in place from these
+      sums, drift apart; torch's deterministic mode fixes the order but walks each group's rows in one
+      warp, so PC-XBN's spare slot (almost every memory row) cost 146x XBN on an H100. The product costs
+      G n d multiply-adds whatever the groups' sizes (PC-XBN's B + 1 = 65 slots x 60,000 x 512: 4 GFLOP,
+      a fraction of a millisecond), so it is meant for few groups, as PC-XBN's B + 1 slots are."""
+    dense = uses_dense_sums(x.device) if dense is None else dense
+    counts = group_counts(group, n_groups, x.dtype, dense).unsqueeze(1)
+    sums = _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group, lambda part, ids: part, dense)
+    mean = sums.div_(counts.clamp_min(1))
+    if not with_std:
+        return GroupSums(counts, mean, None)
+    m2 = _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group,
+                       lambda part, ids: (part - mean.index_select(0, ids)).square_(), dense)
     return GroupSums(counts, mean, m2)

@@ -49,20 +49,6 @@ def configure_cuda() -> None:
     torch.backends.cudnn.allow_tf32 = True
 
 
-@contextlib.contextmanager
-def full_fp32_matmul():
-    """fp32 matmuls in full precision inside, whatever :func:`configure_cuda` allows for training. Neighbour
-    searches need it: a squared distance |x|^2 + |y|^2 - 2 x.y of unit vectors computed in TF32 (10-bit
-    mantissa) is off by ~1e-3, enough to reorder near neighbours, so GPU Recall@K would differ from the
-    same embeddings' on the CPU. Costs little: one GEMM per block, beside a model's forward passes."""
-    previous = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(previous)
-
-
 @dataclass(frozen=True)
 class Runtime:
     """Device, autocast dtype (None = fp32) and memory format of one run."""

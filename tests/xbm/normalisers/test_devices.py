@@ -66,49 +66,88 @@ def test_every_kind_on_cuda_with_cpu_labels_matches_the_float64_reference(kind, 
         torch.testing.assert_close(got.cpu().double(), want, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("before", [(False, False), (True, True)])
-def test_group_sums_on_cuda_run_in_deterministic_mode_and_restore_it(before):
-    """Bug caught: PC-XBN / SC-XBN group sums by CUDA's atomic index_add_, whose order differs between GPUs,
-    so data-parallel ranks' memories (adapted in place from the sums) drifted apart by rounding; or the
-    torch-global mode left switched (every later non-deterministic op then warning), or switched on the CPU."""
-    from xbm.normalisers.stats import deterministic_sums
-
-    torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-    try:
-        with deterministic_sums(torch.device("cuda")):   # sets flags only: runs without a GPU
-            assert torch.are_deterministic_algorithms_enabled()
-        assert (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()) \
-            == before
-        with deterministic_sums(torch.device("cpu")):
-            assert torch.are_deterministic_algorithms_enabled() == before[0]
-    finally:
-        torch.use_deterministic_algorithms(False)
+def _grouped(n: int = 3_000, d: int = 32, groups: int = 65, seed: int = 0):
+    """Rows with group-dependent offsets and one group far larger than the others, as PC-XBN's spare slot."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.where(torch.rand(n, generator=gen) < 0.9, groups - 1, torch.randint(0, groups, (n,), generator=gen))
+    x = 3 * torch.randn(groups, d, generator=gen)[ids] + torch.randn(n, d, generator=gen)
+    return x, ids
 
 
-def test_group_sums_run_inside_the_deterministic_context(monkeypatch):
-    """Bug caught: group_sums no longer entering deterministic_sums (the mode test above would still pass)."""
-    from contextlib import contextmanager
+def _float64_sums(x, ids, groups):
+    x, counts = x.double(), torch.bincount(ids, minlength=groups).double().unsqueeze(1)
+    mean = torch.zeros(groups, x.shape[1], dtype=torch.float64).index_add_(0, ids, x) / counts.clamp_min(1)
+    m2 = torch.zeros_like(mean).index_add_(0, ids, (x - mean[ids]) ** 2)
+    return counts, mean, m2
 
+
+@pytest.mark.parametrize("dense", [False, True], ids=["index_add (CPU)", "one-hot product (GPU)"])
+def test_group_sums_match_a_float64_reference(dense, monkeypatch):
+    """Bugs caught: a group-sum path (the CPU's index_add_ or the GPU's one-hot product, both run here) that
+    adds rows to the wrong group, drops the last partial block of rows, or takes squares about another mean;
+    checked in blocks of a few hundred rows too."""
     from xbm.normalisers import stats
 
-    entered = []
+    x, ids = _grouped()
+    want = _float64_sums(x, ids, 65)
+    for block in (stats.DENSE_ELEMENTS, 65 * 333):
+        monkeypatch.setattr(stats, "DENSE_ELEMENTS", block)
+        got = stats.group_sums(x, ids, 65, dense=dense)
+        for g, w in zip((got.counts, got.mean, got.m2), want):
+            torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(stats.group_counts(ids, 65, dense=dense).double(), want[0].squeeze(1), rtol=0, atol=0)
 
-    @contextmanager
-    def recording(device):
-        entered.append(device.type)
-        yield
 
-    monkeypatch.setattr(stats, "deterministic_sums", recording)
-    stats.group_sums(torch.randn(8, 3), torch.tensor([0, 1] * 4), 2)
-    assert entered == ["cpu"]
+def test_one_hot_group_sums_stay_full_fp32_under_tf32_and_autocast():
+    """Bugs caught: the GPU's one-hot product run in TF32 (a CUDA run sets matmul precision "high": x rounded
+    to a 10-bit mantissa, per-class moments off by ~1e-3) or under the step's bf16 autocast (8 bits). The CPU
+    stands in: its autocast takes a matmul to bf16 as CUDA's does, and every GEMM records its precision."""
+    from xbm.normalisers import stats
+
+    from ..conftest import assert_full_fp32_gemms
+
+    x, ids = _grouped()
+    want = _float64_sums(x, ids, 65)[1]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = stats.group_sums(x, ids, 65, dense=True)
+    assert got.mean.dtype == torch.float32
+    torch.testing.assert_close(got.mean.double(), want, rtol=1e-5, atol=1e-5)
+    assert_full_fp32_gemms(lambda: stats.group_sums(x, ids, 65, dense=True))
+
+
+def test_the_group_sums_take_the_one_hot_product_off_the_cpu(monkeypatch):
+    """Bug caught: a GPU run falling back to index_add_ (atomics: ranks' memories drift apart by rounding; or
+    torch's deterministic mode: 146x XBN), or the CPU taking the product (28 ms against index_add_'s 7 ms per
+    pass at 60,000 x 512). The "meta" device stands in for a GPU: shapes only, the path taken is recorded."""
+    from xbm.normalisers import stats
+
+    taken = []
+    original = stats._add_by_group
+    monkeypatch.setattr(stats, "_add_by_group", lambda *args: taken.append(args[-1]) or original(*args))
+    for device in ("cpu", "meta"):
+        stats.group_sums(torch.randn(8, 3, device=device), torch.tensor([0, 1] * 4, device=device), 2)
+    assert taken == [False, False, True, True]
+    assert not torch.are_deterministic_algorithms_enabled()
 
 
 @needs_cuda
-def test_cuda_group_sums_are_bit_identical_run_to_run():
-    """Bug caught (on a GPU): atomic adds making the same memory's per-class moments differ between runs."""
-    from xbm.normalisers.stats import group_sums
+@pytest.mark.parametrize("kind", ["pcxbn", "scxbn"])
+def test_cuda_group_kinds_are_bit_identical_run_to_run_and_near_the_cpu(kind):
+    """Bug caught (on a GPU): group sums by atomics (CUDA's index_add_) making the same memory's adapted rows
+    differ between runs, and so between data-parallel ranks; at the benchmark's size (60,000 x 512, batch 64 of
+    16 classes, 11,000 classes), so that the spare slot holds almost every row. The CPU's index_add_ agrees
+    to fp32 rounding."""
+    from xbm.normalisers import NormaliserConfig, build_normaliser
 
-    x = torch.randn(60_000, 512, device="cuda")
-    ids = torch.randint(0, 10_000, (60_000,), device="cuda")
-    first, second = group_sums(x, ids, 10_000), group_sums(x, ids, 10_000)
-    assert torch.equal(first.mean, second.mean) and torch.equal(first.m2, second.m2)
+    gen = torch.Generator().manual_seed(0)
+    memory = torch.nn.functional.normalize(torch.randn(60_000, 512, generator=gen), dim=1)
+    labels = torch.randint(0, 11_000, (60_000,), generator=gen)
+    batch = torch.nn.functional.normalize(torch.randn(64, 512, generator=gen), dim=1)
+    batch_labels = labels[torch.randperm(60_000, generator=gen)[:16]].repeat_interleave(4)
+    norm = build_normaliser(NormaliserConfig(kind=kind), superclass_of=torch.arange(11_000) % 12, num_labels=11_000)
+    on_cpu = norm(memory, labels, batch, batch_labels)
+    norm = norm.cuda()
+    args = memory.cuda(), labels.cuda(), batch.cuda(), batch_labels.cuda()
+    first, second = norm(*args), norm(*args)
+    assert torch.equal(first, second)
+    torch.testing.assert_close(first.cpu(), on_cpu, rtol=1e-5, atol=1e-5)

@@ -20,11 +20,16 @@ COMBOS = [
 ]
 
 
-@pytest.fixture(params=["one chunk", "chunks of 7 rows"])
+@pytest.fixture(params=["one chunk", "chunks of 7 rows", "one-hot sums", "one-hot sums in chunks"])
 def chunking(request, monkeypatch):
-    """Also run the CPU chunked passes with many small chunks (tests' tensors fit in one)."""
-    if request.param != "one chunk":
+    """Also run the CPU chunked passes with many small chunks (tests' tensors fit in one), and the group sums
+    by the one-hot product that a GPU takes (whole, and in blocks of a few rows)."""
+    if request.param == "chunks of 7 rows":
         monkeypatch.setattr(stats, "chunks", lambda x: 7)
+    if request.param.startswith("one-hot"):
+        monkeypatch.setattr(stats, "uses_dense_sums", lambda device: True)
+    if request.param == "one-hot sums in chunks":
+        monkeypatch.setattr(stats, "DENSE_ELEMENTS", 40)   # 9 slots x 4 rows per block
 
 
 @pytest.mark.parametrize("kind,centre_only,unit_norm,absent", COMBOS)
