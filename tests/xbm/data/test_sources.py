@@ -89,3 +89,12 @@ def test_every_source_reaches_a_worker_small_whatever_its_size(tmp_path, write_i
     members = [f"images_background/A/character01/{k:07d}_01.png" for k in range(60_000)]
     zips, size = _small_in_a_worker(ZipImageSource(["a.zip", None], np.arange(60_000) % 2, members))
     assert size < 8192 and list(zips.members) == members and zips.archive_of.tolist() == (np.arange(60_000) % 2).tolist()
+
+
+def test_a_vector_source_s_move_to_shared_memory_leaves_the_caller_s_tensor_alone():
+    """Bug caught: a source holding the caller's own tensor: a spawned worker receiving it moves that storage into
+    shared memory, and a NumPy view the caller kept of it reads freed memory."""
+    vectors = torch.randn(500_000, 4)
+    view = vectors.numpy()
+    ForkingPickler.dumps(VectorSource(vectors))
+    assert not vectors.is_shared() and view.ctypes.data == vectors.data_ptr()
