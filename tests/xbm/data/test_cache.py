@@ -182,8 +182,8 @@ def test_the_disk_cache_pickles_as_its_folder_and_is_mapped_again(tmp_path):
     """Bug caught: a memmap pickles as an array of its values, so every worker got the whole cache file's
     contents (np.memmap keeps no path when pickled)."""
     source = _big_drawings()
-    disk = open_disk_cache(tmp_path / "cache", {"dataset": "f", "load_size": 256}, LiveImages(source, DARK_STROKES, 256),
-                           threads=1)
+    live = LiveImages(source, DARK_STROKES, 256)
+    disk = open_disk_cache(tmp_path / "cache", {"dataset": "f", "load_size": 256}, live, threads=1)
     assert disk.nbytes > 2**20
     for pickler in (ForkingPickler, pickle):
         data = pickler.dumps(disk)
