@@ -62,8 +62,8 @@ class SharedArray:
                 raise SharedMemoryError(
                     f"loader workers started by spawn or forkserver map the data set from shared memory, but "
                     f"{self.array.nbytes / 2**20:.0f} MiB more did not fit ({exc}). Give /dev/shm more room "
-                    "(docker run --shm-size=8g or --ipc=host), read images through image_cache=DIR (a file, "
-                    "not shared memory), or start workers with fork") from exc
+                    "(docker run --shm-size=8g or --ipc=host), start the workers with fork (they then share the "
+                    "parent's memory: multiprocessing.set_start_method('fork')), or set num_workers=0") from exc
             tensor.numpy()[...] = self.array
             self._tensor, self.array = tensor, tensor.numpy()
         return self._tensor

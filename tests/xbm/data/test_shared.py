@@ -81,11 +81,11 @@ def test_a_dtype_torch_cannot_hold_is_refused():
 
 def test_no_room_in_shared_memory_says_what_to_do(monkeypatch):
     """Bug caught: torch's bare "unable to allocate shared memory" with nothing about the container's /dev/shm,
-    image_cache or the start method."""
+    the start method or num_workers."""
     def full(self):
         raise RuntimeError("unable to allocate shared memory(shm) for file </torch_1>")
     monkeypatch.setattr(torch.Tensor, "share_memory_", full)
-    with pytest.raises(SharedMemoryError, match=r"2 MiB .*shm-size.*image_cache"):
+    with pytest.raises(SharedMemoryError, match=r"2 MiB .*shm-size.*fork.*num_workers=0"):
         ForkingPickler.dumps(SharedArray(np.zeros(2 * MiB, np.uint8)))
 
 
