@@ -59,10 +59,15 @@ BUILDERS = {
 
 
 def _fresh_readers(monkeypatch, where):
-    """No reader kept from another test (their keys ignore image_cache); ``disk``: nothing fits in memory."""
+    """No reader kept from another test (their keys ignore image_cache); ``disk`` and ``live``: nothing fits in
+    memory (``live``: no image_cache either)."""
     monkeypatch.setattr(images, "_kept", OrderedDict())
-    if where == "disk":
+    if where != "memory":
         monkeypatch.setattr(cache, "MEMORY_BUDGET", 1)
+
+
+def _cache(tmp_path, where):
+    return "" if where == "live" else str(tmp_path / "cache")
 
 
 def _worker_datasets(splits):
@@ -72,10 +77,12 @@ def _worker_datasets(splits):
     return {**{k: v for k, v in parts.items() if v is not None}, "two views": TwoViews(splits.train)}
 
 
+READERS = {"memory": cache.PackedImages, "disk": cache.MappedImages, "live": cache.LiveImages}
+
+
 def _check_small(splits, where):
-    reader = splits.transforms.images
-    if where == "disk" and splits.input_kind == "image":
-        assert isinstance(reader.pixels, np.memmap), "the disk cache is what is measured"
+    if splits.input_kind == "image":
+        assert type(splits.transforms.images) is READERS[where], "the reader measured is the one named"
     for name, dataset in _worker_datasets(splits).items():
         data = ForkingPickler.dumps(dataset)
         assert len(data) <= LIMIT, f"{name} pickles to {len(data) / MiB:.1f} MiB"
@@ -86,14 +93,14 @@ def _check_small(splits, where):
             assert torch.equal(x, expected[0]) and (label, index) == expected[1:], f"{name} item {i}"
 
 
-@pytest.mark.parametrize("where", ["memory", "disk"])
+@pytest.mark.parametrize("where", sorted(READERS))
 @pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_every_data_set_reaches_a_worker_small(tmp_path, write_image, config, monkeypatch, name, where):
     """Bug caught: a data set that pickles its pixels (or paths, or indices) into every spawned worker: the
     2.9 GB decoded pack once per worker, 15 workers, and the trainer's rows never reached training."""
     _fresh_readers(monkeypatch, where)
     values = BUILDERS[name](tmp_path / "data", write_image)
-    cfg = config(data_root=str(tmp_path / "data"), image_cache=str(tmp_path / "cache"), **values)
+    cfg = config(data_root=str(tmp_path / "data"), image_cache=_cache(tmp_path, where), **values)
     splits = build_dataset(cfg)
     if name == "cifar10-big" and where == "memory":
         assert splits.transforms.images.nbytes > LIMIT, "the case the old code failed"
@@ -101,13 +108,14 @@ def test_every_data_set_reaches_a_worker_small(tmp_path, write_image, config, mo
 
 
 @needs_small
-@pytest.mark.parametrize("where", ["memory", "disk"])
+@pytest.mark.parametrize("where", sorted(READERS))
 def test_omniglot_small_reaches_a_worker_small(tmp_path, config, monkeypatch, where):
     """Bug caught: Omniglot small's every split pickled to 51 MiB at 224 px (the decoded pack rides along)."""
     _fresh_readers(monkeypatch, where)
     splits = build_dataset(config(dataset="omniglot", data_root=str(SMALL), image_size=28, val_fraction=0.2,
-                                  image_cache=str(tmp_path / "cache")))
-    assert splits.transforms.images.nbytes > 3 * LIMIT
+                                  image_cache=_cache(tmp_path, where)))
+    if where != "live":
+        assert splits.transforms.images.nbytes > 3 * LIMIT, "the decoded pixels are more than a worker may receive"
     _check_small(splits, where)
 
 
