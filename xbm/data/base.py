@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from xbm.data.shared import SharedArray
 from xbm.data.sources import SampleSource
 from xbm.data.style import PHOTO, ImageStyle
 from xbm.data.transforms import default_image_transform
@@ -69,7 +70,7 @@ class SampleDataset(Dataset):
 
     ``x`` is the decoded image passed through the role's transform, or the raw float vector for vector
     data sets (transforms ignored). ``labels`` (LongTensor) lets samplers and evaluators read the classes
-    without decoding any image.
+    without decoding any image. Loader workers receive ``indices`` and ``labels`` by shared-memory handle.
 
     Item ``(i, seed)`` draws the transform's randomness from ``seed`` alone (:func:`seeded`), so an
     augmentation depends on the sampler's seed, never on which worker process made it.
@@ -81,10 +82,16 @@ class SampleDataset(Dataset):
             raise ValueError(f"indices and labels must have one entry per sample, but got "
                              f"{len(indices)} indices and {len(labels)} labels")
         self.source = source
-        self.indices = np.asarray(indices, dtype=np.int64)
-        self.labels = torch.as_tensor(np.asarray(labels, dtype=np.int64))
+        self._indices = SharedArray(np.asarray(indices, dtype=np.int64))
+        # An own copy: torch moves a tensor into shared memory in place when a worker receives it, so labels
+        # aliasing another tensor (a view of ``dataset.labels.numpy()``) would read freed memory after it moved.
+        self.labels = torch.tensor(np.asarray(labels, dtype=np.int64))
         self.transforms = transforms
         self.role = role
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self._indices.array   # read afresh: rebound when the values move to shared memory
 
     def __len__(self) -> int:
         return len(self.indices)

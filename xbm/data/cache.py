@@ -5,11 +5,16 @@ DCT when the target is at most half the stored size), convert to the data set's 
 of dark-stroke drawings, and shrink the short side to the preset's load size (never enlarge). Then:
 
 - a data set whose decoded images fit :data:`MEMORY_BUDGET` is decoded once into one uint8 buffer
-  (:class:`PackedImages` in memory) and kept per process, so every trial a Ray actor runs reuses it and
-  forked DataLoader workers share it copy-on-write;
+  (:class:`PackedImages` in memory) and kept per process, so every trial a Ray actor runs reuses it;
 - a larger one is read through ``image_cache=DIR`` when set: the same buffer as a file, written once
-  (atomically, under a lock) and memory-mapped by every trial and sweep after;
+  (atomically, under a lock) and memory-mapped by every trial and sweep after (:class:`MappedImages`);
 - otherwise images are decoded on the fly (:class:`LiveImages`), still through :func:`decode`.
+
+How a reader reaches DataLoader workers: forked workers (Linux's default before Python 3.14) inherit it and
+share its pages copy-on-write. Workers started by ``spawn`` or ``forkserver`` (macOS; Linux from Python 3.14)
+receive it by pickle, and none of the three pickles its pixels: the in-memory buffer moves once into shared
+memory on the first such pickle and every worker maps it (:mod:`xbm.data.shared`); the disk cache pickles as
+its folder, which the worker memory-maps itself; a live reader carries its source's paths.
 
 All three return the same pixels for the same sample (tested), so a cache never changes results.
 
@@ -37,6 +42,7 @@ from PIL import Image
 from xbm.cpus import available_cpus
 from xbm.data.bad_images import stamp, unchanged
 from xbm.data.preprocess import decode_image
+from xbm.data.shared import SharedArray
 from xbm.data.sources import ArrayImageSource, SampleSource
 from xbm.data.style import ImageStyle
 from xbm.errors import BadImageError
@@ -69,13 +75,27 @@ class LiveImages:
 
 class PackedImages:
     """N uint8 images of any sizes in one flat buffer: image ``j`` is ``pixels[offsets[j]:offsets[j+1]]``
-    shaped ``shapes[j]`` ([H, W] grey or [H, W, 3] RGB). ``pixels`` is an array or a read-only memmap.
-    ``skipped``: samples left out (their entries are empty)."""
+    shaped ``shapes[j]`` ([H, W] grey or [H, W, 3] RGB). ``skipped``: samples left out (their entries are
+    empty). The three arrays are :class:`~xbm.data.shared.SharedArray`: workers map them, never copy them."""
 
     def __init__(self, pixels: np.ndarray, offsets: np.ndarray, shapes: np.ndarray, mode: str,
                  skipped: tuple[int, ...] = ()) -> None:
-        self.pixels, self.offsets, self.shapes, self.mode = pixels, offsets, shapes, mode
+        self._pixels, self._offsets, self._shapes = SharedArray(pixels), SharedArray(offsets), SharedArray(shapes)
+        self.mode = mode
         self.skipped = tuple(int(j) for j in skipped)
+
+    # Read through the SharedArrays on every access: their arrays are rebound when they move to shared memory.
+    @property
+    def pixels(self) -> np.ndarray:
+        return self._pixels.array
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self._offsets.array
+
+    @property
+    def shapes(self) -> np.ndarray:
+        return self._shapes.array
 
     def __len__(self) -> int:
         return len(self.shapes)
@@ -83,7 +103,8 @@ class PackedImages:
     def array(self, j: int) -> np.ndarray:
         h, w = self.shapes[j]
         shape = (h, w) if self.mode == "L" else (h, w, 3)
-        return self.pixels[self.offsets[j]: self.offsets[j + 1]].reshape(shape)
+        offsets = self.offsets
+        return self.pixels[offsets[j]: offsets[j + 1]].reshape(shape)
 
     def __call__(self, j: int) -> Image.Image:
         return Image.fromarray(np.ascontiguousarray(self.array(j)), self.mode)
@@ -91,6 +112,30 @@ class PackedImages:
     @property
     def nbytes(self) -> int:
         return int(self.offsets[-1])
+
+
+class MappedImages(PackedImages):
+    """The disk cache at ``folder`` (``index.npz`` and ``pixels.u8``), its pixels a read-only memmap. Pickled as
+    the folder (under any pickler): a worker maps the file itself, and finds it rewritten (another run's
+    ``on_bad_image`` repair) by ``index.npz``'s inode and time, rather than read other images."""
+
+    def __init__(self, folder: Path, expected: Optional[tuple[int, int]] = None) -> None:
+        self.folder = Path(os.path.abspath(folder))
+        index_file = self.folder / "index.npz"
+        found = os.stat(index_file)
+        self.identity = (found.st_ino, found.st_mtime_ns)
+        if expected is not None and tuple(expected) != self.identity:
+            raise ValueError(f"the disk image cache {self.folder} must be the one this run opened (index.npz inode "
+                             f"and time {tuple(expected)}), but it was rewritten since ({self.identity}), by another "
+                             "run repairing skipped images: start this run again")
+        with np.load(index_file) as index:
+            offsets, shapes, mode, skipped = (index[k] for k in ("offsets", "shapes", "mode", "skipped"))
+        pixels = (np.memmap(self.folder / "pixels.u8", dtype=np.uint8, mode="r") if offsets[-1]
+                  else np.zeros(0, np.uint8))   # an empty file cannot be mapped
+        super().__init__(pixels, offsets, shapes, str(mode), tuple(skipped))
+
+    def __reduce__(self):
+        return MappedImages, (self.folder, self.identity)
 
 
 def _threaded(fn: Callable, n: int, threads: int):
@@ -158,7 +203,7 @@ def estimated_bytes(source: SampleSource, style: ImageStyle, load_size: int) -> 
     return len(source) * per * style.channels
 
 
-def open_disk_cache(folder: Path, key: dict, images: LiveImages, threads: int, skip: bool = False) -> PackedImages:
+def open_disk_cache(folder: Path, key: dict, images: LiveImages, threads: int, skip: bool = False) -> MappedImages:
     """The packed file for ``key`` under ``folder``, written first if absent or not reusable (a cache that
     skipped samples: under ``skip`` only while their files are unchanged, never without it). Writers
     hold a lock, write under a temporary name and rename, so readers never see a partial cache and two
@@ -171,9 +216,7 @@ def open_disk_cache(folder: Path, key: dict, images: LiveImages, threads: int, s
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _reusable(final, images.source, skip):
             _write(final, key, images, threads, skip)
-    index = np.load(final / "index.npz")
-    pixels = np.memmap(final / "pixels.u8", dtype=np.uint8, mode="r") if index["offsets"][-1] else np.zeros(0, np.uint8)
-    return PackedImages(pixels, index["offsets"], index["shapes"], str(index["mode"]), tuple(index["skipped"]))
+    return MappedImages(final)
 
 
 def _reusable(final: Path, source: SampleSource, skip: bool) -> bool:

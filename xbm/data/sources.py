@@ -4,8 +4,9 @@
 still at least ``s``: JPEG files are then decoded in PIL's draft mode, which scales the DCT by 1/2, 1/4 or
 1/8 and costs a fraction of a full decode. Other sources ignore it.
 
-Sources hold only cheap things (arrays, paths, boxes), so datasets pickle quickly into DataLoader workers;
-zip handles are reopened in each process.
+Sources hold only cheap things (arrays, paths, boxes), and hold their arrays and path lists as
+:class:`~xbm.data.shared.SharedArray` and :class:`~xbm.data.shared.StringTable`, so a data set of any size
+pickles small into DataLoader workers (they map the values); zip handles are reopened in each process.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from xbm.data.shared import SharedArray, StringTable
 from xbm.errors import BadImageError, DatasetNotFoundError
 
 
@@ -49,7 +51,9 @@ class VectorSource(SampleSource):
     def __init__(self, vectors: torch.Tensor) -> None:
         if vectors.ndim != 2:
             raise ValueError(f"vectors must be 2-D [N, D], but got shape {tuple(vectors.shape)}")
-        self.vectors = vectors.to(torch.float32).contiguous()
+        # An own copy: torch moves a tensor into shared memory in place when a worker receives it, and a NumPy
+        # view the caller took of a shared original would then read freed memory.
+        self.vectors = vectors.to(torch.float32, copy=True).contiguous()
 
     def __len__(self) -> int:
         return self.vectors.shape[0]
@@ -65,7 +69,11 @@ class ArrayImageSource(SampleSource):
         if images.dtype != np.uint8 or images.ndim not in (3, 4):
             raise ValueError(f"images must be uint8 [N, H, W] or [N, H, W, 3], but got "
                              f"{images.dtype} {images.shape}")
-        self.images = images
+        self._images = SharedArray(images)
+
+    @property
+    def images(self) -> np.ndarray:
+        return self._images.array   # read afresh: rebound when the values move to shared memory
 
     def __len__(self) -> int:
         return self.images.shape[0]
@@ -83,9 +91,13 @@ class ImageFileSource(SampleSource):
             raise ValueError(f"boxes must have one row per image, but got {len(boxes)} boxes for "
                              f"{len(relpaths)} images")
         self.root = Path(root)
-        self.relpaths = list(relpaths)
-        self.boxes = None if boxes is None else np.asarray(boxes, dtype=np.float64)
+        self.relpaths = StringTable(relpaths)
+        self._boxes = None if boxes is None else SharedArray(np.asarray(boxes, dtype=np.float64))
         self.dataset, self.layout = dataset, layout
+
+    @property
+    def boxes(self) -> Optional[np.ndarray]:
+        return None if self._boxes is None else self._boxes.array
 
     def __len__(self) -> int:
         return len(self.relpaths)
@@ -140,11 +152,15 @@ class ZipImageSource(SampleSource):
     def __init__(self, archives: Sequence[Optional[str]], archive_of: np.ndarray, members: Sequence[str],
                  dataset: str = "images", root: str = "") -> None:
         self.dataset, self.root = dataset, str(root)
-        self.archives = list(archives)
-        self.archive_of = np.asarray(archive_of, dtype=np.int64)
-        self.members = list(members)
+        self.archives = list(archives)   # a few archives: a list
+        self._archive_of = SharedArray(np.asarray(archive_of, dtype=np.int64))
+        self.members = StringTable(members)
         self._handles: dict[int, zipfile.ZipFile] = {}
         self._pid = os.getpid()
+
+    @property
+    def archive_of(self) -> np.ndarray:
+        return self._archive_of.array
 
     def __len__(self) -> int:
         return len(self.members)

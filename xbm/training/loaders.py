@@ -181,7 +181,8 @@ class Embedder:
         return self._loaders[key]
 
     def _loader(self, dataset: Dataset, indices: Optional[torch.Tensor]) -> DataLoader:
-        subset = dataset if indices is None else Subset(dataset, indices.tolist())
+        # The indices as a tensor of their own: workers receive it by handle, not as a list of any length.
+        subset = dataset if indices is None else Subset(dataset, indices.detach().cpu().clone())
         workers = eval_workers(self.num_workers, len(subset))
         # An own generator: a DataLoader draws its base seed from the generator it is given, so evaluation
         # never moves the global torch RNG and evaluating more (evaluate_test) leaves training unchanged.

@@ -1,3 +1,5 @@
+from multiprocessing.reduction import ForkingPickler
+
 import numpy as np
 import pytest
 import torch
@@ -33,3 +35,28 @@ def test_set_transforms_reaches_every_split_by_role():
     splits.set_transforms(lambda image: "train:%d" % image.width, lambda image: "eval:%d" % image.height)
     assert splits.train[0][0] == "train:4" and splits.test.query[0][0] == "eval:4"
     assert torch.equal(splits.train_labels, torch.tensor([5, 6])) and splits.num_train_classes == 2
+
+
+def test_a_dataset_reaches_a_worker_small_with_the_same_items():
+    """Bug caught: a split's indices pickled by value into every spawned worker (SOP: 60k per split, per worker)."""
+    source = ArrayImageSource(np.arange(7 * 4 * 4, dtype=np.uint8).reshape(7, 4, 4))
+    n = 300_000
+    dataset = SampleDataset(source, np.arange(n) % 7, np.arange(n) % 3, Transforms(4), "eval")
+    data = ForkingPickler.dumps(dataset)
+    received = ForkingPickler.loads(data)
+    assert len(data) < 8192 and np.array_equal(received.indices, dataset.indices)
+    assert torch.equal(received.labels, dataset.labels)
+    for i in (0, 6, n - 1):
+        assert torch.equal(received[i][0], dataset[i][0]) and received[i][1:] == dataset[i][1:]
+
+
+def test_labels_are_the_dataset_s_own_so_a_worker_receiving_another_leaves_them_intact():
+    """Bug caught: the trainer's training view built from ``train.labels.numpy()`` shared the training split's
+    memory; a spawned worker receiving the split moves its labels into shared memory (torch swaps the storage)
+    and the view read freed memory: garbage labels, or a crash for a large training set."""
+    n = 2_000_000   # large enough that the freed buffer goes back to the system
+    first = SampleDataset(make().source, np.zeros(n, np.int64), np.arange(n) % 5, Transforms(4), "train")
+    view = SampleDataset(first.source, first.indices, first.labels.numpy(), first.transforms, "eval")
+    assert view.labels.data_ptr() != first.labels.data_ptr()
+    ForkingPickler.dumps(first)
+    assert first.labels.is_shared() and torch.equal(view.labels, torch.arange(n) % 5)

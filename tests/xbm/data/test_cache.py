@@ -1,4 +1,7 @@
 """Decoded images (xbm/data/cache.py): one decode path, three readers that must agree."""
+import pickle
+from multiprocessing.reduction import ForkingPickler
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -146,3 +149,56 @@ def test_decode_threads_follow_the_processes_cpus_up_to_8(monkeypatch, allowed, 
     monkeypatch.setattr(cache, "pack_in_memory", lambda images, n, skip: used.append(n) or images)
     image_store(drawings(), DARK_STROKES, 12, {"n": 6})
     assert used == [threads]
+
+
+def _big_drawings(n=24, size=256):
+    """Dark strokes on white, 1.5 MiB decoded: more than a worker may receive (1 MiB)."""
+    images = np.full((n, size, size), 255, dtype=np.uint8)
+    for k in range(n):
+        images[k, k: k + 9, 3: size - k] = k
+    return ArrayImageSource(images)
+
+
+def _same_pixels(a, b):
+    assert len(a) == len(b) and a.skipped == b.skipped
+    for j in range(len(a)):
+        assert a(j).mode == b(j).mode and np.array_equal(np.asarray(a(j)), np.asarray(b(j)))
+
+
+def test_an_in_memory_pack_reaches_a_worker_by_handle_with_the_same_pixels():
+    """Bug caught: the pack's pixels pickled into every spawned or forkserver worker (2.9 GB, 15 times), or a
+    handle that rebuilds other pixels; a checkpoint or Ray copy must still carry the pixels themselves."""
+    packed = pack_in_memory(LiveImages(_big_drawings(), DARK_STROKES, 256))
+    assert packed.nbytes > 2**20
+    received = ForkingPickler.loads(ForkingPickler.dumps(packed))
+    assert len(ForkingPickler.dumps(packed)) < 8192
+    _same_pixels(received, packed)
+    by_value = pickle.dumps(packed)
+    assert len(by_value) > packed.nbytes
+    _same_pixels(pickle.loads(by_value), packed)
+
+
+def test_the_disk_cache_pickles_as_its_folder_and_is_mapped_again(tmp_path):
+    """Bug caught: a memmap pickles as an array of its values, so every worker got the whole cache file's
+    contents (np.memmap keeps no path when pickled)."""
+    source = _big_drawings()
+    live = LiveImages(source, DARK_STROKES, 256)
+    disk = open_disk_cache(tmp_path / "cache", {"dataset": "f", "load_size": 256}, live, threads=1)
+    assert disk.nbytes > 2**20
+    for pickler in (ForkingPickler, pickle):
+        data = pickler.dumps(disk)
+        received = pickler.loads(data)
+        assert len(data) < 4096 and isinstance(received.pixels, np.memmap)
+        _same_pixels(received, disk)
+
+
+def test_a_worker_refuses_a_disk_cache_rewritten_since_the_run_opened_it(tmp_path):
+    """Bug caught: a worker opening by path a cache another run has rewritten meanwhile (on_bad_image=skip, a
+    repaired file decodes now), whose offsets no longer match the run's samples: other images, silently."""
+    source, folder, key = photos(tmp_path), tmp_path / "cache", {"dataset": "f", "load_size": 32}
+    disk = open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1)
+    data = pickle.dumps(disk)
+    disk.folder.rename(disk.folder.with_name("old"))   # kept: its inode cannot be reused by the new index
+    open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1)
+    with pytest.raises(ValueError, match="must be the one this run opened.*rewritten"):
+        pickle.loads(data)

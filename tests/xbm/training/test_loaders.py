@@ -208,3 +208,16 @@ def test_a_resumed_run_with_persistent_workers_draws_what_the_uninterrupted_one_
     resumed.load_state_dict(torch.load(buffer, weights_only=True))
     again = list(resumed.fit())
     assert [r["epoch"] for r in again] == [2] and again[0]["loss"] == full[1]["loss"]
+
+
+def test_a_subset_s_loader_sends_its_workers_a_handle_to_the_indices():
+    """Bug caught: ``Subset(dataset, indices.tolist())`` pickled the subset's indices as a list into every spawned
+    worker (bounded by the probe size today, by nothing in Embedder's interface)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    data = _dataset(n=300_000)
+    indices = torch.arange(0, 300_000, 2)
+    loader = Embedder(Runtime.from_config("cpu", "off", False), 0)._loader(data, indices)
+    assert len(ForkingPickler.dumps(loader.dataset)) < 8192
+    x, label, i = loader.dataset[1]
+    assert torch.equal(x, data[2][0]) and (label, i) == (data[2][1], 2)
