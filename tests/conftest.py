@@ -13,8 +13,9 @@ of it in a fresh pytest on planted leaks.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import torch
@@ -134,3 +135,31 @@ def _torch_settings_unchanged():
         restore(before)
         pytest.fail("the test left torch's process-wide settings changed (put back now):\n  " + "\n  ".join(changed),
                     pytrace=False)
+
+
+# What xbm.training.runtime.configure_cuda sets for the whole process when a CUDA runtime is built: a training
+# process wants them for its life, a test must not leave them to the next (TF32 in a later test's GPU matmuls).
+CUDA_RUN_SETTINGS = ("torch.get_float32_matmul_precision()", "torch.backends.cudnn.benchmark",
+                     "torch.backends.cudnn.allow_tf32")
+
+
+@contextlib.contextmanager
+def cuda_run_settings_kept() -> Iterator[None]:
+    """Builds of a CUDA runtime inside may change :data:`CUDA_RUN_SETTINGS`: they are put back on the way out
+    (and nothing else is, so the guard still sees any other leak)."""
+    chosen = [s for s in SETTINGS if s.name in CUDA_RUN_SETTINGS]
+    before = {s.name: _read(s) for s in chosen}
+    try:
+        yield
+    finally:
+        for setting in chosen:
+            if _read(setting) != before[setting.name]:
+                setting.set(before[setting.name])
+
+
+@pytest.fixture
+def cuda_run_settings_restored():
+    """For a test that builds a CUDA runtime (a CUDA Trainer, ``Runtime.from_config("cuda", ...)``, device auto on
+    a GPU machine): :func:`cuda_run_settings_kept` around the whole test."""
+    with cuda_run_settings_kept():
+        yield
