@@ -96,3 +96,18 @@ def test_the_guard_fails_each_leaking_test_and_puts_the_setting_back(tmp_path):
     assert "torch.get_float32_matmul_precision(): 'highest' before the test, raises RuntimeError" in out, out
     assert "torch dispatch modes entered: 0 before the test, 1 after" in out, out
     assert "1 failed, 11 passed" in out and "5 errors" in out, out   # the "sees ... put back" tests passed
+
+
+def test_each_xdist_worker_runs_torch_on_its_share_of_the_cpus(tmp_path):
+    """Bug caught: every pytest-xdist worker running torch with one thread per core (``-n 16`` on 16 cores: 256
+    spinning threads, a small training loop 270 times slower or worse on the GPU machine, the longest CPU trainer
+    tests of the first GPU run failing)."""
+    from joblib import cpu_count
+
+    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    share = max(1, cpu_count() // 2)
+    (tmp_path / "test_threads.py").write_text(
+        f"import torch\n\n\ndef test_share():\n    assert torch.get_num_threads() == {share}\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
