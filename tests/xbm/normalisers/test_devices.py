@@ -73,6 +73,7 @@ def test_group_sums_on_cuda_run_in_deterministic_mode_and_restore_it(before):
     torch-global mode left switched (every later non-deterministic op then warning), or switched on the CPU."""
     from xbm.normalisers.stats import deterministic_sums
 
+    found = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(before[0], warn_only=before[1])
     try:
         with deterministic_sums(torch.device("cuda")):   # sets flags only: runs without a GPU
@@ -82,7 +83,7 @@ def test_group_sums_on_cuda_run_in_deterministic_mode_and_restore_it(before):
         with deterministic_sums(torch.device("cpu")):
             assert torch.are_deterministic_algorithms_enabled() == before[0]
     finally:
-        torch.use_deterministic_algorithms(False)
+        torch.use_deterministic_algorithms(found[0], warn_only=found[1])   # the mode found, not "off"
 
 
 def test_group_sums_run_inside_the_deterministic_context(monkeypatch):
