@@ -101,8 +101,9 @@ OBJECTIVES = {   # name -> dotted config values
 }
 # Host work by design, per step, which the CPU cannot tell from device work: MoCo's query/key layout
 # (``is_key``) is a CPU tensor on every device, written with a Python scalar; XBMLoss's ``split_rows`` reads
-# that host mask with NumPy and copies the positions it finds non_blocking (no device read either way).
-# Named by site and count, so that any other such op in those functions still fails.
+# that host mask with NumPy and copies the positions it finds non_blocking (no device read either way: on an
+# H100, CUDA's sync debug mode let ``torch.from_numpy(...).to("cuda", non_blocking=True)`` pass and raised on
+# ``t[i] = False`` into a CUDA tensor). Named by site and count, so that any other such op there still fails.
 HOST_WORK = {"moco": Counter({Read("lift_fresh", "xbm/objectives/moco.py:MoCo.forward"): 1,
                               Read("cpu", "xbm/loss.py:split_rows"): 1, Read("numpy", "xbm/loss.py:split_rows"): 1,
                               Read("lift_fresh", "xbm/loss.py:split_rows.<locals>.<genexpr>"): 2})}
