@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from analysis import load, plots
@@ -20,6 +21,7 @@ def test_grid_marks_a_neighbour_right_when_it_has_the_querys_label():
     assert plots.png_bytes(fig, dpi=20)[:4] == b"\x89PNG"
 
 
+@pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 def test_report_shows_the_best_trials_retrievals_and_omits_them_without_weights(build_sweep, tmp_path):
     """Bug caught: the figure drawn from another trial than the best one with weights, or the report failing
     (instead of saying why) when no trial kept weights."""

@@ -24,6 +24,7 @@ import torch
 from xbm.config import TrainConfig
 from xbm.errors import BadImageError, DatasetNotFoundError
 
+from ..conftest import cuda_run_settings_kept
 from .conftest import TINY, TINY_TRAIN_SAMPLES, tiny_trainer
 from .data.conftest import make_drawings, truncate
 
@@ -208,7 +209,8 @@ def _compile(key, fx):
 
 def _device(key, fx):
     if torch.cuda.is_available():
-        assert tiny_trainer(device="cuda").runtime.device.type == "cuda"
+        with cuda_run_settings_kept():   # the CUDA runtime sets TF32 and cuDNN's benchmark mode for the process
+            assert tiny_trainer(device="cuda").runtime.device.type == "cuda"
     else:
         with pytest.raises(ValueError, match="device must be available"):
             tiny_trainer(device="cuda")

@@ -345,6 +345,7 @@ def test_evaluate_test_never_changes_training(tiny):
 
 
 @needs_cuda
+@pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 @pytest.mark.parametrize("values", [
     {"normaliser.kind": "xbn"},
     {"normaliser.kind": "axbn"},
@@ -372,6 +373,7 @@ def test_a_cuda_run_keeps_its_state_on_the_gpu_and_matches_the_cpu_run(tiny, val
 
 
 @needs_cuda
+@pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 def test_a_cuda_run_resumes_exactly_from_a_checkpoint_loaded_onto_the_cpu(tiny):
     """Bugs caught: the CUDA generators not saved or not restored (a resumed GPU run draws other dropout /
     shuffles than the uninterrupted one), or a checkpoint that cannot be loaded with ``map_location="cpu"``

@@ -75,6 +75,7 @@ def test_optimisers_are_fused_only_when_every_parameter_is_on_cuda(tiny):
 
 
 @needs_cuda
+@pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 def test_cuda_runs_use_fused_adamw_and_sgd(tiny):
     """Bug caught: the CUDA trainer left on the unfused optimisers."""
     trainer = tiny(device="cuda")

@@ -51,6 +51,7 @@ def test_a_bf16_run_trains_under_autocast_and_keeps_the_memory_fp32(tiny):
     assert m["loss"] == pytest.approx(fp32["loss"], rel=0.05) and m["loss"] != fp32["loss"]
 
 
+@pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 def test_channels_last_for_image_runs_on_every_device():
     """Bug caught: channels_last left off on the CPU (its NCHW convolutions are 1.1-2.6x slower, module
     docstring) or turned on for vector inputs."""
@@ -84,6 +85,7 @@ def test_the_trainer_puts_an_image_model_in_channels_last_when_the_runtime_says_
 
 
 @needs_cuda
+@pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 @pytest.mark.parametrize("amp", ["auto", "fp16", "bf16"])
 def test_amp_on_cuda_trains_in_the_half_type_close_to_fp32_with_the_memory_in_fp32(tiny, amp):
     """Bugs caught: amp=auto not turning autocast on for CUDA (or picking fp16 where bf16 is supported),
@@ -104,6 +106,7 @@ def test_amp_on_cuda_trains_in_the_half_type_close_to_fp32_with_the_memory_in_fp
 
 
 @needs_cuda
+@pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 def test_a_cuda_image_run_trains_channels_last_under_autocast():
     """Bugs caught: channels_last on CUDA converting the weights but not the batches (every convolution
     then converts its input), or an image model that fails under CUDA autocast (a timm backbone with a

@@ -1,0 +1,113 @@
+"""The guard on torch's process-wide settings (tests/conftest.py): it fails a test that leaks one and puts it back.
+
+A copy of the conftest runs in a fresh pytest (a subprocess, so that the planted leaks never touch this one)
+over planted tests, run in file order: each leaking test must get a teardown error naming the setting and both
+values, and the test after it must see the setting as it was before the leak."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+PLANTED = '''
+import pytest
+import torch
+
+START = {}
+
+
+def test_records_the_start():
+    START.update(benchmark=torch.backends.cudnn.benchmark, threads=torch.get_num_threads(),
+                 precision=torch.get_float32_matmul_precision())
+
+
+def test_leaks_cudnn_benchmark():
+    torch.backends.cudnn.benchmark = not START["benchmark"]
+
+
+def test_sees_cudnn_benchmark_put_back():
+    assert torch.backends.cudnn.benchmark == START["benchmark"]
+
+
+def test_leaks_the_sync_debug_mode():
+    torch._C._cuda_set_sync_debug_mode(2)   # "error", as the CUDA sync test's wrapper left it
+
+
+def test_sees_the_sync_debug_mode_put_back():
+    assert torch._C._cuda_get_sync_debug_mode() == 0
+
+
+def test_fails_and_leaks_the_thread_count():
+    torch.set_num_threads(START["threads"] + 1)
+    assert False, "planted failure"
+
+
+def test_sees_the_thread_count_put_back():
+    assert torch.get_num_threads() == START["threads"]
+
+
+def test_mixes_the_precision_apis():
+    torch.backends.cuda.matmul.fp32_precision = "tf32"   # the newer flag: the legacy getter then raises
+
+
+def test_sees_the_precision_put_back():
+    assert torch.get_float32_matmul_precision() == START["precision"]
+
+
+def test_leaves_a_mode_entered():
+    from torch.utils._python_dispatch import TorchDispatchMode
+    TorchDispatchMode().__enter__()
+
+
+def test_sees_no_mode_entered():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+    assert _get_current_dispatch_mode_stack() == []
+
+
+def test_changes_and_restores():
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(False)
+'''
+
+
+def test_the_guard_fails_each_leaking_test_and_puts_the_setting_back(tmp_path):
+    """Bugs caught: a test leaving CUDA's sync debug mode at "error" (the first GPU run: every later CUDA test of
+    that xdist worker failed), cuDNN's benchmark flag, the thread count or a dispatch mode changed for the rest of
+    the process; the guard missing a leak, not naming it, not putting it back (the next test still poisoned),
+    or failing a test that changed a setting and put it back itself."""
+    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    (tmp_path / "test_planted.py").write_text(PLANTED)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          "-p", "no:randomly", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    errors = sorted(line.split("::")[1].split(" ")[0] for line in out.splitlines() if line.startswith("ERROR "))
+    assert errors == sorted(["test_leaks_cudnn_benchmark", "test_leaks_the_sync_debug_mode",
+                             "test_fails_and_leaks_the_thread_count", "test_mixes_the_precision_apis",
+                             "test_leaves_a_mode_entered"]), out
+    failed = [line.split("::")[1].split(" ")[0] for line in out.splitlines() if line.startswith("FAILED ")]
+    assert failed == ["test_fails_and_leaks_the_thread_count"], out   # its own failure, besides the leak
+    assert "torch.backends.cudnn.benchmark: False before the test, True after" in out, out
+    assert "torch.cuda sync debug mode (0 default, 1 warn, 2 error): 0 before the test, 2 after" in out, out
+    threads = re.search(r"torch.get_num_threads\(\): (\d+) before the test, (\d+) after", out)
+    assert threads and int(threads[2]) == int(threads[1]) + 1, out
+    assert "torch.get_float32_matmul_precision(): 'highest' before the test, raises RuntimeError" in out, out
+    assert "torch dispatch modes entered: 0 before the test, 1 after" in out, out
+    assert "1 failed, 11 passed" in out and "5 errors" in out, out   # the "sees ... put back" tests passed
+
+
+def test_each_xdist_worker_runs_torch_on_its_share_of_the_cpus(tmp_path):
+    """Bug caught: every pytest-xdist worker running torch with one thread per core (``-n 16`` on 16 cores: 256
+    spinning threads, a small training loop 270 times slower or worse on the GPU machine, the longest CPU trainer
+    tests of the first GPU run failing)."""
+    from joblib import cpu_count
+
+    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    share = max(1, cpu_count() // 2)
+    (tmp_path / "test_threads.py").write_text(
+        f"import torch\n\n\ndef test_share():\n    assert torch.get_num_threads() == {share}\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
