@@ -121,11 +121,13 @@ PYTEST=("$PY" -m pytest -o "cache_dir=$WORK/pytest_cache")
 has pytest_timeout && PYTEST+=(--timeout 60)
 PARALLEL=()
 has xdist && PARALLEL=(-n auto)
-run_part cuda-tests "$CAP_TESTS" TERM "${PYTEST[@]}" -v -rfE "${PARALLEL[@]}" -m cuda "${TEST_FILES[@]}"
+# a file that fails to import is reported (ERROR) and the other files still run
+run_part cuda-tests "$CAP_TESTS" TERM "${PYTEST[@]}" -v -rfE --continue-on-collection-errors "${PARALLEL[@]}" \
+  -m cuda "${TEST_FILES[@]}"
 mapfile -t FAILED < <(grep -oE '^(\[gw[0-9]+\] \[ *[0-9]+%\] )?(FAILED|ERROR) tests/[^ ]+' "$OUT/cuda-tests.log" \
                       | grep -oE 'tests/[^ ]+' | sort -u)
 if [ ${#FAILED[@]} -gt 0 ]; then
-  run_part cuda-rerun "$CAP_RERUN" TERM "${PYTEST[@]}" -v --tb=long "${FAILED[@]}"
+  run_part cuda-rerun "$CAP_RERUN" TERM "${PYTEST[@]}" -v --tb=long -m cuda "${FAILED[@]}"
 else
   skip_part cuda-rerun "no test failed"
 fi

@@ -76,11 +76,23 @@ def read_samples(path: Optional[Path]) -> list[Sample]:
     for row in path.read_text().splitlines():
         parts = row.split(",", 4)
         try:
-            apps = {int(p): float(m) for p, m in (a.split(":") for a in parts[4].split(";") if ":" in a)}
-            samples.append(Sample(float(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]), apps))
+            samples.append(Sample(float(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]), _apps(parts[4])))
         except (ValueError, IndexError):  # "[N/A]", a cut line
             continue
     return samples
+
+
+def _apps(text: str) -> dict[int, float]:
+    """``pid:MiB;...``; a process whose memory reads "[N/A]" (MIG, some containers) counts with 0 MiB."""
+    apps = {}
+    for app in text.split(";"):
+        pid, _, mib = app.partition(":")
+        if pid.strip().isdigit():
+            try:
+                apps[int(pid)] = float(mib)
+            except ValueError:
+                apps[int(pid)] = 0.0
+    return apps
 
 
 # ---- figures --------------------------------------------------------------------------------------

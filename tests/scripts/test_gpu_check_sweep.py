@@ -65,6 +65,8 @@ def test_samples_with_a_hidden_process_list_or_a_cut_line_are_read(tmp_path):
     """In a container nvidia-smi may list no process; an unreadable value ("[N/A]") or a half-written last
     line is skipped, not fatal."""
     path = tmp_path / "gpu.csv"
-    path.write_text("1.0,50,100,81920,\n2.0,[N/A],100,81920,\n3.0,60,200,81920,7:1024;8:2048\n4.0,7")
+    path.write_text("1.0,50,100,81920,\n2.0,[N/A],100,81920,\n3.0,60,200,81920,7:1024;8:2048\n"
+                    "4.0,70,200,81920,9:[N/A]\n5.0,7")
     read = sweep.read_samples(path)
-    assert [s.util for s in read] == [50.0, 60.0] and read[1].apps == {7: 1024.0, 8: 2048.0}
+    assert [s.util for s in read] == [50.0, 60.0, 70.0] and read[1].apps == {7: 1024.0, 8: 2048.0}
+    assert read[2].apps == {9: 0.0}  # a process whose memory cannot be read still counts as one on the GPU
