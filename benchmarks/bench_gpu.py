@@ -23,12 +23,20 @@ the share less 1 GiB for what the process holds outside its allocator, and expan
 training images/s while all K train (their timed passes start together, after a barrier), and
 out-of-memory per K. The targets are printed.
 
-``--json FILE`` appends each row's result to FILE as one JSON line as soon as the row ends, so a run cut
-off by a time limit keeps the rows it finished (the tables print at the end). On a machine that limits a
-command's time, run it in two parts: ``--shares ""``, then ``--rows "" --shares 1,2,4``.
+Each row prints its phases as they happen (``gpu_phases.py``: process start, data and image cache, model,
+references, warm-up, each epoch's start, first batch and end), each with the seconds since the row started,
+and the row's ``first batch after N s`` (its start to its first timed batch). ``--row-timeout`` (240 s)
+ends a row (or a K group) that has not finished by then, naming its last phase. ``--json FILE`` appends each
+row's result to FILE as one JSON line as soon as the row ends. A run stopped by SIGTERM or Ctrl-C (a
+``timeout`` around it) ends its rows' processes and still prints the tables of the rows that finished.
+``--keep DIR`` keeps the photos, the image cache and the checkpoints in DIR, and a later run reuses the
+photos (``cub_fixture.ensure_cub``: a tree is reused once complete, with the same arguments). A set smaller
+than the in-memory budget (``--images``, ``--quick``) gets the budget lowered to half its decoded size, so
+that it is still "over the budget" as CUB is and the cache and live rows differ.
 
     python benchmarks/bench_gpu.py                  # a CUDA machine (not yet run on one: estimated 5-10 min)
     python benchmarks/bench_gpu.py --rows timm,"trainer cache" --shares ""   # a part of it
+    python benchmarks/bench_gpu.py --images 6000 --epochs 1 --row-timeout 60 --keep /tmp/b   # scripts/gpu_check.sh
     python benchmarks/bench_gpu.py --quick          # CPU toy size: test_resnet at 32 px, batch 16 (2 minutes)
 
 ``--quick``, and any run without CUDA, is a smoke run on toy sizes with the in-memory budget lowered so the
@@ -53,38 +61,19 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from cub_fixture import CUB_CLASSES, CUB_IMAGES, PHOTO_SIZE, class_folder, class_ids, write_cub  # noqa: E402
-from gpu_rows import ROWS, TRAINER_ROWS, child  # noqa: E402
+from cub_fixture import CUB_CLASSES, CUB_IMAGES, PHOTO_SIZE, class_folder, class_ids, ensure_cub  # noqa: E402
+from gpu_processes import Cut, on_sigterm, run_processes  # noqa: E402
+from gpu_rows import ROWS, TRAINER_ROWS  # noqa: E402
 
 FULL = dict(model="resnet50", image_size=224, batch_size=128, embedding_size=512, images=CUB_IMAGES,
             classes=CUB_CLASSES, photo=PHOTO_SIZE)
 QUICK = dict(model="test_resnet", image_size=32, batch_size=16, embedding_size=64, images=960, classes=24,
              photo=(80, 60))
 SHARES = (1, 2, 4)
+ROW_TIMEOUT = 240.0  # seconds: a CUB-size trainer row on an H100 is estimated at about 60
 
 
 # ---- the parent: data, processes, table ---------------------------------------------------------
-def run_processes(context, jobs: list[tuple[str, dict]], barrier=None) -> list[dict]:
-    """Start ``jobs`` (kind, spec) together, each in its own process; their results in job order."""
-    queue = context.Queue()
-    processes = [context.Process(target=child, args=(kind, {**spec, "index": i}, queue, barrier))
-                 for i, (kind, spec) in enumerate(jobs)]
-    for process in processes:
-        process.start()
-    results: dict[int, dict] = {}
-    while len(results) < len(jobs):
-        try:
-            _, index, result = queue.get(timeout=5)
-            results[index] = result
-        except Exception:  # queue.Empty: did a process die without a word (killed, segfault)?
-            for i, process in enumerate(processes):
-                if i not in results and not process.is_alive() and queue.empty():
-                    results[i] = {"error": f"the process died with exit code {process.exitcode}"}
-                    if barrier is not None:  # the others would wait at the barrier for it forever
-                        barrier.abort()
-    for process in processes:
-        process.join()
-    return [results[i] for i in range(len(jobs))]
 
 
 def rate(result: dict) -> float | None:
@@ -119,18 +108,23 @@ def fmt(value, spec: str = ".0f", missing: str = "n/a") -> str:
     return missing if value is None else format(value, spec)
 
 
+def status(result: dict) -> str:
+    return "OOM" if result.get("oom") else "timed out" if result.get("timeout") else "failed"
+
+
 def print_rows(results: dict[str, dict], cpu: bool) -> None:
     timm, ceiling = rate(results.get("timm", {})), rate(results.get("ceiling", {}))
     print(f"\n{'row':<22}{'images/s':>10}{'/ timm':>8}{'/ ceiling':>10}{'GPU util %':>11}{'eval/epoch':>11}"
-          f"{'ckpt/epoch':>11}{'data wait':>10}")
+          f"{'ckpt/epoch':>11}{'data wait':>10}{'1st batch s':>12}")
     for name, result in results.items():
         if "error" in result:
-            print(f"{name:<22}  {'OOM' if result.get('oom') else 'failed'}: {result['error']}")
+            print(f"{name:<22}  {status(result)}: {result['error']}")
             continue
         r = rate(result)
         print(f"{name:<22}{r:10.0f}{fmt(timm and r / timm, '.2f'):>8}{fmt(ceiling and r / ceiling, '.2f'):>10}"
               f"{fmt(None if cpu else result.get('util'), '.0f'):>11}{fmt(result.get('eval'), '.2f', ''):>11}"
-              f"{fmt(result.get('checkpoint'), '.3f', ''):>11}{fmt(result.get('data_wait'), '.2f', ''):>10}")
+              f"{fmt(result.get('checkpoint'), '.3f', ''):>11}{fmt(result.get('data_wait'), '.2f', ''):>10}"
+              f"{fmt(result.get('first_batch_s'), '.0f'):>12}")
 
 
 def print_targets(results: dict[str, dict], shared: dict[int, list[dict]], cpu: bool) -> None:
@@ -162,32 +156,37 @@ def print_targets(results: dict[str, dict], shared: dict[int, list[dict]], cpu: 
 
 
 def print_shared(shared: dict[int, list[dict]], cpu: bool) -> None:
-    print(f"\n{'K trials on one GPU':<22}{'total images/s':>15}{'per trial':>11}{'OOM':>5}{'peak GiB per trial':>20}")
+    print(f"\n{'K trials on one GPU':<22}{'total images/s':>15}{'per trial':>11}{'OOM':>5}{'peak GiB per trial':>20}"
+          f"{'1st batch s':>12}")
     for k, results in shared.items():
         total = shared_rate(results)
         ooms = sum(bool(r.get("oom")) for r in results)
         peaks = ", ".join(fmt(r.get("peak_gib"), ".1f") for r in results)
-        print(f"{f'K={k}':<22}{fmt(total):>15}{fmt(total and total / k):>11}{ooms:>5}{peaks:>20}"
+        first = max((r["first_batch_s"] for r in results if r.get("first_batch_s") is not None), default=None)
+        print(f"{f'K={k}':<22}{fmt(total):>15}{fmt(total and total / k):>11}{ooms:>5}{peaks:>20}{fmt(first):>12}"
               f"{'' if cpu else f'  (memory cap {1 / k:.2f} of the GPU each)'}")
         for r in results:
             if "error" in r and not r.get("oom"):
-                print(f"    failed: {r['error']}")
+                print(f"    {status(r)}: {r['error']}")
 
 
 def prepare_data(work: Path, sizes: dict, cores: int) -> tuple[Path, Path]:
-    """The CUB tree and timm's view of it (its training class folders, linked)."""
+    """The CUB tree (reused when complete: ``ensure_cub``) and timm's view of it (its training class
+    folders, linked)."""
     data = work / "data"
     start = time.perf_counter()
-    base = write_cub(data, sizes["images"], sizes["classes"], sizes["photo"], workers=cores)
+    base, reused = ensure_cub(data, sizes["images"], sizes["classes"], sizes["photo"], workers=cores)
     timm_root = work / "timm_train"
+    if not reused:  # links into an older tree may name class folders this one lacks
+        shutil.rmtree(timm_root, ignore_errors=True)
     timm_root.mkdir(exist_ok=True)
     for c in class_ids(sizes["classes"]):
         if c <= 100:  # xbm.data.cub200 trains on classes 1-100
             link = timm_root / class_folder(c)
             if not link.is_symlink():  # --keep DIR a second time: already there
                 link.symlink_to(base / "images" / class_folder(c), target_is_directory=True)
-    print(f"wrote {sizes['images']} {sizes['photo'][0]}x{sizes['photo'][1]} JPEGs ({sizes['classes']} classes) in "
-          f"{time.perf_counter() - start:.0f} s", flush=True)
+    print(f"photos: {'reused' if reused else 'wrote'} {sizes['images']} {sizes['photo'][0]}x{sizes['photo'][1]} JPEGs "
+          f"({sizes['classes']} classes) in {base} in {time.perf_counter() - start:.1f} s", flush=True)
     return data, timm_root
 
 
@@ -200,7 +199,12 @@ def main() -> None:
     parser.add_argument("--shares", default="1,2,4", help="K values of the GPU-sharing part ('' skips it)")
     parser.add_argument("--keep", metavar="DIR", help="write the data, cache and checkpoints in DIR and keep them")
     parser.add_argument("--json", metavar="FILE", help="append each row's result to FILE as a JSON line when it ends")
+    parser.add_argument("--row-timeout", type=float, default=ROW_TIMEOUT, metavar="SECONDS",
+                        help="end a row (or a K group) not finished after SECONDS, naming its last phase "
+                             "(default %(default)s)")
     args = parser.parse_args()
+    if args.row_timeout <= 0:
+        raise SystemExit(f"--row-timeout must be > 0 seconds, but got {args.row_timeout}")
     missing = [name for name in ("timm", "pytorch_metric_learning") if importlib.util.find_spec(name) is None]
     if missing:  # say so now, not after minutes of writing photos, in every row's process
         raise SystemExit(f"bench_gpu.py needs {', '.join(missing)} (the rows build the project's model and loss); "
@@ -237,12 +241,11 @@ def main() -> None:
         splits = build_dataset(TrainConfig.from_dict(config), images=False)
         load = int(sizes["image_size"] / 0.875)
         decoded = estimated_bytes(splits.train.source, splits.style, load)
-        budget = decoded // 2 if cpu else None
+        budget = decoded // 2 if decoded <= MEMORY_BUDGET else None  # a smaller set stays "over the budget"
         print(f"{len(splits.train)} training images ({splits.train.labels.unique().numel()} classes), decoded at load "
               f"size {load}: about {decoded / 2**30:.2f} GiB against an in-memory budget of "
-              f"{(budget or MEMORY_BUDGET) / 2**30:.2f} GiB{' (lowered for the toy set)' if cpu else ''}", flush=True)
-        if decoded <= MEMORY_BUDGET and not cpu:
-            print("warning: the set fits the in-memory budget: the cache and live rows will not differ", flush=True)
+              f"{(budget or MEMORY_BUDGET) / 2**30:.2f} GiB{' (lowered: the set is smaller than CUB)' if budget else ''}",
+              flush=True)
         common = {"cpus": cores, "epochs": epochs, "work": str(work), "budget": budget, "timm_root": str(timm_root),
                   "batches_per_epoch": len(splits.train) // sizes["batch_size"]}
         context = mp.get_context("spawn")
@@ -250,22 +253,12 @@ def main() -> None:
               f"{'fp32 on the CPU' if cpu else 'bf16, channels_last on ' + torch.cuda.get_device_name()}, "
               f"{len(cores)} cores, 1 untimed + {epochs} timed epoch(s) per row", flush=True)
         results: dict[str, dict] = {}
-        for name in rows:
-            start = time.perf_counter()
-            spec = {**common, "config": {**config, **TRAINER_ROWS.get(name, {"memory.enabled": False})}}
-            results[name] = run_processes(context, [(name, spec)])[0]
-            record(log, {"row": name, **results[name]})
-            print(f"  {name}: {fmt(rate(results[name]))} images/s "
-                  f"({results[name].get('error', 'ok')}, {time.perf_counter() - start:.0f} s)", flush=True)
         shared: dict[int, list[dict]] = {}
-        for k in shares:
-            share = max(1, len(cores) // k)
-            jobs = [("shared", {**common, "config": {**config, "memory.enabled": False},
-                                "cpus": cores[(i * share) % len(cores):][:share] or cores[:share],
-                                "memory_fraction": 1.0 / k if not cpu else None}) for i in range(k)]
-            shared[k] = run_processes(context, jobs, barrier=context.Barrier(k))
-            record(log, {"shared": k, "trials": shared[k]})
-            print(f"  K={k}: {fmt(shared_rate(shared[k]))} images/s in total", flush=True)
+        cut = run_all(context, rows, shares, config, common, cores, cpu, args.row_timeout, log, results, shared)
+        if cut:
+            print(f"\nCUT ({cut}): the tables below hold only the rows that finished; not run: "
+                  f"{', '.join([r for r in rows if r not in results] + [f'K={k}' for k in shares if k not in shared])}",
+                  flush=True)
         if cpu:
             print("\nCPU TOY FIGURES (--quick or no CUDA): a smoke run of the benchmark; they say nothing about the "
                   "GPU targets")
@@ -276,6 +269,43 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     gc.collect()
+    if cut:
+        sys.exit(1)
+
+
+def run_all(context, rows, shares, config, common, cores, cpu, row_timeout, log, results, shared) -> str | None:
+    """Run the rows, then the K groups, filling ``results`` and ``shared`` as each ends. Returns what cut the
+    run short (``SIGTERM``, ``SIGINT``), or None: the caller prints the tables of what finished either way."""
+    previous = on_sigterm()
+    try:
+        for name in rows:
+            start = time.perf_counter()
+            print(f"  {name}:", flush=True)
+            spec = {**common, "config": {**config, **TRAINER_ROWS.get(name, {"memory.enabled": False})}}
+            results[name] = run_processes(context, [(name, spec)], timeout=row_timeout)[0]
+            record(log, {"row": name, **results[name]})
+            first = results[name].get("first_batch_s")
+            print(f"  {name}: {fmt(rate(results[name]))} images/s ({results[name].get('error', 'ok')}, "
+                  f"{time.perf_counter() - start:.0f} s, first batch after {fmt(first, '.1f')} s)", flush=True)
+        for k in shares:
+            start = time.perf_counter()
+            print(f"  K={k}:", flush=True)
+            share = max(1, len(cores) // k)
+            jobs = [("shared", {**common, "config": {**config, "memory.enabled": False},
+                                "cpus": cores[(i * share) % len(cores):][:share] or cores[:share],
+                                "memory_fraction": 1.0 / k if not cpu else None}) for i in range(k)]
+            trials = run_processes(context, jobs, barrier=context.Barrier(k), timeout=row_timeout,
+                                   names=[f"K={k} #{i}" for i in range(k)])
+            shared[k] = trials
+            record(log, {"shared": k, "trials": trials})
+            firsts = [t["first_batch_s"] for t in trials if t.get("first_batch_s") is not None]
+            print(f"  K={k}: {fmt(shared_rate(trials))} images/s in total ({time.perf_counter() - start:.0f} s, "
+                  f"first batch after {fmt(max(firsts) if firsts else None, '.1f')} s)", flush=True)
+    except (Cut, KeyboardInterrupt) as exc:
+        return str(exc) or "SIGINT"
+    finally:
+        on_sigterm(previous)
+    return None
 
 
 if __name__ == "__main__":

@@ -12,9 +12,20 @@ between the two halves whatever their number (``classes=24``: 1-12 and 101-112).
 class ``class_ids(classes)[k % classes]``; its pixels come from ``(seed, k)`` alone, so the tree is the same
 with any number of writer processes. Pixels: smooth sinusoids (JPEG-compressible like a photo) whose
 frequencies depend on the class, plus noise, at CUB's typical 500x375.
+
+:func:`ensure_cub` reuses a tree written before with the same arguments: ``write_cub`` is followed by a
+marker file (``COMPLETE``, written last, naming the arguments), so a tree cut off while being written, or
+written with other arguments, is written again. The command line does the same (``scripts/gpu_check.sh``)::
+
+    python benchmarks/cub_fixture.py DIR --images 6000 [--classes 200] [--workers 16]
 """
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import shutil
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -23,6 +34,7 @@ from PIL import Image
 
 PHOTO_SIZE = (500, 375)  # (width, height)
 CUB_IMAGES, CUB_CLASSES = 11_788, 200
+COMPLETE = "COMPLETE"  # in <root>/CUB_200_2011, written after every photo and index file
 
 
 def class_ids(classes: int) -> list[int]:
@@ -74,3 +86,38 @@ def write_cub(root: Path, n: int, classes: int = CUB_CLASSES, size: tuple[int, i
     (base / "train_test_split.txt").write_text("".join(f"{i} {i % 2}\n" for i, _ in rows))
     (base / "classes.txt").write_text("".join(f"{c} {class_folder(c)}\n" for c in sorted(ids)))
     return base
+
+
+def ensure_cub(root: Path, n: int, classes: int = CUB_CLASSES, size: tuple[int, int] = PHOTO_SIZE,
+               workers: int = 1, seed: int = 0) -> tuple[Path, bool]:
+    """``write_cub``'s tree under ``root``, reused when its ``COMPLETE`` marker names these arguments, else
+    written anew (an incomplete or different tree removed first), the marker last. Returns
+    ``(root / "CUB_200_2011", reused)``."""
+    base = Path(root) / "CUB_200_2011"
+    marker = base / COMPLETE
+    want = json.dumps({"images": n, "classes": classes, "size": list(size), "seed": seed})
+    if marker.is_file() and marker.read_text() == want:
+        return base, True
+    if base.exists():  # cut off while written, or other arguments: its files are not these
+        shutil.rmtree(base)
+    write_cub(root, n, classes, size, workers, seed)
+    marker.write_text(want)
+    return base, False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Write (or reuse) a synthetic CUB-200-2011 tree under DIR.")
+    parser.add_argument("root", metavar="DIR")
+    parser.add_argument("--images", type=int, default=CUB_IMAGES, help="photos (default %(default)s, as CUB)")
+    parser.add_argument("--classes", type=int, default=CUB_CLASSES, help="even, <= 200 (default %(default)s)")
+    parser.add_argument("--size", type=int, nargs=2, default=PHOTO_SIZE, metavar=("WIDTH", "HEIGHT"))
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="writer processes")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    base, reused = ensure_cub(Path(args.root), args.images, args.classes, tuple(args.size), args.workers)
+    print(f"photos: {'reused' if reused else 'wrote'} {args.images} {args.size[0]}x{args.size[1]} JPEGs "
+          f"({args.classes} classes) in {base} in {time.perf_counter() - start:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

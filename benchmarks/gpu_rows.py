@@ -9,6 +9,10 @@ memory, cuDNN autotuner and per-process image readers).
 - trainer rows: ``Trainer.fit()``, its training passes timed around ``Trainer.train_epoch``, evaluation
   read from the epoch's metrics, a ``torch.save(trainer.state_dict())`` timed after each epoch;
 - ``shared``: one of K trainer processes sharing a GPU, training passes only, timed after a barrier.
+
+Every row reports its phases as they happen (``gpu_phases.Phases``: data, cache, model, references,
+warm-up, each epoch's start, first batch and end) and its ``first_batch_s``, the seconds from its start to
+its first timed batch.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from pathlib import Path
 import torch
 
 from gpu_monitor import UtilisationSampler
+from gpu_phases import Phases
 
 TRAINER_ROWS = {  # row -> config changes; image_cache is set for every row but "live"
     "trainer cache": {"memory.enabled": False},
@@ -62,16 +67,17 @@ def step(model, optimizer, loss_fn, x, y, autocast) -> None:
     optimizer.step()
 
 
-def timed_epochs(run_epoch, epochs: int, device) -> list[tuple[float, float, int]]:
-    """(start, end, images) of ``epochs`` timed calls of ``run_epoch()`` after one untimed one."""
-    run_epoch()
+def timed_epochs(run_epoch, epochs: int, device, phases: Phases) -> list[tuple[float, float, int]]:
+    """(start, end, images) of ``epochs`` timed calls of ``run_epoch(label, timed)`` after one untimed one."""
+    run_epoch("untimed epoch", False)
     windows = []
-    for _ in range(epochs):
+    for e in range(epochs):
         _sync(device)
         start = time.perf_counter()
-        images = run_epoch()
+        images = run_epoch(f"timed epoch {e + 1}/{epochs}", True)
         _sync(device)
         windows.append((start, time.perf_counter(), images))
+        phases(f"timed epoch {e + 1}/{epochs}: {images / (windows[-1][1] - start):.0f} images/s")
     return windows
 
 
@@ -80,7 +86,7 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def loop_row(kind: str, spec: dict) -> dict:
+def loop_row(kind: str, spec: dict, phases: Phases) -> dict:
     """ceiling / timm / bare: a loop around the same model, loss and optimiser as the trainer's."""
     from xbm.config import TrainConfig
     from xbm.training.runtime import Runtime
@@ -88,8 +94,10 @@ def loop_row(kind: str, spec: dict) -> dict:
     cfg = TrainConfig.from_dict(spec["config"])
     runtime = Runtime.from_config(cfg.device, cfg.amp, True)
     device = runtime.device
+    start = time.time()
     model, optimizer = model_and_optimizer(cfg, device)
     loss_fn = criterion(cfg, kind)
+    phases(f"model and optimiser on {device} in {phases.since(start)}")
     model.train()
     batches = spec["batches_per_epoch"]
     if kind == "ceiling":
@@ -97,33 +105,39 @@ def loop_row(kind: str, spec: dict) -> dict:
         x = runtime.to_device(torch.randn(b, 3, size, size))
         y = torch.arange(b // cfg.samples_per_class).repeat_interleave(cfg.samples_per_class).to(device)
 
-        def epoch() -> int:
-            for _ in range(batches):
+        def epoch(label: str, timed: bool) -> int:
+            for _ in phases.batches(range(batches), label, timed):
                 step(model, optimizer, loss_fn, x, y, runtime.autocast)
             return batches * b
     elif kind == "timm":
+        start = time.time()
         loader = timm_loader(spec, cfg, device)
+        workers = getattr(getattr(loader, "loader", loader), "num_workers", "?")  # under timm's PrefetchLoader
+        phases(f"timm's loader ({workers} workers) in {phases.since(start)}")
 
-        def epoch() -> int:
+        def epoch(label: str, timed: bool) -> int:
             images = 0
-            for x, y in loader:
+            for x, y in phases.batches(loader, label, timed):
                 x = x.contiguous(memory_format=torch.channels_last) if device.type == "cuda" else x
                 step(model, optimizer, loss_fn, x, y.to(device, non_blocking=True), runtime.autocast)
                 images += len(y)
             return images
     else:
+        start = time.time()
         loader, prepare = project_loader(cfg, spec["cpus"], device)
+        phases(f"data, image cache and loader ({loader.num_workers} workers) in {phases.since(start)}")
 
-        def epoch() -> int:
+        def epoch(label: str, timed: bool) -> int:
             images = 0
-            for x, y, _ in loader:
+            for x, y, _ in phases.batches(loader, label, timed):
                 x = prepare(runtime.to_device(x))
                 step(model, optimizer, loss_fn, x, y.to(device, non_blocking=True), runtime.autocast)
                 images += len(y)
             return images
     with UtilisationSampler() as sampler:
-        windows = timed_epochs(epoch, spec["epochs"], device)
-    return {"windows": windows, "util": sampler.mean([w[:2] for w in windows])}
+        windows = timed_epochs(epoch, spec["epochs"], device, phases)
+    return {"windows": windows, "util": sampler.mean([w[:2] for w in windows]),
+            "first_batch_s": phases.first_timed_batch}
 
 
 def timm_loader(spec: dict, cfg, device):
@@ -152,12 +166,48 @@ def project_loader(cfg, cpus: list[int], device):
     return loader, prepare.to(device) if isinstance(prepare, torch.nn.Module) else prepare
 
 
-def trainer_row(spec: dict) -> dict:
-    """The trainer through ``fit()``; a ``torch.save(state_dict())`` timed after each epoch."""
+def build_trainer(spec: dict, phases: Phases, progress=None):
+    """The row's Trainer, its data set (and image cache) built first so that each is timed."""
     from xbm.config import TrainConfig
+    from xbm.data import build_dataset
     from xbm.trainer import Trainer
 
-    trainer = Trainer(TrainConfig.from_dict(spec["config"]), cpus=len(spec["cpus"]))
+    cfg = TrainConfig.from_dict(spec["config"])
+    start = time.time()
+    splits = build_dataset(cfg)
+    phases(f"data set and {'image cache' if cfg.image_cache else 'live reader'} "
+           f"({type(splits.transforms.images).__name__}) in {phases.since(start)}")
+    start = time.time()
+    trainer = Trainer(cfg, splits=splits, cpus=len(spec["cpus"]), progress=progress or phases.progress)
+    phases(f"trainer (model, memory, loader of {trainer.workers} workers) on {trainer.runtime.device} "
+           f"in {phases.since(start)}")
+    return trainer
+
+
+def prepare(trainer, phases: Phases) -> None:
+    """``trainer.prepare()``, the references and the warm-up reported apart."""
+    start, warmup = time.time(), []
+    progress = trainer.progress
+
+    def references_then(batches, description):  # the warm-up's first call ends the references
+        if not warmup:
+            warmup.append(time.time())
+            phases(f"references in {phases.since(start)}")
+        return progress(batches, description)
+
+    trainer.progress = references_then
+    trainer.prepare()
+    trainer.progress = progress
+    if not warmup:
+        phases(f"references in {phases.since(start)}; no warm-up (warmup_epochs=0)")
+    else:
+        phases(f"warm-up in {phases.since(warmup[0])}")
+
+
+def trainer_row(spec: dict, phases: Phases) -> dict:
+    """The trainer through ``fit()``; a ``torch.save(state_dict())`` timed after each epoch."""
+    trainer = build_trainer(spec, phases)
+    prepare(trainer, phases)
     passes = []  # (start, end, EpochResult) of every training pass, timed around the trainer's own method
     train_epoch = trainer.train_epoch
 
@@ -174,6 +224,9 @@ def trainer_row(spec: dict) -> dict:
             start = time.perf_counter()
             torch.save(trainer.state_dict(), checkpoint)
             epochs.append((metrics, time.perf_counter() - start))
+            phases(f"epoch {metrics['epoch']}: {metrics['images_per_s']:.0f} images/s, training "
+                   f"{metrics.get('train_s', float('nan')):.1f} s, evaluation {metrics.get('eval_s', float('nan')):.1f} s, "
+                   f"checkpoint {epochs[-1][1]:.2f} s{'' if metrics['epoch'] > 1 else ' (untimed)'}")
     checkpoint.unlink(missing_ok=True)
     if len(passes) != len(epochs):
         raise RuntimeError(f"fit() must train through Trainer.train_epoch once per epoch, but {len(passes)} passes "
@@ -189,27 +242,31 @@ def trainer_row(spec: dict) -> dict:
             "eval": sum(r["eval_s"] for r in rows) / sum(r["train_s"] for r in rows),
             "checkpoint": sum(r["checkpoint_s"] for r in rows) / sum(r["train_s"] for r in rows),
             "data_wait": (sum(r["data_wait_s"] for r in rows) / sum(r["train_s"] for r in rows)
-                          if all(r["data_wait_s"] is not None for r in rows) else None)}
+                          if all(r["data_wait_s"] is not None for r in rows) else None),
+            "first_batch_s": phases.first_timed_batch}
 
 
-def shared_trial(spec: dict, barrier) -> dict:
+def shared_trial(spec: dict, barrier, phases: Phases) -> dict:
     """One of K trials sharing the GPU: training passes only, timed after every trial is ready."""
-    from xbm.config import TrainConfig
-    from xbm.trainer import Trainer
-
-    trainer = Trainer(TrainConfig.from_dict(spec["config"]), cpus=len(spec["cpus"]))
+    trainer = build_trainer(spec, phases)
     trainer.train_epoch(1)
+    start = time.time()
     barrier.wait()
+    phases(f"waited {phases.since(start)} for the other trials to be ready")
     windows = []
     for epoch in range(2, 2 + spec["epochs"]):
         start = time.time()  # the wall clock: the K processes' windows are compared with each other
         result = trainer.train_epoch(epoch)
         windows.append((start, time.time(), result.images))
-    return {"windows": windows, "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
+    return {"windows": windows, "first_batch_s": phases.first_timed_batch,
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None}
 
 
 def child(kind: str, spec: dict, queue, barrier=None) -> None:
-    """Entry of a row's process: pin it to its cores, cap its GPU memory, run the row, send the result."""
+    """Entry of a row's process: pin it to its cores, cap its GPU memory, run the row, send the result
+    (``("result", index, result)``) after its phases (:class:`gpu_phases.Phases`)."""
+    phases = Phases(queue, spec.get("index", 0), spec.get("started", time.time()))
+    phases(f"process up, torch imported, {len(spec['cpus'])} cores")
     try:
         os.sched_setaffinity(0, spec["cpus"])
         # the CPU toy run: one thread per process, or its loader worker and the other rows' leftovers
@@ -224,11 +281,11 @@ def child(kind: str, spec: dict, queue, barrier=None) -> None:
 
             cap_gpu_memory(spec["memory_fraction"])
         if kind == "shared":
-            result = shared_trial(spec, barrier)
+            result = shared_trial(spec, barrier, phases)
         elif kind in TRAINER_ROWS:
-            result = trainer_row(spec)
+            result = trainer_row(spec, phases)
         else:
-            result = loop_row(kind, spec)
+            result = loop_row(kind, spec, phases)
     except torch.OutOfMemoryError as exc:
         result = {"oom": True, "error": str(exc).splitlines()[0]}
         if barrier is not None:
@@ -237,4 +294,4 @@ def child(kind: str, spec: dict, queue, barrier=None) -> None:
         result = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
         if barrier is not None:
             barrier.abort()
-    queue.put((kind, spec.get("index", 0), result))
+    queue.put(("result", spec.get("index", 0), result))

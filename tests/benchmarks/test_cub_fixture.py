@@ -35,3 +35,26 @@ def test_the_project_reads_the_tree_as_cub200(tmp_path):
     assert len((base / "train_test_split.txt").read_text().splitlines()) == 48
     assert len((base / "classes.txt").read_text().splitlines()) == 8
     assert len(list((base / "images").rglob("*.jpg"))) == 48
+
+
+def test_a_complete_tree_is_reused_and_an_incomplete_or_other_one_written_again(tmp_path, monkeypatch):
+    """Bug caught: bench_gpu.py --keep DIR wrote CUB's 11,788 photos again on every run (23 s of a 10-minute
+    GPU lease). A tree is reused only once its marker, written last, names the same arguments: one cut off
+    while being written (no marker) or written with other arguments is written anew."""
+    base, reused = fixture.ensure_cub(tmp_path, 16, classes=4, size=(40, 30))
+    assert not reused and (base / fixture.COMPLETE).is_file()
+    assert len(list((base / "images").rglob("*.jpg"))) == 16
+
+    writes = []
+    original = fixture.write_cub
+    monkeypatch.setattr(fixture, "write_cub", lambda *a, **k: writes.append(a) or original(*a, **k))
+    assert fixture.ensure_cub(tmp_path, 16, classes=4, size=(40, 30)) == (base, True) and writes == []
+
+    (base / fixture.COMPLETE).unlink()   # a writer killed before its end: the photos may be half there
+    (base / "images.txt").unlink()
+    assert fixture.ensure_cub(tmp_path, 16, classes=4, size=(40, 30)) == (base, False) and len(writes) == 1
+    assert (base / "images.txt").is_file() and (base / fixture.COMPLETE).is_file()
+
+    _, reused = fixture.ensure_cub(tmp_path, 8, classes=4, size=(40, 30))   # other arguments
+    assert not reused and len(writes) == 2
+    assert len(list((base / "images").rglob("*.jpg"))) == 8   # none of the old tree's photos left over

@@ -13,8 +13,17 @@ from xbm.trainer import Trainer
 TINY = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 16, "epochs": 1, "warmup_epochs": 0,
         "lr": 1e-3, "batch_size": 32, "samples_per_class": 4, "seed": 0}
 TINY_TRAIN_SAMPLES = 192
-# Tests of CUDA paths: skipped on CI and on laptops without a GPU, run wherever one is present.
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+# Tests of CUDA paths carry the mark `cuda` (pyproject.toml; scripts/gpu_check.sh runs them alone: pytest -m cuda).
+# needs_cuda, the usual case: skipped on CI and on laptops without a GPU, run wherever one is present
+# (pytest_runtest_setup below). A test that runs either way, on the GPU when there is one, carries
+# pytest.mark.cuda(optional=True).
+needs_cuda = pytest.mark.cuda
+
+
+def pytest_runtest_setup(item):
+    mark = item.get_closest_marker("cuda")
+    if mark is not None and not mark.kwargs.get("optional") and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
 
 
 def tiny_config(**values) -> TrainConfig:

@@ -355,7 +355,9 @@ EFFECTS: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("key", TrainConfig.keys())
+# `device` builds a trainer on the GPU where there is one (scripts/gpu_check.sh's CUDA tests)
+@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.cuda(optional=True)) if k == "device" else k
+                                 for k in TrainConfig.keys()])
 def test_every_config_key_reaches_the_computation(key, monkeypatch, tmp_path):
     """Bug caught: a key that stops reaching the component it configures (e.g. the trainer building the
     normaliser from kind and delay only, batch_loss_weight forced to 0, cosine silently becoming Lp, lr_step

@@ -200,6 +200,7 @@ def test_a_multi_worker_config_needs_its_process_group():
         Ranks(2, 2)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 @pytest.mark.parametrize("case", ["pcxbn", "moco"])
 def test_two_gpus_train_the_one_gpu_run(case):

@@ -1,0 +1,51 @@
+"""scripts/gpu_check.sh end to end without CUDA: every part runs at toy size and the summary names each.
+
+Slow (about 3.5 minutes on 2 cores): the toy benchmark rows, a CPU sweep through Ray. It keeps the first
+command of a GPU lease working where no GPU is, as CI is; CUDA is hidden so a GPU machine runs it the same.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .wheel_fixture import make_wheel
+
+ROOT = Path(__file__).resolve().parents[2]
+PARTS = ("wheels", "env", "cuda-tests", "cuda-rerun", "normalisers", "bench-gpu", "sweep")
+
+
+@pytest.mark.slow
+def test_every_part_runs_without_cuda_and_the_summary_lists_each(tmp_path):
+    out, work, wheels, site = tmp_path / "out", tmp_path / "work", tmp_path / "wheels", tmp_path / "site"
+    wheels.mkdir()
+    make_wheel(wheels, "xbm_probe", "1.0")  # --wheels: what the image lacks is installed into XBM_SITE
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHON=sys.executable, CUDA_VISIBLE_DEVICES="", XBM_SITE=str(site))
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(out), "--wheels", str(wheels),
+                           "--work", str(work)], capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+    summary = (out / "summary.md").read_text()
+    assert summary.startswith("# GPU check") and "no CUDA (toy sizes)" in summary
+    statuses = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in summary.splitlines()
+                if line.startswith("| ") and not line.startswith(("| part", "| ---"))}
+    assert list(statuses) == list(PARTS)
+    assert statuses["cuda-rerun"] == "skipped (no test failed)"
+    assert all(statuses[p] == "ok" for p in PARTS if p != "cuda-rerun"), statuses
+    for part in PARTS:
+        if part != "cuda-rerun":
+            assert (out / f"{part}.log").stat().st_size > 0, part
+            assert f"## {part}: ok" in summary, part
+
+    assert (site / "xbm_probe.py").is_file() and "installed 1 of 1 wheels" in summary
+    assert "SKIPPED" in (out / "cuda-tests.log").read_text()  # -v: each test named as it ends
+    bench = (out / "bench-gpu.log").read_text()
+    assert "first batch after" in bench and "references in" in bench and "photos: wrote" in bench
+    assert len((out / "bench_gpu.jsonl").read_text().splitlines()) == 7 + 2  # every row, K = 1, 2
+    assert "targets: " in summary.split("## sweep")[1]
+    assert (out / "sweep_results" / "trials.parquet").is_file()
+    assert not list(out.rglob("*.jpg")) and (work / "bench" / "data" / "CUB_200_2011" / "COMPLETE").is_file()
