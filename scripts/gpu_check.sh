@@ -26,7 +26,8 @@
 #   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9 minutes at worst)
 #
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick, a
-# CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip): about 3.5 minutes on 2 cores, exit 0.
+# CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip; caps doubled): about 3.5 minutes on 2
+# cores, exit status 0.
 # Caps can be changed: CAP_TESTS=150 bash scripts/gpu_check.sh OUT (CAP_WHEELS, CAP_ENV, CAP_TESTS,
 # CAP_RERUN, CAP_NORMALISERS, CAP_BENCH, CAP_SWEEP).
 #
@@ -72,11 +73,6 @@ export PYTHONUNBUFFERED=1
 
 CAP_WHEELS=${CAP_WHEELS:-30}
 CAP_ENV=${CAP_ENV:-20}
-CAP_TESTS=${CAP_TESTS:-95}
-CAP_RERUN=${CAP_RERUN:-25}
-CAP_NORMALISERS=${CAP_NORMALISERS:-35}
-CAP_BENCH=${CAP_BENCH:-200}
-CAP_SWEEP=${CAP_SWEEP:-115}
 
 # run_part NAME CAP SIGNAL COMMAND...: COMMAND under timeout into OUT/NAME.log; a line in OUT/parts.tsv.
 run_part() {
@@ -112,8 +108,14 @@ if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'
   CUDA=1
 else
   CUDA=0
-  echo "no CUDA here: toy sizes, the CUDA tests skip"
+  echo "no CUDA here: toy sizes, the CUDA tests skip, the caps doubled (no lease to fit; a shared CPU is slow)"
 fi
+SCALE=$((2 - CUDA))
+CAP_TESTS=${CAP_TESTS:-$((95 * SCALE))}
+CAP_RERUN=${CAP_RERUN:-$((25 * SCALE))}
+CAP_NORMALISERS=${CAP_NORMALISERS:-$((35 * SCALE))}
+CAP_BENCH=${CAP_BENCH:-$((200 * SCALE))}
+CAP_SWEEP=${CAP_SWEEP:-$((115 * SCALE))}
 
 # ---- the tests that touch CUDA (mark `cuda`: tests/xbm/conftest.py) ------------------------------------
 mapfile -t TEST_FILES < <(grep -rlE "needs_cuda|mark\.cuda" tests --include='test_*.py' | sort)
@@ -138,22 +140,25 @@ if [ $CUDA = 1 ]; then
   BENCH=(--images 4000 --epochs 1 --row-timeout 60)
   CUB=(--images 4000)
 else
-  run_part normalisers "$CAP_NORMALISERS" TERM "$PY" benchmarks/bench_normalisers.py --quick
+  # one thread: two threads spinning on 2 busy cores ran this 15x slower (35 s against 2.5 s)
+  run_part normalisers "$CAP_NORMALISERS" TERM env OMP_NUM_THREADS=1 "$PY" benchmarks/bench_normalisers.py --quick
   BENCH=(--quick --shares 1,2 --row-timeout 120)  # K=4 on a laptop's few cores measures nothing
   CUB=(--images 960 --classes 24 --size 80 60)  # bench_gpu.py's QUICK tree, reused
 fi
+# XBM_BENCH_ARGS: more bench_gpu.py flags (later ones win), e.g. --rows and --shares for a short lease
+# shellcheck disable=SC2086
 run_part bench-gpu "$CAP_BENCH" TERM "$PY" benchmarks/bench_gpu.py "${BENCH[@]}" --keep "$WORK/bench" \
-  --json "$OUT/bench_gpu.jsonl"
+  --json "$OUT/bench_gpu.jsonl" ${XBM_BENCH_ARGS:-}
 
 # ---- a real sweep through Ray: two trials sharing the GPU ------------------------------------------------
 NAME=gpu-check-$(date -u +%Y%m%d-%H%M%S)
 if [ $CUDA = 1 ]; then
   SIZES=(--set model=resnet50 --set image_size=224 --set batch_size=128 --set embedding_size=512
-         --gpus-per-trial 0.5 --num-samples 8 --max-epochs 4 --time-budget 75s)
+         --gpus-per-trial 0.5 --num-samples 8 --max-epochs 4 --time-budget "$((CAP_SWEEP - 40))s")
   GPUS=0.5
 else
   SIZES=(--set model=test_resnet --set image_size=32 --set batch_size=16 --set embedding_size=64
-         --gpus-per-trial 0 --num-samples 6 --max-epochs 3 --time-budget 40s)
+         --gpus-per-trial 0 --num-samples 6 --max-epochs 3 --time-budget "$((CAP_SWEEP / 2 - 75))s")
   GPUS=0
 fi
 SWEEP_CMD=("$PY" -m tune.cli sweep quickstart --set dataset=cub200 --set "data_root=$WORK/bench/data"
