@@ -323,6 +323,7 @@ def test_twenty_cuda_training_steps_synchronise_only_for_the_finiteness_check(ki
     assert result.iterations == 20 and math.isfinite(result.loss)
 
 
+@pytest.mark.filterwarnings("ignore:Synchronization debug mode is a prototype feature")
 def test_the_sync_debug_context_puts_back_the_mode_it_found_after_an_error():
     """Bug caught: the CUDA sync test's wrapper set the mode to "error" on its way out whatever it found, so the
     warm-up epoch ran checked, raised before the test's ``try``, and left "error" to every later test of that
