@@ -107,13 +107,6 @@ OBJECTIVES = {   # name -> dotted config values
 HOST_WORK = {"moco": Counter({Read("lift_fresh", "xbm/objectives/moco.py:MoCo.forward"): 1,
                               Read("cpu", "xbm/loss.py:split_rows"): 1, Read("numpy", "xbm/loss.py:split_rows"): 1,
                               Read("lift_fresh", "xbm/loss.py:split_rows.<locals>.<genexpr>"): 2})}
-# Known today, to be fixed in xbm/normalisers by its owner (the test below then passes as it is): PC-XBN, and
-# SC-XBN its subclass, writes ``own[n] = False`` into a device tensor every call, a blocking host-to-device copy
-# on CUDA (lift_fresh + select + copy_ on the CPU). The test checks everything else and reports it as xfail.
-PCXBN_WRITE = Read("lift_fresh", "xbm/normalisers/pcxbn.py:PerClassXBN.adapt")
-KNOWN = {"pcxbn": PCXBN_WRITE, "scxbn": PCXBN_WRITE}
-
-
 def _cases():
     for objective, values in OBJECTIVES.items():
         for kind in KINDS:
@@ -157,16 +150,10 @@ def test_twenty_steps_of_every_kind_and_objective_read_the_device_only_for_the_c
     steps, result = _reads_per_step(trainer)
     host = HOST_WORK.get(objective, Counter())
     assert all(Counter(step) >= host for step in steps[1:-1]), "HOST_WORK names host work the step no longer does"
-    known = KNOWN.get(kind)
-    if known is not None and not all(known in step for step in steps[1:-1]):
-        known = None   # fixed: nothing to forgive
-    _assert_one_check_per_step(steps, host + Counter([known] if known else []))
+    _assert_one_check_per_step(steps, host)
     assert trainer.xbm.last_stats["memory_fill"] == 1.0
     assert trainer.xbm.last_stats["adapted"] == (0.0 if kind == "none" else 1.0)
     assert result.pairs["memory_pos_pairs"] > 0 and result.pairs["memory_neg_pairs"] > 0
-    if known:
-        pytest.xfail(f"{known} in every step: `own[n] = False` copies a Python scalar into a device tensor (a "
-                     "blocking host-to-device copy on CUDA); the rest of the step reads the device only for the check")
 
 
 @pytest.mark.parametrize("values", [{"loss.kind": "contrastive"}, {"loss.kind": "contrastive", "miner.kind": "none"},
