@@ -7,7 +7,8 @@
 ``run`` samples the GPU (``OUT/sweep_gpu.csv``) while the sweep command runs, then copies the sweep's
 ``results/`` (Parquet, sweep.json: small) to ``OUT/sweep_results`` and prints the figures, also when the
 sweep was stopped: SIGINT or SIGTERM (``timeout``) reaches the sweep, which ends its trials and writes its
-Parquet (a sweep that has not ended 5 s later is sent SIGINT, and 60 s later SIGTERM); exit status the sweep's.
+Parquet (a sweep that has not ended 5 s later is sent SIGINT; 8 s after the signal the figures are printed
+from the Parquet written so far, while it stops); exit status the sweep's.
 
 ``sample`` writes ``time,util %,memory used MiB,memory total MiB,apps`` lines (``apps``: the compute processes
 as ``pid:MiB`` joined by ``;``; empty where a container hides them). ``figures`` reads the sweep's Parquet
@@ -194,28 +195,32 @@ def run(out: Path, sweep: Path, gpus_per_trial: float, command: list[str]) -> in
     handlers = {s: signal.signal(s, lambda *_: stopped.append(time.time())) for s in (signal.SIGINT, signal.SIGTERM)}
     start = time.time()
     proc = subprocess.Popen(command)
-    told = False
     while proc.poll() is None:
         time.sleep(0.5)
         if stopped and proc.poll() is None:  # the signal reached its process group; tell the sweep if it did not
             waited = time.time() - stopped[0]
-            if waited > 5 and not told:
+            if 5 < waited < 6:
                 proc.send_signal(signal.SIGINT)
-                told = True
-            elif waited > 65:
-                proc.terminate()
+            if waited > 8:  # the figures now, from the Parquet written so far (timeout's KILL follows in 15 s)
+                break
     wall = time.time() - start
-    for s, handler in handlers.items():
-        signal.signal(s, handler)
     if sampler is not None:
         sampler.terminate()
         sampler.wait()
     if (sweep / "results").is_dir():
         shutil.copytree(sweep / "results", out / "sweep_results", dirs_exist_ok=True)
-    print(f"\nsweep command: exit status {proc.returncode}{' (stopped by a signal)' if stopped else ''}, "
-          f"{wall:.0f} s; its Parquet copied to {out / 'sweep_results'}", flush=True)
+    status = "still stopping" if proc.poll() is None else f"exit status {proc.returncode}"
+    print(f"\nsweep command: {status}{' (stopped by a signal)' if stopped else ''}, {wall:.0f} s; its Parquet copied "
+          f"to {out / 'sweep_results'}", flush=True)
     for line in figures(sweep, max(wall, 1.0), read_samples(samples), gpus_per_trial):
         print(line, flush=True)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.wait()
+    for s, handler in handlers.items():
+        signal.signal(s, handler)
     return proc.returncode
 
 

@@ -21,6 +21,7 @@ def test_grid_marks_a_neighbour_right_when_it_has_the_querys_label():
     assert plots.png_bytes(fig, dpi=20)[:4] == b"\x89PNG"
 
 
+@pytest.mark.cuda(optional=True)   # on the GPU where there is one (scripts/gpu_check.sh runs it)
 @pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 def test_report_shows_the_best_trials_retrievals_and_omits_them_without_weights(build_sweep, tmp_path):
     """Bug caught: the figure drawn from another trial than the best one with weights, or the report failing

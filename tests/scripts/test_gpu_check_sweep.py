@@ -70,3 +70,26 @@ def test_samples_with_a_hidden_process_list_or_a_cut_line_are_read(tmp_path):
     read = sweep.read_samples(path)
     assert [s.util for s in read] == [50.0, 60.0, 70.0] and read[1].apps == {7: 1024.0, 8: 2048.0}
     assert read[2].apps == {9: 0.0}  # a process whose memory cannot be read still counts as one on the GPU
+
+
+def test_a_sweep_slow_to_stop_still_gets_its_figures_before_timeout_kills_it(tmp_path):
+    """Bug caught (by design): timeout's SIGINT at the part's cap, then its KILL 15 s later, would leave no
+    figures if the run waited for a sweep that takes longer to stop. 8 s after the signal the figures are
+    printed from what the sweep wrote so far, and the sweep is still waited for."""
+    import signal
+    import subprocess
+    import time
+
+    stubborn = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(12)"
+    run = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "gpu_check_sweep.py"), "run", "--out", str(tmp_path),
+                            "--sweep", str(tmp_path / "sweep"), "--", sys.executable, "-c", stubborn],
+                           stdout=subprocess.PIPE, text=True, env={"PATH": "", "PYTHONPATH": str(ROOT)})
+    time.sleep(2)
+    start = time.time()
+    run.send_signal(signal.SIGINT)
+    first = run.stdout.readline() + run.stdout.readline()
+    printed = time.time() - start
+    rest = run.stdout.read()
+    assert run.wait() == 0
+    assert "sweep command: still stopping (stopped by a signal)" in first and printed < 11
+    assert "no trials.parquet" in rest and "targets: NOT met" in rest

@@ -51,6 +51,7 @@ def test_a_bf16_run_trains_under_autocast_and_keeps_the_memory_fp32(tiny):
     assert m["loss"] == pytest.approx(fp32["loss"], rel=0.05) and m["loss"] != fp32["loss"]
 
 
+@pytest.mark.cuda(optional=True)   # on the GPU where there is one (scripts/gpu_check.sh runs it)
 @pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
 def test_channels_last_for_image_runs_on_every_device():
     """Bug caught: channels_last left off on the CPU (its NCHW convolutions are 1.1-2.6x slower, module
