@@ -138,15 +138,18 @@ def print_targets(results: dict[str, dict], shared: dict[int, list[dict]], cpu: 
         verdict = "" if value is None else ("met" if ok(value) else "NOT met")
         print(f"  {what:<44}{fmt(value, '.2f'):>8}  target {target:<8} {verdict}")
 
-    print("\nTargets (issue 18)" + (": CPU TOY FIGURES, they say nothing about the GPU targets" if cpu else ""))
-    line("trainer (cache) / timm", ratio(plain, r.get("timm")), ">= 0.95", lambda v: v >= 0.95)
-    line("trainer (cache) / ceiling", ratio(plain, r.get("ceiling")), ">= 0.85", lambda v: v >= 0.85)
+    print("\nTargets" + (": CPU TOY FIGURES, they say nothing about the GPU targets" if cpu else ""))
+    # a uint8 cache decodes nothing per epoch, so the trainer must beat timm's JPEG pipeline outright
+    line("trainer (cache) / timm", ratio(plain, r.get("timm")), ">= 1.15", lambda v: v >= 1.15)
+    line("trainer (cache) / ceiling", ratio(plain, r.get("ceiling")), ">= 0.90", lambda v: v >= 0.90)
     line("trainer + XBN / trainer", ratio(r.get("trainer XBN"), plain), ">= 0.95", lambda v: v >= 0.95)
     line("trainer + PC-XBN / trainer", ratio(r.get("trainer PC-XBN"), plain), ">= 0.90", lambda v: v >= 0.90)
     for name in TRAINER_ROWS:
         if name in results and "error" not in results[name]:
             line(f"{name}: evaluation / epoch", results[name]["eval"], "<= 0.3", lambda v: v <= 0.3)
             line(f"{name}: checkpoint / epoch", results[name]["checkpoint"], "<= 0.05", lambda v: v <= 0.05)
+            line(f"{name}: start to first timed batch, s", results[name].get("first_batch_s"), "<= 60",
+                 lambda v: v <= 60)
     totals = {k: shared_rate(v) for k, v in shared.items()}
     if 1 in totals and 2 in totals:
         line("K=2 total / K=1 total images/s", ratio(totals[2], totals[1]), ">= 1.0", lambda v: v >= 1.0)
