@@ -7,6 +7,10 @@ per worker (2.9 GB x 15 workers on an H100 node); now a worker receives a handle
 batch costs what starting the workers costs, whatever the pack's size. The data set is the trainer's: a
 SampleDataset whose decoded-image reader is a PackedImages of 256x256 grey images, evaluation transform.
 
+CPU seconds and peak resident memory count this process and its ended children: spawned and forked workers,
+not forkserver's (the server's children), and the peak is the largest so far (fork's workers inherit this
+process's pages: run it last, as by default).
+
     python benchmarks/bench_worker_start.py                     # 500 MiB, 2 workers, 3 loaders per method
     python benchmarks/bench_worker_start.py --mib 2900 --workers 15
     python benchmarks/bench_worker_start.py --smoke-test        # 16 MiB, 1 loader
@@ -63,7 +67,7 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=500, help="decoded pack size")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--loaders", type=int, default=3, help="loaders started one after another per method")
-    parser.add_argument("--methods", default="fork,spawn,forkserver")
+    parser.add_argument("--methods", default="spawn,forkserver,fork")
     parser.add_argument("--smoke-test", action="store_true")
     args = parser.parse_args()
     mib, loaders = (16, 1) if args.smoke_test else (args.mib, args.loaders)
@@ -71,9 +75,10 @@ def main() -> None:
         dataset = pack_dataset(mib)   # a fresh one per method: nothing moved to shared memory yet
         times = [first_batch(dataset, args.workers, method) for _ in range(loaders)]
         received = len(ForkingPickler.dumps(dataset)) if method != "fork" else 0   # after: loader 1 paid any move
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024   # KiB on Linux
         print(f"{method}: {mib} MiB pack, {args.workers} workers, each receives {received / 2**20:.3f} MiB; "
-              f"first batch of loader 1..{loaders}: " + ", ".join(f"{w:.2f} s ({c:.1f} CPU s)" for w, c in times),
-              flush=True)
+              f"first batch of loader 1..{loaders}: " + ", ".join(f"{w:.2f} s ({c:.1f} CPU s)" for w, c in times)
+              + f"; a worker's peak resident memory: {peak:.0f} MiB", flush=True)
 
 
 if __name__ == "__main__":
