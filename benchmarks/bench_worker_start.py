@@ -7,9 +7,10 @@ per worker (2.9 GB x 15 workers on an H100 node); now a worker receives a handle
 batch costs what starting the workers costs, whatever the pack's size. The data set is the trainer's: a
 SampleDataset whose decoded-image reader is a PackedImages of 256x256 grey images, evaluation transform.
 
-CPU seconds and peak resident memory count this process and its ended children: spawned and forked workers,
-not forkserver's (the server's children), and the peak is the largest so far (fork's workers inherit this
-process's pages: run it last, as by default).
+CPU seconds count this process and its ended children: spawned and forked workers, not forkserver's (the
+server's children). A worker's private memory (Linux's RssAnon, read by the worker after its first batch) holds
+any copy of the pack it received; mapped shared pages are not in it (a forked worker's counts the parent's pages
+it shares copy-on-write).
 
     python benchmarks/bench_worker_start.py                     # 500 MiB, 2 workers, 3 loaders per method
     python benchmarks/bench_worker_start.py --mib 2900 --workers 15
@@ -23,7 +24,7 @@ import time
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 from torchvision import transforms as T
 
 from xbm.data.base import SampleDataset, Transforms
@@ -51,15 +52,27 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def first_batch(dataset: SampleDataset, workers: int, method: str) -> tuple[float, float]:
-    """(seconds to the first batch, CPU seconds of the parent and the workers until they have ended)."""
-    loader = DataLoader(dataset, batch_size=32, num_workers=workers, multiprocessing_context=method)
+def collate_with_memory(items: list) -> tuple:
+    """The batch, and the private memory (MiB) of the worker that made it (None off Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            anon = next(int(line.split()[1]) for line in status if line.startswith("RssAnon:")) / 1024
+    except (OSError, StopIteration):
+        anon = None
+    return default_collate(items), anon
+
+
+def first_batch(dataset: SampleDataset, workers: int, method: str) -> tuple[float, float, float]:
+    """(seconds to the first batch, CPU seconds of the parent and the workers until they have ended, the private
+    memory of the worker that made it)."""
+    loader = DataLoader(dataset, batch_size=32, num_workers=workers, multiprocessing_context=method,
+                        collate_fn=collate_with_memory)
     cpu, start = cpu_seconds(), time.perf_counter()
     batches = iter(loader)
-    next(batches)
+    _, private = next(batches)
     wall = time.perf_counter() - start
     del batches   # the iterator ends and joins its workers: their CPU time is counted
-    return wall, cpu_seconds() - cpu
+    return wall, cpu_seconds() - cpu, private
 
 
 def main() -> None:
@@ -67,7 +80,7 @@ def main() -> None:
     parser.add_argument("--mib", type=int, default=500, help="decoded pack size")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--loaders", type=int, default=3, help="loaders started one after another per method")
-    parser.add_argument("--methods", default="spawn,forkserver,fork")
+    parser.add_argument("--methods", default="fork,spawn,forkserver")
     parser.add_argument("--smoke-test", action="store_true")
     args = parser.parse_args()
     mib, loaders = (16, 1) if args.smoke_test else (args.mib, args.loaders)
@@ -75,10 +88,10 @@ def main() -> None:
         dataset = pack_dataset(mib)   # a fresh one per method: nothing moved to shared memory yet
         times = [first_batch(dataset, args.workers, method) for _ in range(loaders)]
         received = len(ForkingPickler.dumps(dataset)) if method != "fork" else 0   # after: loader 1 paid any move
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024   # KiB on Linux
         print(f"{method}: {mib} MiB pack, {args.workers} workers, each receives {received / 2**20:.3f} MiB; "
-              f"first batch of loader 1..{loaders}: " + ", ".join(f"{w:.2f} s ({c:.1f} CPU s)" for w, c in times)
-              + f"; a worker's peak resident memory: {peak:.0f} MiB", flush=True)
+              f"first batch of loader 1..{loaders}: "
+              + ", ".join(f"{w:.2f} s ({c:.1f} CPU s, worker's private memory {p:.0f} MiB)" for w, c, p in times),
+              flush=True)
 
 
 if __name__ == "__main__":
