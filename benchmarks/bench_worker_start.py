@@ -7,6 +7,11 @@ per worker (2.9 GB x 15 workers on an H100 node); now a worker receives a handle
 batch costs what starting the workers costs, whatever the pack's size. The data set is the trainer's: a
 SampleDataset whose decoded-image reader is a PackedImages of 256x256 grey images, evaluation transform.
 
+CPU seconds count this process and its ended children: spawned and forked workers, not forkserver's (the
+server's children). A worker's private memory (Linux's RssAnon, read by the worker after its first batch) holds
+any copy of the pack it received; mapped shared pages are not in it (a forked worker's counts the parent's pages
+it shares copy-on-write).
+
     python benchmarks/bench_worker_start.py                     # 500 MiB, 2 workers, 3 loaders per method
     python benchmarks/bench_worker_start.py --mib 2900 --workers 15
     python benchmarks/bench_worker_start.py --smoke-test        # 16 MiB, 1 loader
@@ -19,7 +24,7 @@ import time
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 from torchvision import transforms as T
 
 from xbm.data.base import SampleDataset, Transforms
@@ -47,15 +52,27 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def first_batch(dataset: SampleDataset, workers: int, method: str) -> tuple[float, float]:
-    """(seconds to the first batch, CPU seconds of the parent and the workers until they have ended)."""
-    loader = DataLoader(dataset, batch_size=32, num_workers=workers, multiprocessing_context=method)
+def collate_with_memory(items: list) -> tuple:
+    """The batch, and the private memory (MiB) of the worker that made it (None off Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            anon = next(int(line.split()[1]) for line in status if line.startswith("RssAnon:")) / 1024
+    except (OSError, StopIteration):
+        anon = None
+    return default_collate(items), anon
+
+
+def first_batch(dataset: SampleDataset, workers: int, method: str) -> tuple[float, float, float]:
+    """(seconds to the first batch, CPU seconds of the parent and the workers until they have ended, the private
+    memory of the worker that made it)."""
+    loader = DataLoader(dataset, batch_size=32, num_workers=workers, multiprocessing_context=method,
+                        collate_fn=collate_with_memory)
     cpu, start = cpu_seconds(), time.perf_counter()
     batches = iter(loader)
-    next(batches)
+    _, private = next(batches)
     wall = time.perf_counter() - start
     del batches   # the iterator ends and joins its workers: their CPU time is counted
-    return wall, cpu_seconds() - cpu
+    return wall, cpu_seconds() - cpu, private
 
 
 def main() -> None:
@@ -72,7 +89,8 @@ def main() -> None:
         times = [first_batch(dataset, args.workers, method) for _ in range(loaders)]
         received = len(ForkingPickler.dumps(dataset)) if method != "fork" else 0   # after: loader 1 paid any move
         print(f"{method}: {mib} MiB pack, {args.workers} workers, each receives {received / 2**20:.3f} MiB; "
-              f"first batch of loader 1..{loaders}: " + ", ".join(f"{w:.2f} s ({c:.1f} CPU s)" for w, c in times),
+              f"first batch of loader 1..{loaders}: "
+              + ", ".join(f"{w:.2f} s ({c:.1f} CPU s, worker's private memory {p:.0f} MiB)" for w, c, p in times),
               flush=True)
 
 
