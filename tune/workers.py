@@ -15,11 +15,13 @@ GPUs, once Ray is connected and before anything is written (``check_node_gpus``)
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any, Iterable, Mapping
 
 from tune.options import SweepInputError, SweepOptions
+from xbm.config import TrainConfig, batch_split_problem
 
 #: the TrainConfig key holding a run's number of workers (``config.workers`` in Parquet)
 WORKERS_KEY = "workers"
@@ -78,7 +80,8 @@ def check_space(space, options: SweepOptions) -> None:
                               f"space and --set, and use --workers-per-trial")
     if workers > 1:
         check_batch_split(_values(space, "batch_size"), _values(space, "samples_per_class"),
-                          _values(space, "objective"), workers)
+                          _values(space, "objective"), workers, neighbours_k=_values(space, "neighbours.k"),
+                          bn_splits=_values(space, "moco.bn_splits"))
     if workers > 1 and options.gpus_per_trial > 0 and "cpu" in _values(space, "device"):
         raise SweepInputError("device=cpu cannot run a data-parallel trial on GPUs: its workers talk over NCCL, "
                               "which carries CUDA tensors only (the first gather of CPU tensors fails); drop "
@@ -86,30 +89,38 @@ def check_space(space, options: SweepOptions) -> None:
 
 
 def check_batch_split(batch_sizes: Iterable[int], samples_per_class: Iterable[int], objectives: Iterable[str],
-                      workers: int, flag: str = "--workers-per-trial") -> None:
-    """Each rank draws ``batch_size / workers`` rows of every global PK batch, whole classes for the
-    supervised objective: ``batch_size / workers`` must be a whole multiple of ``samples_per_class``.
-    ``flag`` is the one the error names."""
-    for batch, per_class, objective in itertools.product(batch_sizes, samples_per_class, objectives):
+                      workers: int, flag: str = "--workers-per-trial", neighbours_k: Iterable[int] = (None,),
+                      bn_splits: Iterable[int] = (None,)) -> None:
+    """Every combination of the given values splits over ``workers`` ranks by the config's one rule
+    (:func:`xbm.config.batch_split_problem`: whole classes, whole neighbour tuples, MoCo's sub-batches shared
+    out); the error names ``flag`` and the batch size that would split. None: the TrainConfig default."""
+    default = TrainConfig()
+    for batch, per_class, objective, k, splits in itertools.product(batch_sizes, samples_per_class, objectives,
+                                                                     neighbours_k, bn_splits):
         if batch is None:
             continue
-        per_class = per_class if objective == "supervised" else 1
-        if batch % (workers * per_class):
-            rule = (f"a multiple of {workers} x samples_per_class={per_class}, so that each rank draws whole "
-                    f"classes" if per_class > 1 else f"a multiple of {workers}, one share per rank")
-            raise SweepInputError(f"{flag} {workers} needs batch_size (the global batch) to be {rule}, "
-                                  f"but got batch_size={batch} ({batch / workers:g} rows per rank); use batch_size="
-                                  f"{max(1, round(batch / (workers * per_class))) * workers * per_class}")
+        problem = batch_split_problem(batch, workers, objective, per_class or default.samples_per_class,
+                                      default.neighbours.k if k is None else k,
+                                      default.moco.bn_splits if splits is None else splits)
+        if problem is None:
+            continue
+        if problem.field != "batch_size":
+            raise SweepInputError(f"{flag} {workers} needs {problem.field} to be {problem.rule}, but got "
+                                  f"{problem.field}={problem.value}; change {problem.field} or {flag}")
+        rule = (f"a multiple of {workers} x {problem.unit_name}, so that each rank draws whole {problem.what}"
+                if problem.unit > 1 else f"a multiple of {workers}, one share per rank")
+        multiple = workers * problem.unit
+        raise SweepInputError(f"{flag} {workers} needs batch_size (the global batch) to be {rule}, "
+                              f"but got batch_size={batch} ({batch / workers:g} rows per rank); use batch_size="
+                              f"{max(1, round(batch / multiple)) * multiple}")
 
 
 def _values(space, key: str) -> list:
     """Every value of ``key`` the space can give: its swept values (discrete) or its base value; the
     TrainConfig default when the space says nothing. A continuous swept value is checked in its trial."""
-    from xbm.config import TrainConfig
-
     if key in space.params:
         return space.params[key].possible_values() or []
-    return [space.base.get(key, getattr(TrainConfig(), key))]
+    return [space.base.get(key, functools.reduce(getattr, key.split("."), TrainConfig()))]
 
 
 def check_node_gpus(options: SweepOptions, nodes: Iterable[Mapping[str, Any]]) -> None:

@@ -60,6 +60,49 @@ _check = checker()
 
 
 @dataclass(frozen=True)
+class SplitProblem:
+    """How a global batch fails to split over data-parallel workers: the ``field`` to change, its ``value``, the
+    ``rule`` it breaks (worded for the config), and for ``batch_size`` what each rank must draw whole: ``unit``
+    rows of ``what`` (``unit`` 1: equal shares), so that a flag's message can say it its own way."""
+
+    field: str
+    value: int
+    rule: str
+    unit: int = 1
+    unit_name: str = ""
+    what: str = ""
+
+
+def batch_split_problem(batch_size: int, workers: int, objective: str, samples_per_class: int,
+                        neighbours_k: int, bn_splits: int) -> SplitProblem | None:
+    """The first rule of xbm.training.sharding that ``batch_size`` rows over ``workers`` ranks break, else None:
+    equal shares; whole classes for ``supervised`` (``samples_per_class`` rows each); whole tuples for
+    ``neighbours`` (an anchor and its k neighbours); for ``moco``, its shuffled BatchNorm sub-batches shared out
+    (``bn_splits`` a multiple of ``workers``). The one rule behind the config's check and the CLI flags'."""
+    if workers <= 1:
+        return None
+    share = batch_size // workers
+    unit, unit_name, what = {"supervised": (samples_per_class, f"samples_per_class={samples_per_class}", "classes"),
+                             "neighbours": (neighbours_k + 1, f"neighbours.k + 1 = {neighbours_k + 1}", "tuples"),
+                             }.get(objective, (1, "", ""))
+    if batch_size % workers:
+        return SplitProblem("batch_size", batch_size, f"a multiple of workers={workers} (batch_size is the global "
+                            "batch, split evenly over the workers)", unit, unit_name, what)
+    if objective == "supervised" and share % unit:
+        return SplitProblem("batch_size", batch_size, f"batch_size / workers a whole multiple of {unit_name} (each "
+                            f"worker takes whole classes of the global batch; batch_size / workers = {batch_size} / "
+                            f"{workers} = {share}): change batch_size, workers or samples_per_class",
+                            unit, unit_name, what)
+    if objective == "neighbours" and share % unit:
+        return SplitProblem("batch_size", batch_size, f"batch_size / workers = {share} a multiple of {unit_name} "
+                            "(each worker takes whole tuples)", unit, unit_name, what)
+    if objective == "moco" and bn_splits % workers:
+        return SplitProblem("moco.bn_splits", bn_splits, f"a multiple of workers={workers} (the global batch's "
+                            "shuffled BatchNorm sub-batches, bn_splits / workers per worker)")
+    return None
+
+
+@dataclass(frozen=True)
 class MemoryConfig:
     """Cross-batch memory: size = ceil(ratio x training samples), used from ``start_epoch`` (0-based) on.
 
@@ -266,25 +309,10 @@ class TrainConfig:
         """``workers`` data-parallel ranks share each global batch of ``batch_size`` (xbm.training.sharding)."""
         _check(self.workers >= 1, "workers", ">= 1 (data-parallel ranks per run)", self.workers)
         _check(self.sync_bn in SYNC_BN, "sync_bn", f"one of {list(SYNC_BN)}", self.sync_bn)
-        if self.workers == 1:
-            return
-        share = self.batch_size // self.workers
-        _check(self.batch_size % self.workers == 0, "batch_size",
-               f"a multiple of workers={self.workers} (batch_size is the global batch, split evenly over the "
-               "workers)", self.batch_size)
-        if self.objective == "supervised":
-            _check(share % self.samples_per_class == 0, "batch_size",
-                   f"batch_size / workers a whole multiple of samples_per_class={self.samples_per_class} (each "
-                   f"worker takes whole classes of the global batch; batch_size / workers = {self.batch_size} / "
-                   f"{self.workers} = {share}): change batch_size, workers or samples_per_class", self.batch_size)
-        if self.objective == "neighbours":
-            k = self.neighbours.k
-            _check(share % (k + 1) == 0, "batch_size", f"batch_size / workers = {share} a multiple of "
-                   f"neighbours.k + 1 = {k + 1} (each worker takes whole tuples)", self.batch_size)
-        if self.objective == "moco":
-            _check(self.moco.bn_splits % self.workers == 0, "moco.bn_splits",
-                   f"a multiple of workers={self.workers} (the global batch's shuffled BatchNorm sub-batches, "
-                   f"bn_splits / workers per worker)", self.moco.bn_splits)
+        problem = batch_split_problem(self.batch_size, self.workers, self.objective, self.samples_per_class,
+                                      self.neighbours.k, self.moco.bn_splits)
+        if problem is not None:
+            _check(False, problem.field, problem.rule, problem.value)
 
     def _check_optimisation(self) -> None:
         """``optimizer``, ``schedule`` and the lr warm-up (xbm.training.optim)."""

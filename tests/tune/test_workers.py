@@ -72,6 +72,34 @@ def test_the_global_batch_must_split_into_whole_classes_per_rank():
         check_batch_split([16], [4], ["moco"], 3)
 
 
+def test_label_free_objectives_split_by_the_configs_own_rule():
+    """Bug caught (the flags' copy of the rule had drifted from the config's): a neighbours batch with no whole
+    tuples per rank, or MoCo sub-batches that do not share out over the ranks, passed the check before Ray
+    and failed in every trial."""
+    check_batch_split([32], [4], ["neighbours"], 2, neighbours_k=[3])   # 16 rows per rank: 4 tuples of 4
+    with pytest.raises(SweepInputError) as caught:
+        check_batch_split([32], [4], ["neighbours"], 2, neighbours_k=[4])   # 16 rows per rank, tuples of 5
+    text = str(caught.value)
+    assert "a multiple of 2 x neighbours.k + 1 = 5, so that each rank draws whole tuples" in text
+    assert "batch_size=32 (16 rows per rank)" in text and "use batch_size=30" in text
+    check_batch_split([32], [4], ["moco"], 2, bn_splits=[4])
+    with pytest.raises(SweepInputError, match=r"--workers-per-trial 2 needs moco.bn_splits to be a multiple of "
+                                              r"workers=2 .* but got moco.bn_splits=3"):
+        check_batch_split([32], [4], ["moco"], 2, bn_splits=[3])
+
+
+def test_a_space_is_checked_for_every_neighbours_k_it_can_give():
+    """Bug caught: the check before Ray read batch_size, samples_per_class and the objective, never the swept
+    neighbours.k: the shipped neighbours space at batch_size 40 over 2 ranks (20 rows each) runs k = 7 (tuples
+    of 8), which every such trial refused."""
+    from tune.spaces import load_space
+    from tune.workers import check_space
+
+    check_space(load_space("neighbours"), SweepOptions(workers_per_trial=2))   # 32 rows per rank: 2, 4, 8 divide
+    with pytest.raises(SweepInputError, match=r"neighbours.k \+ 1 = 8"):
+        check_space(load_space("neighbours", overrides={"batch_size": 40}), SweepOptions(workers_per_trial=2))
+
+
 def test_device_cpu_on_gpu_workers_is_refused_before_ray_starts():
     """Bug caught: ``--gpus-per-trial 1 --workers-per-trial 2`` with ``device=cpu`` in the space started NCCL
     workers that trained on the CPU, and the first gather of CPU tensors failed inside every trial."""
