@@ -218,8 +218,7 @@ def _variants(space, options, budget: int, warm, study=None) -> tuple[BasicVaria
 
 #: name -> factory(space, options, budget, warm_start, study=(name, optuna storage) or None)
 #:   -> (search_alg, param_space of swept params)
-SEARCHERS = {"optuna": _optuna, "tpe": _optuna, "gp": _optuna, "cmaes": _optuna, "nsga2": _optuna,
-             "random": _variants, "grid": _variants}
+SEARCHERS = {**{name: _optuna for name in OPTUNA_SEARCHES}, "random": _variants, "grid": _variants}
 #: Optuna samplers that optimise one objective only
 SINGLE_OBJECTIVE = ("cmaes",)
 

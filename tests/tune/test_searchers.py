@@ -131,3 +131,13 @@ def test_a_two_objective_sweep_records_both_and_has_a_front(ray_session, tmp_pat
     points = trials[["final_recall_at_1", "final_memory_bytes"]].to_numpy(dtype=float)
     expected = set(trials.trial_id[non_dominated(points, ["max", "min"])])
     assert set(analysis.pareto(sweep).trial_id) == expected and expected
+
+
+def test_every_search_a_space_may_name_has_a_searcher_and_no_other():
+    """Bug caught: a search added to SEARCHES (what spaces and ``--search`` accept, checked before Ray) without a
+    factory in SEARCHERS, or the other way round: a sweep accepted up front then refused, or a searcher no
+    check lets anyone reach."""
+    from tune.searchers import SEARCHERS
+    from tune.spaces.space import SEARCHES
+
+    assert sorted(SEARCHERS) == sorted(SEARCHES)

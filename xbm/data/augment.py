@@ -32,12 +32,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from xbm.config import AUGMENT, NORMALIZE
 from xbm.data.style import ImageStyle
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 EVAL_CROP = 0.875
-NORMALIZE = ("auto", "imagenet", "dataset", "none")
 STATS_SAMPLES = 1024
 STATS_SEED = 0
 
@@ -168,7 +168,6 @@ class BatchErasing:
 
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (NoAugment(), Shift(), Metric(), RandAugment())}
-AUGMENT = ("auto", *PRESETS)
 
 
 def preset(name: str, style: ImageStyle) -> Preset:

@@ -13,10 +13,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from xbm.config import ON_BAD_IMAGE
 from xbm.data.base import RawData
 from xbm.data.sources import SampleSource
 
-ON_BAD_IMAGE = ("stop", "skip")
 SHOWN_PATHS = 5
 
 

@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from xbm.config import TrainConfig, parse_milestones
+from xbm.config import SCHEDULES, TrainConfig, parse_milestones
 
 WARMUP_LR = 1e-3
 WARMUP_MOMENTUM = 0.9
@@ -81,9 +81,6 @@ class LrFactor:
         if self.schedule == "multistep":
             return self.gamma ** sum(1 for m in self.milestones if m <= e)
         return self.gamma ** (e // self.lr_step)
-
-
-SCHEDULES = ("step", "cosine", "multistep")
 
 
 def main_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LRScheduler:

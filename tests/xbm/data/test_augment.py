@@ -123,3 +123,12 @@ def test_dataset_statistics_match_a_hand_computation():
     stats = dataset_stats(lambda j: Image.fromarray(arrays[j], "L"), 5, T.PILToTensor())
     pixels = np.stack(arrays).astype(np.float64) / 255.0
     assert stats.mean[0] == pytest.approx(pixels.mean()) and stats.std[0] == pytest.approx(pixels.std(ddof=1))
+
+
+def test_the_config_s_augment_names_are_the_registry_s():
+    """Bug caught: a preset added to (or renamed in) PRESETS but not to xbm.config.AUGMENT, the one list the
+    config checks ``augment`` against (before Ray starts): the new name refused by the config, or an old one
+    accepted there and refused by every trial."""
+    from xbm.config import AUGMENT
+
+    assert AUGMENT == ("auto", *PRESETS)
