@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
-from ray import tune  # noqa: E402
+from ray import tune as ray_tune  # noqa: E402
 
 from tune.options import SweepOptions  # noqa: E402
 from tune.parquet import Storage  # noqa: E402
@@ -61,14 +61,14 @@ def fit(configs_: list[dict], scheduler: str, root: str, name: str, max_epochs: 
                            dashboard=False)
     sink = ParquetSink(None, name, "recall_at_1", "max",
                        swept=("normaliser.kind", "memory.ratio", "lr", "normaliser.lambda_mu"))
-    tuner = tune.Tuner(
+    tuner = ray_tune.Tuner(
         trainable(resolved_resources(options)),
-        tune_config=tune.TuneConfig(
+        tune_config=ray_tune.TuneConfig(
             metric="recall_at_1", mode="max", search_alg=FixedConfigs(configs_, "recall_at_1", "max"),
             scheduler=build_scheduler(options, max_epochs, sink.stop_reasons), num_samples=len(configs_),
             max_concurrent_trials=1, reuse_actors=True),
-        run_config=tune.RunConfig(name=name, storage_path=root, callbacks=[sink], verbose=0,
-                                  checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
+        run_config=ray_tune.RunConfig(name=name, storage_path=root, callbacks=[sink], verbose=0,
+                                  checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=1)))
     start = time.perf_counter()
     tuner.fit()
     wall = time.perf_counter() - start

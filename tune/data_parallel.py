@@ -10,10 +10,10 @@ identical, wraps DDP and evaluates on rank 0).
   best weights, checkpoint clock, cost columns) with ``ray.train.report`` as its reporter; the other ranks
   report an empty result per epoch, as Train wants from every rank. :class:`ForwardToTune`, a Train
   callback in Train's controller, passes rank 0's result and the checkpoint Train persisted to the launcher,
-  which hands them to ``tune.report``: Tune copies the checkpoint into the trial's folder, so schedulers,
+  which hands them to ``ray_tune.report``: Tune copies the checkpoint into the trial's folder, so schedulers,
   the Parquet sink, ``resume`` and PBT see one trial with Tune checkpoints, as for one worker. (Ray's
   ``TuneReportCallback`` forwards the metrics only, not the checkpoint.)
-- **Resume.** The launcher passes Tune's checkpoint (``tune.get_checkpoint()``) to every worker, which
+- **Resume.** The launcher passes Tune's checkpoint (``ray_tune.get_checkpoint()``) to every worker, which
   loads it (``Trainer.load_state_dict``): a retried, resumed or exploited trial continues from Tune's
   checkpoint, never from Train's own (each launch is a new Train run, named ``<trial>-<random>``, under the
   trial's folder in ``TRAIN_RUNS``, deleted when the run ends).
@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import Any, Mapping
 
-from ray import tune
+from ray import tune as ray_tune
 from ray.train.v2.api.callback import UserCallback
 
 from tune import live
@@ -87,7 +87,7 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
 
-    context = tune.get_context()
+    context = ray_tune.get_context()
     trial_id = context.get_trial_id()
     live.print_header(trial_id, context.get_trial_name(), config)
     storage = context.get_storage()
@@ -98,7 +98,7 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
     queue = Queue(actor_options={"num_cpus": 0})
     job = {"config": dict(config), "metric": metric, "mode": mode, "paths": dict(paths or {}), "sweep": sweep,
            "policy": policy, "trial_id": trial_id, "trial_path": storage.trial_fs_path,
-           "filesystem": storage.storage_filesystem, "checkpoint": tune.get_checkpoint(),
+           "filesystem": storage.storage_filesystem, "checkpoint": ray_tune.get_checkpoint(),
            "cpus": float(per_worker.get("CPU", 1.0)), "started_s": time.time()}
     trainer = TorchTrainer(
         worker_main, train_loop_config=job, torch_config=TorchConfig(backend="nccl" if gpus > 0 else "gloo"),
@@ -121,8 +121,8 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
         if STARTED_KEY in row:
             continue
         last = row
-        tune.report(row, checkpoint=None if checkpoint is None else
-                    tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem))
+        ray_tune.report(row, checkpoint=None if checkpoint is None else
+                    ray_tune.Checkpoint(checkpoint.path, filesystem=checkpoint.filesystem))
     _RUNNING.pop("controller", None)
     _RUNNING.pop("runs", None)
     _delete(storage.storage_filesystem, runs)
@@ -149,7 +149,7 @@ def _fail(error: BaseException, config, metric: str, mode: str, last: Mapping[st
             print(f"{live.PREFIX} trial {trial_id} epoch {failure[0]}/{cfg.epochs} failed on rank {rank}: "
                   f"{failure[1]}", flush=True)
             where = {k: last[k] for k in (NODE_KEY, GPU_KEY, RELOCATED_KEY) if k in last}
-            tune.report(error_row(failure, metric, mode, where, cause))
+            ray_tune.report(error_row(failure, metric, mode, where, cause))
             return
     raise error
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ray import tune
+from ray import tune as ray_tune
 from ray.tune.schedulers import FIFOScheduler
 
 from analysis.location import absolute
@@ -63,7 +63,7 @@ KEEP_CHECKPOINTS = 2
 class Built:
     """A Tuner and the driver-side objects it holds (tests and benchmarks read them after fit)."""
 
-    tuner: tune.Tuner
+    tuner: ray_tune.Tuner
     sink: ParquetSink
     searcher: Any
     scheduler: Any
@@ -76,7 +76,7 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
                        swept=tuple(plan.space.params), stop_reasons=plan.stop_reasons, provenance=provenance(),
                        extra=dict(zip(options.extra_metrics, options.extra_modes)),
                        exploits=getattr(plan.scheduler, "exploits", None), gpus_per_worker=options.gpus_per_worker)
-    tune_config = tune.TuneConfig(
+    tune_config = ray_tune.TuneConfig(
         metric=options.metric, mode=options.mode, search_alg=plan.searcher, scheduler=plan.scheduler,
         num_samples=options.num_samples, max_concurrent_trials=tune_cap(plan.searcher, options.max_concurrent),
         reuse_actors=reuse_actors(options),
@@ -84,7 +84,7 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
     watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard(), *plan.loggers]
     run_config = _run_config(options, plan.experiment, options.storage_path(), [sink, *watch, *callbacks])
     policy = trial_policy(options, plan.scheduler, plan.max_epochs, plan.space.mutable)
-    tuner = tune.Tuner(trainable(options, plan.experiment, policy=policy),
+    tuner = ray_tune.Tuner(trainable(options, plan.experiment, policy=policy),
                        param_space={**plan.space.base, **plan.swept_space},
                        tune_config=tune_config, run_config=run_config)
     return Built(tuner, sink, plan.searcher, plan.scheduler)
@@ -169,14 +169,14 @@ def trainable(options: SweepOptions, sweep: str | None = None, paths: Mapping[st
                           options.workers, worker_resources(options))
 
 
-def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: list) -> tune.RunConfig:
+def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: list) -> ray_tune.RunConfig:
     # PBT/PB2: an exploit restores a donor's checkpoint from its last perturbation, which a newer one
     # (num_to_keep) or the donor's end (KeepLatestCheckpoint) would have deleted: keep them all until the end
     pbt = options.population_based
-    return tune.RunConfig(
+    return ray_tune.RunConfig(
         name=name, storage_path=storage_path, callbacks=[*callbacks, KeepLatestCheckpoint(at_end=pbt)], verbose=1,
-        failure_config=tune.FailureConfig(max_failures=options.max_failures),
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=None if pbt else KEEP_CHECKPOINTS))
+        failure_config=ray_tune.FailureConfig(max_failures=options.max_failures),
+        checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=None if pbt else KEEP_CHECKPOINTS))
 
 
 class _RayInterrupt(logging.Filter):
@@ -199,7 +199,7 @@ class _RayInterrupt(logging.Filter):
         return True
 
 
-def fit(tuner: tune.Tuner, hint: str | None = None) -> bool:
+def fit(tuner: ray_tune.Tuner, hint: str | None = None) -> bool:
     """``tuner.fit()``; True when it was interrupted before its trials finished.
 
     Ray 2.60's ``Tuner.fit`` handles the first SIGINT (Ctrl-C) itself (``ray.tune.tune._setup_signal_catching``):
@@ -245,7 +245,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     set is checked before Ray starts either way."""
     uri = absolute(path)
     record = read_record(uri)
-    if not tune.Tuner.can_restore(uri):
+    if not ray_tune.Tuner.can_restore(uri):
         raise SweepInputError(f"resume needs a sweep folder with Tune's experiment state, but {uri!r} has none "
                               f"(the driver died before Tune saved it): start the sweep again with a new --name")
     options = SweepOptions.from_record(record.options)
@@ -259,7 +259,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     policy = trial_policy(options, scheduler, max_epochs, mutable)
     with ray_session(address, dashboard, **init_kwargs) as ray_info:
         options = resolved_resources(options, ray_info.started)
-        tuner = tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located, policy),
+        tuner = ray_tune.Tuner.restore(uri, trainable=trainable(options, record.experiment, located, policy),
                                    resume_unfinished=True, resume_errored=True, restart_errored=False)
         interrupted = fit(tuner, resume_hint(uri))
         return replace(outcome(uri, record.metric, record.mode), interrupted=interrupted)
@@ -287,13 +287,13 @@ def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results
     name = f"{stage}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
     with ray_session(options.address, options.dashboard, **init_kwargs) as ray_info:
         options = resolved_resources(options, ray_info.started)  # the nodes cap multi-worker trials at once
-        tune_config = tune.TuneConfig(
+        tune_config = ray_tune.TuneConfig(
             metric=options.metric, mode=options.mode, search_alg=FixedConfigs(configs, options.metric, options.mode),
             scheduler=FIFOScheduler(), num_samples=len(configs), max_concurrent_trials=options.max_concurrent,
             reuse_actors=reuse_actors(options), trial_name_creator=TrialNamer([*swept, "seed"]),
             trial_dirname_creator=trial_dirname)
         best = SweepBest(name, options.metric, options.mode)  # the stage's best, in the trials' lines
-        tuner = tune.Tuner(trainable(options, name), tune_config=tune_config,
+        tuner = ray_tune.Tuner(trainable(options, name), tune_config=tune_config,
                            run_config=_run_config(options, name, sweep_uri, [sink, best]))
         interrupted = fit(tuner)  # no resume for these runs: Ray's Tuner.restore advice is dropped
         return replace(outcome(sweep_uri, options.metric, options.mode), interrupted=interrupted)

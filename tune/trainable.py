@@ -1,7 +1,7 @@
 """The Ray Tune trainable: one trial = one ``xbm.Trainer`` run, reported epoch by epoch.
 
 Ray hands the trainable a plain dict; it becomes a ``TrainConfig`` once, here at the edge (STYLE 7).
-Per epoch the trainer's flat metrics dict goes to ``tune.report`` with a checkpoint holding
+Per epoch the trainer's flat metrics dict goes to ``ray_tune.report`` with a checkpoint holding
 ``trainer.state_dict()``, so Tune can restore a retried or resumed trial at its last epoch and the
 epochs stay continuous (``epoch`` is ASHA's time attribute). Only the current ``ray.tune`` API is used
 (``ray.train.report`` fails inside Tune in Ray 2.60).
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
-from ray import tune
+from ray import tune as ray_tune
 from ray.tune.trainable.function_trainable import wrap_function
 
 from tune import live
@@ -138,7 +138,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     from xbm.training.rng import seed_everything
 
     free_previous_trial()
-    context = tune.get_context()
+    context = ray_tune.get_context()
     trial_id = context.get_trial_id()
     live.print_header(trial_id, context.get_trial_name(), config)
     moved = {k: v for k, v in (paths or {}).items() if config.get(k) != v}
@@ -162,7 +162,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     try:
         trainer = _trainer(cfg, cpus, policy, node_id, sweep)
         track_trainer(trainer)
-        checkpoint = tune.get_checkpoint()
+        checkpoint = ray_tune.get_checkpoint()
         if checkpoint is not None:
             with checkpoint.as_directory() as folder:
                 loop.restore(trainer, folder)
@@ -174,7 +174,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
             raise
         print(f"{live.PREFIX} trial {trial_id} epoch {failure[0]}/{cfg.epochs} failed: {failure[1]}", flush=True)
         # no checkpoint: the last good one stays the trial's last checkpoint
-        tune.report(error_row(failure, metric, mode, where, exc))
+        ray_tune.report(error_row(failure, metric, mode, where, exc))
     finally:
         loop.best.wait()
 
@@ -252,7 +252,7 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
     naming the first trial of that actor, while ``reset_config`` re-announces the name so the log
     prefix follows the new trial (``tune.live.announce_actor_name``). ``resources`` (e.g.
     ``{"cpu": 1, "gpu": 0.5}``) is each trial's request; set on the function before Ray wraps it, so the
-    class keeps its name (``tune.with_resources`` on the class would rename it ``ResourceTrainable``).
+    class keeps its name (``ray_tune.with_resources`` on the class would rename it ``ResourceTrainable``).
     ``paths`` and ``policy`` go to ``run_trial``. With ``workers`` > 1 each trial is the launcher of a Ray
     Train run of that many workers of ``per_worker`` resources (``tune.data_parallel``), and ``resources``
     the launcher's own request.
@@ -267,7 +267,7 @@ def make_trainable(metric: str, mode: str, resources: Mapping[str, float] | None
         return run_trial(config, metric, mode, paths, sweep, policy)
 
     if resources is not None:
-        xbm_trial = tune.with_resources(xbm_trial, dict(resources))
+        xbm_trial = ray_tune.with_resources(xbm_trial, dict(resources))
     base = wrap_function(xbm_trial, name="xbm_trial")
 
     def __repr__(self) -> str:

@@ -1,7 +1,7 @@
 """A trial's epoch loop, shared by a one-worker trial (``tune.trainable.run_trial``, in the Tune actor) and
 by rank 0 of a data-parallel trial (``tune.data_parallel``, in a Ray Train worker).
 
-The two differ only in where a result goes: ``tune.report`` for one worker, ``ray.train.report`` for rank
+The two differ only in where a result goes: ``ray_tune.report`` for one worker, ``ray.train.report`` for rank
 0 (Ray Train forwards it, and the checkpoint it persisted, to Tune: ``tune.data_parallel.ForwardToTune``).
 A :class:`Reporter` is that choice: ``report(row, folder=None)``, ``folder`` a local folder to persist as
 the result's checkpoint. Everything else is the module docstring of ``tune.trainable``: the live line, the
@@ -29,7 +29,7 @@ SETUP_KEY, BEST_WEIGHTS_KEY = "setup_s", "best_weights"
 @dataclass(frozen=True)
 class Reporter:
     """Where a trial's results go: ``send(metrics, checkpoint)`` with ``checkpoint`` built by
-    ``checkpoint_from(folder)`` (``tune.Checkpoint.from_directory`` or Ray Train's own)."""
+    ``checkpoint_from(folder)`` (``ray_tune.Checkpoint.from_directory`` or Ray Train's own)."""
 
     send: Callable[..., None]
     checkpoint_from: Callable[[str], Any]
@@ -43,9 +43,9 @@ class Reporter:
 
 
 def tune_reporter() -> Reporter:
-    from ray import tune
+    from ray import tune as ray_tune
 
-    return Reporter(tune.report, tune.Checkpoint.from_directory)
+    return Reporter(ray_tune.report, ray_tune.Checkpoint.from_directory)
 
 
 @dataclass

@@ -27,11 +27,11 @@ ENV = "XBM_TRAIN_TIMES_DIR"
 
 def _trial_id():
     try:
-        from ray import tune
+        from ray import tune as ray_tune
 
         with warnings.catch_warnings():  # outside a trial Ray warns and returns None
             warnings.simplefilter("ignore")
-            return tune.get_context().get_trial_id()
+            return ray_tune.get_context().get_trial_id()
     except Exception:  # not inside a Tune trial: the line keeps None
         return None
 

@@ -303,7 +303,7 @@ def test_resume_judges_multi_worker_trials_against_the_ray_it_runs_on(monkeypatc
     record = SimpleNamespace(options=options.to_dict(), space=SimpleNamespace(base={}, params={}), swept=(),
                              max_epochs=2, experiment="e", metric="recall_at_1", mode="max")
     monkeypatch.setattr(sweep, "read_record", lambda uri: record)
-    monkeypatch.setattr(sweep.tune.Tuner, "can_restore", lambda uri: True)
+    monkeypatch.setattr(sweep.ray_tune.Tuner, "can_restore", lambda uri: True)
     for name in ("relocated", "check_data", "record_paths"):
         monkeypatch.setattr(sweep, name, lambda *a: {})
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from ray import tune
+from ray import tune as ray_tune
 
 from tune.trainable import (CHECKPOINT_FILE, TrialNamer, assigned_device, make_trainable, train_config,
                             trial_dirname, worst_value)
@@ -58,11 +58,11 @@ def test_names_say_which_trial_and_variant():
 
 @pytest.mark.slow
 def test_reports_each_epoch_with_a_checkpoint_and_seeds_each_trial(ray_session, tmp_path):
-    tuner = tune.Tuner(
+    tuner = ray_tune.Tuner(
         make_trainable("recall_at_1", "max"),
-        param_space={**TOY, "seed": tune.grid_search([0, 1, 0])},
-        tune_config=tune.TuneConfig(metric="recall_at_1", mode="max", max_concurrent_trials=1, reuse_actors=True),
-        run_config=tune.RunConfig(storage_path=str(tmp_path), name="t", verbose=0))
+        param_space={**TOY, "seed": ray_tune.grid_search([0, 1, 0])},
+        tune_config=ray_tune.TuneConfig(metric="recall_at_1", mode="max", max_concurrent_trials=1, reuse_actors=True),
+        run_config=ray_tune.RunConfig(storage_path=str(tmp_path), name="t", verbose=0))
     grid = tuner.fit()
     results = [grid[i] for i in range(3)]
     histories = [r.metrics_dataframe for r in results]

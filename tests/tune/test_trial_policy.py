@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import torch
-from ray import tune
+from ray import tune as ray_tune
 from ray.tune import Callback
 
 from tune.checkpoints import BEST_WEIGHTS, KeepLatestCheckpoint
@@ -28,12 +28,12 @@ class CountCheckpoints(Callback):
 
 def _fit(tmp_path, name, trainable, callbacks=(), max_failures=0, seeds=(0, 1)):
     sink = ParquetSink(str(tmp_path / name / "results"), name, "recall_at_1", "max")
-    tuner = tune.Tuner(trainable, param_space={**TOY, "seed": tune.grid_search(list(seeds))},
-                       tune_config=tune.TuneConfig(metric="recall_at_1", mode="max", max_concurrent_trials=1),
-                       run_config=tune.RunConfig(storage_path=str(tmp_path), name=name, verbose=0,
+    tuner = ray_tune.Tuner(trainable, param_space={**TOY, "seed": ray_tune.grid_search(list(seeds))},
+                       tune_config=ray_tune.TuneConfig(metric="recall_at_1", mode="max", max_concurrent_trials=1),
+                       run_config=ray_tune.RunConfig(storage_path=str(tmp_path), name=name, verbose=0,
                                                  callbacks=[sink, *callbacks],
-                                                 failure_config=tune.FailureConfig(max_failures=max_failures),
-                                                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2)))
+                                                 failure_config=ray_tune.FailureConfig(max_failures=max_failures),
+                                                 checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=2)))
     grid = tuner.fit()
     trials = pq.read_table(tmp_path / name / "results" / "trials.parquet").to_pandas()
     return grid, trials
@@ -91,12 +91,12 @@ def test_a_deterministic_error_fails_the_trial_at_once_with_what_to_change(ray_s
     """Bug caught: an out-of-memory error, a bad image or workers that cannot fit /dev/shm retried max_failures
     times into the same failure
     (each retry re-runs the set-up), or recorded without the batch size and what to change."""
-    trainable = tune.with_parameters(failing_trial, fail_with=fail_with)
+    trainable = ray_tune.with_parameters(failing_trial, fail_with=fail_with)
     sink = ParquetSink(str(tmp_path / "f" / "results"), "f", "recall_at_1", "max")
-    tune.Tuner(trainable, param_space=TOY,
-               tune_config=tune.TuneConfig(metric="recall_at_1", mode="max"),
-               run_config=tune.RunConfig(storage_path=str(tmp_path), name="f", verbose=0, callbacks=[sink],
-                                         failure_config=tune.FailureConfig(max_failures=2))).fit()
+    ray_tune.Tuner(trainable, param_space=TOY,
+               tune_config=ray_tune.TuneConfig(metric="recall_at_1", mode="max"),
+               run_config=ray_tune.RunConfig(storage_path=str(tmp_path), name="f", verbose=0, callbacks=[sink],
+                                         failure_config=ray_tune.FailureConfig(max_failures=2))).fit()
     row = pq.read_table(tmp_path / "f" / "results" / "trials.parquet").to_pandas().iloc[0]
     assert row["status"] == "failed" and row["retries"] == 0
     assert reason in row["stop_reason"] and row["error"].startswith(error)

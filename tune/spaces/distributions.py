@@ -5,11 +5,11 @@ YAML spelling (``params: {key: {<name>: <args>}}``) and what each searcher does 
 =============  ==================  ==========================  ==============================  ================
 name           args                Optuna (define-by-run)      Ray BasicVariantGenerator       values probed
 =============  ==================  ==========================  ==============================  ================
-``uniform``    ``[lo, hi]``        ``suggest_float(lo, hi)``   ``tune.uniform(lo, hi)``        lo, hi
-``loguniform`` ``[lo, hi]``, lo>0  ``suggest_float(log=True)`` ``tune.loguniform(lo, hi)``     lo, hi
-``int``        ``[lo, hi]``        ``suggest_int(lo, hi)``     ``tune.randint(lo, hi + 1)``    lo, hi
-``choice``     ``[v1, v2, ...]``   ``suggest_categorical``     ``tune.choice``                 every value
-``grid``       ``[v1, v2, ...]``   refused (TPE cannot)        ``tune.grid_search``            every value
+``uniform``    ``[lo, hi]``        ``suggest_float(lo, hi)``   ``ray_tune.uniform(lo, hi)``        lo, hi
+``loguniform`` ``[lo, hi]``, lo>0  ``suggest_float(log=True)`` ``ray_tune.loguniform(lo, hi)``     lo, hi
+``int``        ``[lo, hi]``        ``suggest_int(lo, hi)``     ``ray_tune.randint(lo, hi + 1)``    lo, hi
+``choice``     ``[v1, v2, ...]``   ``suggest_categorical``     ``ray_tune.choice``                 every value
+``grid``       ``[v1, v2, ...]``   refused (TPE cannot)        ``ray_tune.grid_search``            every value
 =============  ==================  ==========================  ==============================  ================
 
 Bounds are inclusive (``int: [0, 30]`` can give 30) and must satisfy ``lo < hi``. "Values probed"
@@ -137,9 +137,9 @@ class Uniform(_Range):
         return float(rng.uniform(self.lo, self.hi))
 
     def to_tune(self):
-        from ray import tune
+        from ray import tune as ray_tune
 
-        return tune.uniform(self.lo, self.hi)
+        return ray_tune.uniform(self.lo, self.hi)
 
 
 class LogUniform(_Range):
@@ -150,9 +150,9 @@ class LogUniform(_Range):
         return float(math.exp(rng.uniform(math.log(self.lo), math.log(self.hi))))
 
     def to_tune(self):
-        from ray import tune
+        from ray import tune as ray_tune
 
-        return tune.loguniform(self.lo, self.hi)
+        return ray_tune.loguniform(self.lo, self.hi)
 
 
 class IntRange(Distribution):
@@ -183,9 +183,9 @@ class IntRange(Distribution):
         return trial.suggest_int(key, self.lo, self.hi)
 
     def to_tune(self):
-        from ray import tune
+        from ray import tune as ray_tune
 
-        return tune.randint(self.lo, self.hi + 1)  # Ray's upper bound is exclusive
+        return ray_tune.randint(self.lo, self.hi + 1)  # Ray's upper bound is exclusive
 
     def to_optuna(self):
         import optuna
@@ -234,9 +234,9 @@ class Choice(Distribution):
         return trial.suggest_categorical(key, list(self.options))
 
     def to_tune(self):
-        from ray import tune
+        from ray import tune as ray_tune
 
-        return tune.choice(list(self.options))
+        return ray_tune.choice(list(self.options))
 
     def to_optuna(self):
         import optuna
@@ -257,9 +257,9 @@ class Grid(Choice):
         raise TypeError(f"grid parameter {key!r} cannot be suggested by Optuna (check_search refuses this)")
 
     def to_tune(self):
-        from ray import tune
+        from ray import tune as ray_tune
 
-        return tune.grid_search(list(self.options))
+        return ray_tune.grid_search(list(self.options))
 
 
 def _same_number(a: Any, b: Any) -> bool:

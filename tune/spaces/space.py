@@ -8,7 +8,7 @@ Which searcher takes which distributions (``check_search`` enforces it before Ra
   drawing the other params afresh each time. Runs through ``to_param_space``.
 * ``grid``: ``grid`` params only (``is_grid``); the trial count is ``grid_size() * num_samples``.
 
-Conditional params under ``random``: ``to_param_space`` gives each a ``tune.sample_from`` that reads
+Conditional params under ``random``: ``to_param_space`` gives each a ``ray_tune.sample_from`` that reads
 the keys its condition tests and returns a draw, or ``None`` when the condition is off. ``None``
 means absent: the trainable drops ``None`` values (``drop_absent``) before ``TrainConfig.from_dict``,
 and the Parquet sink writes them as null. Under ``optuna`` absent params are simply never suggested.
@@ -90,9 +90,9 @@ class SearchSpace:
         out: dict[str, Any] = dict(self.base)
         for key, param in self.params.items():
             if param.is_conditional:
-                from ray import tune
+                from ray import tune as ray_tune
 
-                out[key] = tune.sample_from(_conditional_sampler(param, self.fixed, rng))
+                out[key] = ray_tune.sample_from(_conditional_sampler(param, self.fixed, rng))
             else:
                 out[key] = param.branches[0].dist.to_tune()
         return out
@@ -166,7 +166,7 @@ def _accepts(space: SearchSpace, search: str) -> bool:
 
 
 def _conditional_sampler(param: Param, fixed: Mapping[str, Any], rng: np.random.Generator):
-    """A one-argument function for ``tune.sample_from``. Ray passes the trial spec, guarded so that
+    """A one-argument function for ``ray_tune.sample_from``. Ray passes the trial spec, guarded so that
     reading a not-yet-resolved key raises and Ray retries after resolving it; keys missing from the
     param space have their fixed value. A plain function (not a callable object) so that Ray's deep
     copies of the spec share the generator instead of replaying one stream per trial."""
