@@ -125,6 +125,7 @@ def most_at_once(windows: list[tuple[float, float]]) -> int:
 def figures(sweep: Path, wall: float, samples: list[Sample], gpus_per_trial: float) -> list[str]:
     import pandas as pd
 
+    from analysis.costs import time_line
     from tune.resources import allocator_cap
 
     lines: list[str] = []
@@ -161,11 +162,10 @@ def figures(sweep: Path, wall: float, samples: list[Sample], gpus_per_trial: flo
         lines.append(f"memory: peak allocated per trial {_gib(peak)} (allocator cap {cap:.1f} GiB: "
                      f"{gpus_per_trial} of {total_gib:.1f} GiB less 1 GiB); a trial's process at most {_gib(per_app)} "
                      f"(share {share:.1f} GiB)")
-    time_cols = [c for c in ("setup_s", "train_s", "data_wait_s", "eval_s", "checkpoint_s") if c in trials]
-    if time_cols and trials["wall_time_s"].sum() > 0:
-        wall_sum = trials["wall_time_s"].sum()
-        lines.append("trials' time: " + ", ".join(f"{c[:-2]} {trials[c].sum() / wall_sum:.0%}" for c in time_cols)
-                     + f" of {wall_sum:.0f} s (setup {trials['setup_s'].mean():.1f} s a trial)")
+    spent = time_line(trials)   # the line `xbm-tune status` prints
+    if spent is not None:
+        per_trial = f" (set-up {trials['setup_s'].mean():.1f} s a trial)" if "setup_s" in trials else ""
+        lines.append(f"trials' {spent} of {trials['wall_time_s'].sum():.0f} s{per_trial}")
     for _, row in trials[trials["status"] == "failed"].iterrows():
         lines.append(f"failed: {row['trial_id']}: {str(row.get('error'))[:300]}")
     targets = [f"{finished} trial(s) finished: {'met' if finished else 'NOT met'}"]
