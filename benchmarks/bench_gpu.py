@@ -245,10 +245,10 @@ def main() -> None:
         load = int(sizes["image_size"] / 0.875)
         decoded = estimated_bytes(splits.train.source, splits.style, load)
         budget = decoded // 2 if decoded <= MEMORY_BUDGET else None  # a smaller set stays "over the budget"
+        lowered = " (lowered: the set is smaller than CUB)" if budget else ""
         print(f"{len(splits.train)} training images ({splits.train.labels.unique().numel()} classes), decoded at load "
               f"size {load}: about {decoded / 2**30:.2f} GiB against an in-memory budget of "
-              f"{(budget or MEMORY_BUDGET) / 2**30:.2f} GiB{' (lowered: the set is smaller than CUB)' if budget else ''}",
-              flush=True)
+              f"{(budget or MEMORY_BUDGET) / 2**30:.2f} GiB{lowered}", flush=True)
         common = {"cpus": cores, "epochs": epochs, "work": str(work), "budget": budget, "timm_root": str(timm_root),
                   "batches_per_epoch": len(splits.train) // sizes["batch_size"]}
         context = mp.get_context("spawn")

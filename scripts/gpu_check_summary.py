@@ -23,7 +23,8 @@ def _starting(*prefixes: str) -> Callable[[list[str]], list[str]]:
 
 def _pytest(lines: list[str]) -> list[str]:
     """The closing line (``== 3 failed, 60 passed in 41s ==``) and the short summary's FAILED/ERROR lines."""
-    closing = [line for line in lines if re.match(r"^=+ .*\b(passed|failed|skipped|errors?|deselected|no tests ran)\b", line)]
+    closing = [line for line in lines
+               if re.match(r"^=+ .*\b(passed|failed|skipped|errors?|deselected|no tests ran)\b", line)]
     return [line for line in lines if re.match(r"^(FAILED|ERROR) ", line)] + closing[-1:]
 
 

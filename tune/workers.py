@@ -99,7 +99,7 @@ def check_batch_split(batch_sizes: Iterable[int], samples_per_class: Iterable[in
                                                                      neighbours_k, bn_splits):
         if batch is None:
             continue
-        problem = batch_split_problem(batch, workers, objective, per_class or default.samples_per_class,
+        problem = batch_split_problem(batch, workers, objective, per_class,
                                       default.neighbours.k if k is None else k,
                                       default.moco.bn_splits if splits is None else splits)
         if problem is None:

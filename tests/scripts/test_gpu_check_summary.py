@@ -46,12 +46,13 @@ def write(out: Path, parts: list[tuple[str, str]], logs: dict[str, str]) -> str:
 def test_every_part_has_its_line_and_its_key_figures(tmp_path):
     """One table line per part; a failed test named with the closing counts; the benchmark's tables, cut line
     and targets without the interpreter's warnings that follow them."""
-    text = write(tmp_path, [("env", "ok"), ("cuda-tests", "failed (exit 1)"), ("cuda-rerun", "skipped (no test failed)"),
-                            ("bench-gpu", "cut at 200 s")],
-                 {"env": "torch cuda:0: NVIDIA H100 80GB HBM3, 79.2 GiB\n", "cuda-tests": CUDA_TESTS, "bench-gpu": BENCH})
+    parts = [("env", "ok"), ("cuda-tests", "failed (exit 1)"), ("cuda-rerun", "skipped (no test failed)"),
+             ("bench-gpu", "cut at 200 s")]
+    logs = {"env": "torch cuda:0: NVIDIA H100 80GB HBM3, 79.2 GiB\n", "cuda-tests": CUDA_TESTS, "bench-gpu": BENCH}
+    text = write(tmp_path, parts, logs)
     assert text.splitlines()[2].startswith("NVIDIA H100 80GB HBM3")
-    for row in ("| env | ok | 12 | 95 |", "| cuda-tests | failed (exit 1) |", "| cuda-rerun | skipped (no test failed) |",
-                "| bench-gpu | cut at 200 s |"):
+    for row in ("| env | ok | 12 | 95 |", "| cuda-tests | failed (exit 1) |",
+                "| cuda-rerun | skipped (no test failed) |", "| bench-gpu | cut at 200 s |"):
         assert row in text
     tests = text.split("## cuda-tests")[1].split("## ")[0]
     assert "FAILED tests/xbm/test_trainer.py::test_gpu_run - RuntimeError" in tests

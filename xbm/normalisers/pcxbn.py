@@ -26,7 +26,8 @@ class PerClassXBN(Normaliser):
     spare slot B when its group is not in the batch. Per-slot sums (``stats.group_sums``: ``index_add_`` on
     the CPU, a one-hot product on a GPU) run over the whole memory, rows without their own map in the spare
     slot, so the whole-memory moments are pooled from the slots' (no extra pass); the spare slot then holds
-    the fallback map (global XBN or the identity) and every row is written in one grouped pass. Subclasses override ``groups``.
+    the fallback map (global XBN or the identity) and every row is written in one grouped pass. Subclasses
+    override ``groups``.
     """
 
     kind = "pcxbn"
