@@ -38,10 +38,18 @@ METRIC = "recall_at_1"
 VIEWPORT = {"width": 1280, "height": 800}
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free now. The sockets stay bound until all are chosen: one at a time, the kernel
+    may hand the same just-closed port out twice (a CI run's Ray got one port for two of its components)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 @contextmanager
@@ -66,13 +74,24 @@ def process(argv: list[str], env: dict | None = None, log: Path | None = None):
 
 
 @contextmanager
-def ray_head(work: Path, env: dict, num_cpus: int = 2):
+def ray_head(work: Path, env: dict, num_cpus: int = 2, tries: int = 3):
     """``ray start --head --block`` on free ports with its temp folder under ``work`` (so no other Ray on
     this machine finds or joins it, and no port clashes with one), killed by process group on exit.
-    Yields the dashboard URL once its job API answers."""
-    ports = {flag: free_port() for flag in ("--port", "--dashboard-port", "--dashboard-agent-listen-port",
-                                            "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
-                                            "--metrics-export-port", "--ray-client-server-port")}
+    Yields the dashboard URL once its job API answers. A port taken by another process between choosing
+    and binding makes Ray exit at once; that start is tried again on fresh ports, ``tries`` times in all."""
+    for attempt in range(1, tries + 1):
+        with ExitStack() as stack:
+            url = stack.enter_context(_ray_head_or_none(work, env, num_cpus, last=attempt == tries))
+            if url is not None:
+                yield url
+                return
+
+
+@contextmanager
+def _ray_head_or_none(work: Path, env: dict, num_cpus: int, last: bool):
+    flags = ("--port", "--dashboard-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
+             "--runtime-env-agent-port", "--metrics-export-port", "--ray-client-server-port")
+    ports = dict(zip(flags, free_ports(len(flags))))
     argv = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
             *[f"{flag}={port}" for flag, port in ports.items()], "--dashboard-host=127.0.0.1",
             f"--num-cpus={num_cpus}", "--num-gpus=0", f"--temp-dir={work / 'ray'}", "--include-dashboard=true"]
@@ -80,10 +99,14 @@ def ray_head(work: Path, env: dict, num_cpus: int = 2):
     headers = {"Authorization": f"Bearer {env['RAY_AUTH_TOKEN']}"} if env.get("RAY_AUTH_TOKEN") else {}
     # a busy machine starts the dashboard slowly; Ray's own wait for it is 60 s
     env = {"RAY_DASHBOARD_STARTUP_TIMEOUT_S": "300", **env}
-    with process(argv, env, work / "ray-head.log") as proc:
+    log = work / "ray-head.log"
+    with process(argv, env, log) as proc:
         wait_until("the Ray dashboard", lambda: proc.poll() is not None or http_ok(f"{url}/api/jobs/", headers), 300)
         if proc.poll() is not None:
-            tail = (work / "ray-head.log").read_text()[-3000:]
+            tail = log.read_text()[-3000:]
+            if not last and "port" in tail.lower():
+                yield None
+                return
             raise RuntimeError(f"ray start --head exited with {proc.returncode}:\n{tail}")
         yield url
 
@@ -186,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "PYTHONPATH": str(ROOT),
            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
     env.pop("RAY_ADDRESS", None)
-    tb_port, od_port = free_port(), free_port()
+    tb_port, od_port = free_ports(2)
     sweep = work / "sweeps" / "quickstart-live"
     try:
         with ExitStack() as stack:
