@@ -8,41 +8,19 @@ matplotlib and Optuna are imported lazily by the functions that need them.
     analysis.leaderboard(sweep).head()
     analysis.compare_variants(sweep).table
 """
-# Imported on first use (PEP 562), so that ``tune`` can import ``analysis.contract`` without loading the
+# Imported on first use (lazy_loader), so that ``tune`` can import ``analysis.contract`` without loading the
 # analyses themselves.
-_HOMES = {
-    "compare_variants": "compare", "confirmation_table": "compare", "matched_pairs": "compare",
-    "paired_differences": "compare", "t_interval": "compare",
-    "asha_survival": "curves", "drift_staleness": "curves", "learning_curves": "curves",
-    "delay_curve": "effects", "kalman_r_curve": "effects", "memory_ratio_curve": "effects",
-    "parallel_coordinates": "effects", "param_effect": "effects", "param_heatmap": "effects",
-    "NotApplicable": "errors", "param_importance": "importance", "rebuild_study": "importance",
-    "pareto": "dominance", "pareto_front": "dominance",
-    "Problem": "loader", "Sweep": "loader", "SweepReadWarning": "loader", "load": "loader",
-    "REFERENCES": "references", "reference_for": "references",
-    "best_per_kind": "tables", "leaderboard": "tables", "status_counts": "tables", "stop_reasons": "tables",
-}
+import lazy_loader
 
-
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'analysis' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"analysis.{_HOMES[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
-
-
-__all__ = [
-    "NotApplicable", "Problem", "REFERENCES", "Sweep", "SweepReadWarning",
-    "asha_survival", "best_per_kind", "compare_variants", "confirmation_table", "delay_curve", "drift_staleness",
-    "kalman_r_curve", "leaderboard", "learning_curves", "load", "matched_pairs", "memory_ratio_curve",
-    "paired_differences", "parallel_coordinates", "param_effect", "param_heatmap", "param_importance", "pareto",
-    "pareto_front",
-    "rebuild_study", "reference_for", "status_counts", "stop_reasons", "t_interval",
-]
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "compare": ["compare_variants", "confirmation_table", "matched_pairs", "paired_differences", "t_interval"],
+    "curves": ["asha_survival", "drift_staleness", "learning_curves"],
+    "dominance": ["pareto", "pareto_front"],
+    "effects": ["delay_curve", "kalman_r_curve", "memory_ratio_curve", "parallel_coordinates", "param_effect",
+                "param_heatmap"],
+    "errors": ["NotApplicable"],
+    "importance": ["param_importance", "rebuild_study"],
+    "loader": ["Problem", "Sweep", "SweepReadWarning", "load"],
+    "references": ["REFERENCES", "reference_for"],
+    "tables": ["best_per_kind", "leaderboard", "status_counts", "stop_reasons"],
+})

@@ -32,6 +32,8 @@ EPOCHS_DIR = "epochs"
 SWEEP_JSON = "sweep.json"
 
 DEFAULT_METRIC = "recall_at_1"
+#: the statuses of trials that ran to their end (their budget, or a scheduler's rung): ranked, exportable
+FINISHED_STATUSES = ("completed", "stopped_early")
 #: metrics that always get best_/final_ columns, whatever the sweep's metric (higher is better)
 ALWAYS_SUMMARISED = ("recall_at_1", "map_at_r")
 
@@ -43,7 +45,7 @@ INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "ret
 STRING_COLUMNS = frozenset({"experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error",
                             "node_id", "gpu_ids", "git_sha", "package_version", "eval_split", "best_weights", "exploits",
                             "sweep_dir"})
-#: seconds of one epoch, by where they went (issue 18): the training pass, the part of it spent waiting
+#: seconds of one epoch, by where they went: the training pass, the part of it spent waiting
 #: for the next batch, everything evaluation does, writing the checkpoint
 EPOCH_TIME_COLUMNS = ("train_s", "data_wait_s", "eval_s", "checkpoint_s")
 #: everything before epoch 1 (data, model, references, warm-up): reported on every epoch row, constant within
@@ -60,7 +62,7 @@ FLOAT_COLUMNS = frozenset({*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_g
 def column_type(name: str, value: Any = None) -> pa.DataType:
     """A column's Arrow type: declared by name (``INT_COLUMNS``, ``STRING_COLUMNS``, ``FLOAT_COLUMNS``);
     another reported value is string when it is text, float64 otherwise. ``config.*`` columns take
-    TrainConfig's field types (``tune.parquet.config_fields``)."""
+    TrainConfig's field types (``tune.results.parquet.config_fields``)."""
     if name in INT_COLUMNS:
         return pa.int64()
     if name in STRING_COLUMNS:

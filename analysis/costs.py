@@ -1,4 +1,4 @@
-"""Where a sweep's trial time went (issue 18): the ``train_s``, ``data_wait_s``, ``eval_s``, ``checkpoint_s``
+"""Where a sweep's trial time went: the ``train_s``, ``data_wait_s``, ``eval_s``, ``checkpoint_s``
 and ``setup_s`` columns of trials.parquet, summed over trials, as fractions of their summed ``wall_time_s``.
 
     time: training 71% (data wait 3%), evaluation 18%, checkpoints 6%, set-up 5%

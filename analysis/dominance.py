@@ -19,11 +19,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from analysis.contract import objective_column
+from analysis.contract import FINISHED_STATUSES, objective_column
 from analysis.errors import NotApplicable
 
-#: the statuses whose trials a front may hold (a failed or running trial has no final point)
-RANKED_STATUSES = ("completed", "stopped_early")
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ def pareto_front(trials: pd.DataFrame, metrics: Sequence[str], modes: Sequence[s
     if "stage" in rows.columns:
         rows = rows[rows["stage"].fillna("sweep") == "sweep"]
     if "status" in rows.columns:
-        rows = rows[rows["status"].isin(RANKED_STATUSES)]
+        rows = rows[rows["status"].isin(FINISHED_STATUSES)]  # a failed or running trial has no final point
     values = rows[list(columns)].apply(pd.to_numeric, errors="coerce")
     rows = rows[np.isfinite(values.to_numpy(dtype=float)).all(axis=1)].copy()
     if rows.empty:

@@ -23,7 +23,7 @@ from analysis.values import metric_values
 
 LOG_PARAMS = ("config.normaliser.kalman_r", "config.memory.ratio", "config.lr", "config.weight_decay",
               "config.normaliser.kalman_q")
-# The curves the report draws first, when swept (issue 5): lambdas, Kalman r, delay, memory ratio.
+# The curves the report draws first, when swept: lambdas, Kalman r, delay, memory ratio.
 CURVE_PARAMS = ("normaliser.lambda_mu", "normaliser.lambda_sigma", "normaliser.kalman_r",
                 "normaliser.delay_epochs", "memory.ratio", "miner.pos_margin", "miner.neg_margin", "batch_size")
 

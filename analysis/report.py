@@ -28,10 +28,12 @@ class ReportSectionWarning(UserWarning):
     """A report section failed for a reason other than not applying; the report notes it."""
 
 
-def write_report(path: str | Path, metric: str | None = None) -> Path | str:
+def write_report(path: str | Path, metric: str | None = None, neighbours=None) -> Path | str:
     """Load the sweep at ``path``, write ``<path>/report.md`` and ``<path>/figures/*.png``; return
     the report's path (a ``Path``; the URI string for remote storage). ``metric`` defaults to the
-    sweep's own (``sweep.json``). An unreadable ``trials.parquet`` raises ValueError naming it: the report
+    sweep's own (``sweep.json``). ``neighbours`` embeds the best trial's test queries for the retrieval
+    examples (``analysis.retrieval.Neighbours``; ``xbm-tune report`` passes the torch one); without it that
+    section says so. An unreadable ``trials.parquet`` raises ValueError naming it: the report
     would otherwise rank trials rebuilt from their epoch rows as if nothing were wrong."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # read problems are listed in the report itself
@@ -39,7 +41,7 @@ def write_report(path: str | Path, metric: str | None = None) -> Path | str:
     for problem in sweep.problems:
         if problem.unreadable and problem.path.endswith(TRIALS_FILE):
             raise ValueError(f"{problem}: restore it, or delete it to have the trials derived from their epoch rows")
-    report = _Report(sweep, metric or sweep.metric)
+    report = _Report(sweep, metric or sweep.metric, neighbours)
     text = report.render()
     folder = sweep.locations[0]
     folder.write_bytes("report.md", text.encode())
@@ -48,8 +50,8 @@ def write_report(path: str | Path, metric: str | None = None) -> Path | str:
 
 
 class _Report:
-    def __init__(self, sweep: Sweep, metric: str):
-        self.sweep, self.metric = sweep, metric
+    def __init__(self, sweep: Sweep, metric: str, neighbours=None):
+        self.sweep, self.metric, self.neighbours = sweep, metric, neighbours
         self.folder = sweep.locations[0]
         self.written: set[str] = set()
 
@@ -135,7 +137,7 @@ class _Report:
 
     def health(self) -> list[str]:
         """Trials whose loss saw no positive pair in some epoch, or that end below raw-pixel neighbours:
-        their numbers measure a broken run, not the configuration (issue 8)."""
+        their numbers measure a broken run, not the configuration."""
         from xbm.signals import trial_flags  # torch-free, but `import analysis` stays free of xbm
 
         trials = self.sweep.trials
@@ -272,9 +274,12 @@ class _Report:
                             "parallel coordinates")]
 
     def retrieval(self) -> list[str]:
-        from analysis.retrieval import best_trial_grid  # imports xbm (torch) lazily, for this figure only
+        from analysis.retrieval import best_trial_grid
 
-        grid = best_trial_grid(self.sweep)
+        if self.neighbours is None:
+            raise NotApplicable("the examples embed test queries with the best trial's weights, which analysis "
+                                "leaves to its caller: `xbm-tune report` draws them")
+        grid = best_trial_grid(self.sweep, self.neighbours)
         return [f"{grid.title}. Borders: green, a neighbour of the query's class; red, another class.", "",
                 self.figure(plots.plot_retrieval_grid(grid), "retrieval_examples", "retrieval examples")]
 

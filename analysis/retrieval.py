@@ -1,11 +1,12 @@
 """Query -> top-k neighbour grids (compute first: :class:`RetrievalGrid`; drawn by
 :func:`analysis.plots.plot_retrieval_grid`). Used by ``xbm-tune retrieve --grid`` and the report's
 "Retrieval examples" (the best trial's best weights on 8 test queries, borders green/red for a neighbour of
-the query's class or not). Only the report's compute imports xbm (torch), lazily."""
+the query's class or not). Embedding the queries needs the model (torch): the caller passes it in as
+``neighbours`` (``tune.commands.report.trial_neighbours``), so analysis itself reads only Parquet."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -51,7 +52,12 @@ def _pixels(image: np.ndarray) -> np.ndarray:
     return image[..., 0] if image.ndim == 3 and image.shape[2] == 1 else image
 
 
-def best_trial_grid(sweep, queries: int = 8, k: int = 5) -> RetrievalGrid:
+#: (best-weights URI, queries, k) -> that model's test queries and their neighbours, as
+#: ``xbm.evaluate.retrieval.split_neighbours`` returns them plus the weights' ``epoch``
+Neighbours = Callable[[str, int, int], Mapping[str, Any]]
+
+
+def best_trial_grid(sweep, neighbours: Neighbours, queries: int = 8, k: int = 5) -> RetrievalGrid:
     """The best sweep-stage trial that kept best weights, on ``queries`` test queries and their top ``k``.
     Raises NotApplicable (with the reason) when no trial kept weights, the file is gone or the data are not
     images."""
@@ -63,13 +69,11 @@ def best_trial_grid(sweep, queries: int = 8, k: int = 5) -> RetrievalGrid:
     if kept.empty:
         raise NotApplicable("no trial kept best weights")
     best = kept.loc[kept[column].astype(float).sort_values(ascending=not sweep.higher_is_better(sweep.metric)).index[0]]
-    uri = str(best["best_weights"])
-    payload = _read_weights(uri)
-    from xbm.retrieval import split_neighbours  # torch: only for this figure
-
     try:
-        found = split_neighbours(payload, queries, k)
-    except (FileNotFoundError, ValueError) as exc:  # the data set moved, or vectors
+        found = neighbours(str(best["best_weights"]), queries, k)
+    except FileNotFoundError as exc:  # the weights are gone
+        raise NotApplicable(str(exc)) from None
+    except ValueError as exc:  # the data set moved, or vectors
         raise NotApplicable(f"the test split of trial {best['trial_id']} could not be embedded: {exc}") from None
     return grid_from_neighbours(found["query_images"], list(found["query_labels"]),
                                 [f"class {label}" for label in found["query_labels"]], found["neighbour_images"],
@@ -77,23 +81,8 @@ def best_trial_grid(sweep, queries: int = 8, k: int = 5) -> RetrievalGrid:
                                 [[f"class {n}" for n in row] for row in found["neighbour_labels"]],
                                 found["similarities"],
                                 title=f"trial {best['trial_id']} (best {sweep.metric} {float(best[column]):.4g}, "
-                                      f"epoch {payload.get('epoch')}): {found['dataset']} test "
+                                      f"epoch {found.get('epoch')}): {found['dataset']} test "
                                       f"queries and their top {k}")
-
-
-def _read_weights(uri: str) -> dict:
-    import io
-
-    import torch
-
-    from analysis.location import read_file_bytes
-
-    try:
-        data = read_file_bytes(uri, "the best trial's weights")
-    except FileNotFoundError as exc:
-        raise NotApplicable(str(exc)) from exc
-
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
 def grid_size(grid: RetrievalGrid) -> tuple[int, int]:

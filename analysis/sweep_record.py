@@ -1,6 +1,6 @@
 """``results/sweep.json``: what a sweep was asked to do, as one frozen, versioned record.
 
-Written once by ``xbm-tune sweep`` (``tune.record.sweep_record``), updated only where the sweep's files
+Written once by ``xbm-tune sweep`` (``tune.results.record.sweep_record``), updated only where the sweep's files
 moved (``paths``), read by ``resume``, ``confirm``, ``status``, ``export-optuna`` and ``analysis.load``.
 
 Version 1 (this one) records each swept parameter's distribution, so the record alone says which

@@ -18,7 +18,7 @@ and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed one
   the trainer's ``data_wait_s`` when it reports it, and the GPU utilisation during the training passes.
 
 Then K = 1, 2, 4 trainer processes sharing the GPU, started together, each pinned to its 1/K of the cores
-(``cpus`` = that share) and capped as a sweep's trial holding 1/K of the GPU is (``tune.resources.cap_gpu_memory``:
+(``cpus`` = that share) and capped as a sweep's trial holding 1/K of the GPU is (``tune.trial.resources.cap_gpu_memory``:
 the share less 1 GiB for what the process holds outside its allocator, and expandable segments): total
 training images/s while all K train (their timed passes start together, after a barrier), and
 out-of-memory per K. The targets are printed.

@@ -23,10 +23,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_normalisers import timed  # noqa: E402
 
 from xbm.config import LossConfig  # noqa: E402
-from xbm.loss import XBMLoss  # noqa: E402
-from xbm.training.loss_kinds import LOSSES  # noqa: E402
+from xbm.losses.xbm_loss import XBMLoss  # noqa: E402
+from xbm.losses.kinds import LOSSES  # noqa: E402
 
-MASKED = ("supcon", "contrastive", "ntxent")   # xbm.pair_masks.supports_masks with their default options
+MASKED = ("supcon", "contrastive", "ntxent")   # xbm.losses.pair_masks.supports_masks with their default options
 
 
 def step(kind: str, memory: int, classes: int, masks: bool, device: torch.device):

@@ -1,4 +1,4 @@
-"""Driver cost of the Parquet sink (tune/sink.py) as a sweep grows to thousands of trials (issue 9).
+"""Driver cost of the Parquet sink (tune/results/sink.py) as a sweep grows to thousands of trials (issue 9).
 
 The sink runs on Tune's driver, inside Tune's event loop: whatever it spends per result delays every
 trial's next step. This drives the real ``ParquetSink`` with synthetic results (no Ray, no training) of a
@@ -20,7 +20,7 @@ at each size.
 
 ``--against``: a shared, loaded machine moves CPU time per result by +-20% from one minute to the next,
 more than a code change does, so two runs of the script minutes apart compare badly. This prepares each
-window's folder once, then alternates the two sinks (REV's ``tune/sink.py`` and ``tune/parquet.py``,
+window's folder once, then alternates the two sinks (REV's ``tune/results/sink.py`` and ``tune/results/parquet.py``,
 imported beside this checkout's; the order swapped every repetition) on copies of it in one process,
 and prints CPU medians and the paired ratios.
 """
@@ -44,8 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
 
-from tune.parquet import Storage, build_table  # noqa: E402
-from tune.sink import ParquetSink  # noqa: E402
+from tune.results.parquet import Storage, build_table  # noqa: E402
+from tune.results.sink import ParquetSink  # noqa: E402
 
 BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs": 0, "batch_size": 32,
         "samples_per_class": 4, "seed": 0}
@@ -164,7 +164,7 @@ def window(root: str, held: int, trials: list[FakeTrial], epochs: int, concurren
 
 
 def sink_at(rev: str, folder: str) -> type:
-    """``ParquetSink`` as of git revision ``rev``: its tune/sink.py and tune/parquet.py written to a package
+    """``ParquetSink`` as of git revision ``rev``: its tune/results/sink.py and tune/results/parquet.py written to a package
     ``tune_at_rev`` under ``folder`` (the rest of ``tune`` and ``xbm`` is this checkout's)."""
     package = Path(folder) / "tune_at_rev"
     package.mkdir()
@@ -172,7 +172,7 @@ def sink_at(rev: str, folder: str) -> type:
     for name in ("sink", "parquet"):
         text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tune/{name}.py"], capture_output=True,
                               text=True, check=True).stdout
-        (package / f"{name}.py").write_text(text.replace("from tune.parquet import", "from tune_at_rev.parquet import"))
+        (package / f"{name}.py").write_text(text.replace("from tune.results.parquet import", "from tune_at_rev.parquet import"))
     sys.path.insert(0, folder)
     return importlib.import_module("tune_at_rev.sink").ParquetSink
 

@@ -28,10 +28,10 @@ import ray  # noqa: E402
 from ray import tune as ray_tune  # noqa: E402
 
 from tune.options import SweepOptions  # noqa: E402
-from tune.parquet import Storage  # noqa: E402
-from tune.schedulers import build_scheduler  # noqa: E402
-from tune.searchers import FixedConfigs  # noqa: E402
-from tune.sink import ParquetSink  # noqa: E402
+from tune.results.parquet import Storage  # noqa: E402
+from tune.search.schedulers import build_scheduler  # noqa: E402
+from tune.search.searchers import FixedConfigs  # noqa: E402
+from tune.results.sink import ParquetSink  # noqa: E402
 from tune.sweep import resolved_resources, trainable  # noqa: E402
 
 # the quickstart space's trial (search_spaces/quickstart.yaml) without its head-only warm-up epoch
@@ -80,7 +80,7 @@ BARE = """
 import json, sys, time
 start = time.perf_counter()
 from xbm.trainer import Trainer
-from tune.trainable import train_config
+from tune.options import train_config
 from xbm.training.rng import seed_everything
 for config in json.loads(sys.argv[1]):
     cfg = train_config({**config, "device": "cpu"})

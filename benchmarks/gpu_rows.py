@@ -39,8 +39,8 @@ ROWS = ("ceiling", "timm", *list(TRAINER_ROWS)[:3], "trainer live", "bare")
 def criterion(cfg, kind: str):
     """``(embeddings, labels) -> loss``: the trainer's own call of the loss for every row but ``bare``, whose
     PML call is the hand-written loop's (module docstring)."""
-    from xbm.training.criteria import BatchLoss, build_pair_miner
-    from xbm.training.loss_kinds import build_loss
+    from xbm.losses.criteria import BatchLoss, build_pair_miner
+    from xbm.losses.kinds import build_loss
 
     loss_fn, miner = build_loss(cfg.loss), build_pair_miner(cfg.loss, cfg.miner)
     if kind != "bare":
@@ -278,7 +278,7 @@ def child(kind: str, spec: dict, queue, barrier=None) -> None:
 
             xbm.data.cache.MEMORY_BUDGET = spec["budget"]
         if spec.get("memory_fraction"):  # as a sweep's trial holding that share of the GPU caps itself
-            from tune.resources import cap_gpu_memory
+            from tune.trial.resources import cap_gpu_memory
 
             cap_gpu_memory(spec["memory_fraction"])
         if kind == "shared":

@@ -15,7 +15,7 @@ as ``pid:MiB`` joined by ``;``; empty where a container hides them). ``figures``
 (``results/trials.parquet``, ``results/epochs/*.parquet``), Ray's per-trial ``result.json`` (when each epoch
 was reported) and the samples, and prints: trials by status, trials and epochs per hour of the sweep's wall
 time, how many trials trained at once, the GPU's utilisation while trials ran, each trial's peak allocated
-memory against its allocator cap (``tune.resources.allocator_cap``) and its processes' memory against its
+memory against its allocator cap (``tune.trial.resources.allocator_cap``) and its processes' memory against its
 share, where the trials' time went, and the failures. The last lines are targets (met / NOT met).
 """
 from __future__ import annotations
@@ -126,7 +126,7 @@ def figures(sweep: Path, wall: float, samples: list[Sample], gpus_per_trial: flo
     import pandas as pd
 
     from analysis.costs import time_line
-    from tune.resources import allocator_cap
+    from tune.trial.resources import allocator_cap
 
     lines: list[str] = []
     trials_file = sweep / "results" / "trials.parquet"

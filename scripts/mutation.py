@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "normalisers": (["xbm/normalisers/*.py"], ["tests/xbm/normalisers"]),
     "memory": (["xbm/memory.py"], ["tests/xbm/test_memory.py"]),
-    "loss": (["xbm/loss.py"], ["tests/xbm/test_loss.py"]),
+    "loss": (["xbm/losses/xbm_loss.py"], ["tests/xbm/losses/test_xbm_loss.py"]),
     # the trainer tests that reach the loop are slow (full toy epochs): only the NaN-check one is selected
     "training": (["xbm/training/epoch.py", "xbm/training/optim.py"],
                  ["tests/xbm/training/test_epoch.py", "tests/xbm/training/test_epoch_loop.py",
@@ -35,7 +35,7 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
                   "tests/xbm/test_config_wiring.py",
                   "tests/xbm/test_trainer.py::test_non_finite_loss_names_epoch_and_iteration_before_any_step_uses_it"]),
     "objectives": (["xbm/objectives/*.py"], ["tests/xbm/objectives"]),
-    "sink": (["tune/sink.py"], ["tests/tune/test_sink.py", "tests/tune/test_sink_rows.py"]),
+    "sink": (["tune/results/sink.py"], ["tests/tune/results/test_sink.py", "tests/tune/results/test_sink_rows.py"]),
     "compare": (["analysis/compare.py"], ["tests/analysis/test_compare.py"]),
 }
 COPIED = ("xbm", "tune", "analysis", "search_spaces", "tests", "pyproject.toml")

@@ -176,7 +176,7 @@ def optuna_numbers(sweep: Path) -> tuple[int, dict[str, int]]:
     import optuna
 
     sys.path.insert(0, str(ROOT))
-    from tune.optuna_study import RAY_TRIAL_ID, journal_storage
+    from tune.search.optuna_study import RAY_TRIAL_ID, journal_storage
 
     study = optuna.load_study(study_name=sweep.name, storage=journal_storage(str(sweep / "results" / "optuna.journal")))
     return study._study_id, {t.user_attrs.get(RAY_TRIAL_ID): t.number for t in study.get_trials(deepcopy=False)}

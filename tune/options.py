@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+import numpy as np
 
 from analysis.location import absolute, is_uri
 from analysis.sweep_record import Objectives
@@ -32,13 +35,13 @@ class SweepOptions(Objectives):
     """What ``xbm-tune sweep`` runs. ``max_epochs`` None keeps the space's (or TrainConfig's) epochs.
 
     ``workers_per_trial`` > 1 makes each trial a data-parallel run of that many Ray Train workers
-    (``tune.data_parallel``); ``cpus_per_trial`` and ``gpus_per_trial`` are then per worker, and a whole
+    (``tune.trial.data_parallel``); ``cpus_per_trial`` and ``gpus_per_trial`` are then per worker, and a whole
     ``gpus_per_trial`` > 1 alone is shorthand for that many workers of one GPU each (``workers``,
     ``gpus_per_worker``, ``trial_gpus`` give the resolved shape).
 
-    ``cpus_per_trial`` ``auto`` is resolved once Ray is connected (``tune.resources``); ``checkpoint_period``
-    is in seconds of a trial's epochs (``tune.checkpoints``). ``stop_collapsed``, ``time_budget_s`` and
-    ``gpu_hours_budget`` are the guards every scheduler carries (``tune.guards``).
+    ``cpus_per_trial`` ``auto`` is resolved once Ray is connected (``tune.trial.resources``); ``checkpoint_period``
+    is in seconds of a trial's epochs (``tune.trial.checkpoints``). ``stop_collapsed``, ``time_budget_s`` and
+    ``gpu_hours_budget`` are the guards every scheduler carries (``tune.trial.guards``).
 
     Several objectives: ``metric``/``mode`` are the first (what ASHA stops on), ``extra_metrics`` /
     ``extra_modes`` the others (``--metric recall_at_1:max --metric gpu_hours:min``); ``metrics``/``modes``
@@ -48,7 +51,7 @@ class SweepOptions(Objectives):
     ``--set`` gives one: trials then differ by config only (common random numbers), which is what a
     comparison of configs wants; the ``confirm`` stage varies seeds.
 
-    ``loggers``: where the trials' epochs are also logged (``--log wandb``, ``--log mlflow``; ``tune.loggers``).
+    ``loggers``: where the trials' epochs are also logged (``--log wandb``, ``--log mlflow``; ``tune.results.loggers``).
     """
 
     num_samples: int | None = None
@@ -208,3 +211,29 @@ SMOKE = {"num_samples": 2, "max_epochs": 2, "grace_period": 1}
 SMOKE_OVERRIDES = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs": 0,
                    "batch_size": 128, "samples_per_class": 4, "num_workers": 0,
                    "pretrained": False}
+
+
+@contextmanager
+def bad_input():
+    """Turn the input checks' ValueErrors (SpaceError, TrainConfig's, a missing file) into exit 2."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError) as exc:
+        if isinstance(exc, SweepInputError):
+            raise
+        raise SweepInputError(str(exc)) from exc
+
+
+def train_config(config: Mapping[str, Any]):
+    """Ray's (flat, dotted) config dict -> ``TrainConfig``.
+
+    Keys whose value is ``None`` are conditional parameters absent from this trial (their ``when`` did
+    not hold): they are dropped, so the trainer uses the field's default, and the sink writes null.
+    NumPy scalars (Ray's samplers, configs read back from Parquet) become Python values.
+    """
+    # imported here: xbm.config pulls in torch (through xbm.normalisers), which a trial process should
+    # load inside the trial, where its cost belongs, not while Ray builds the actor
+    from xbm.config import TrainConfig
+
+    return TrainConfig.from_dict({k: v.item() if isinstance(v, np.generic) else v
+                                  for k, v in config.items() if v is not None})

@@ -8,7 +8,7 @@ the scheduler it builds are the sweep's own (kept on the plan, built once): buil
 the registry names, the search/warm-start pairing and the warm-start points.
 
 Paths (``xbm.inputs.PATH_KEYS``) are absolute from ``prepare`` on: ``--set`` values against the launch
-directory, space-file values against the file's folder (``tune.spaces.loader``). Trials run in their
+directory, space-file values against the file's folder (``tune.search.spaces.loader``). Trials run in their
 own trial directories, so a relative path would point elsewhere there. ``sweep.json`` records them under
 ``paths`` (the non-swept ones): where the sweep's files are now. ``resume --set data_root=NEW`` and
 ``confirm --set data_root=NEW`` move a sweep to files elsewhere (``relocated``): ``paths`` is updated,
@@ -21,14 +21,13 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from analysis.contract import SweepRecord, TRIALS_FILE
-from tune.loggers import build_loggers
-from tune.optuna_study import live_journal
-from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions
-from tune.parquet import RESULTS, Storage, check_storage
-from tune.schedulers import build_scheduler
-from tune.searchers import build_searcher, check_search_options
-from tune.spaces.space import OPTUNA_SEARCHES
-from tune.trainable import train_config
+from tune.results.loggers import build_loggers
+from tune.search.optuna_study import live_journal
+from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions, train_config
+from tune.results.parquet import RESULTS, Storage, check_storage
+from tune.search.schedulers import build_scheduler
+from tune.search.searchers import build_searcher, check_search_options
+from tune.search.spaces.space import OPTUNA_SEARCHES
 from tune.workers import WORKERS_KEY, check_space
 from xbm.inputs import PATH_KEYS, absolute_paths
 
@@ -49,7 +48,7 @@ class SweepPlan:
     swept_space: dict[str, Any] = field(default_factory=dict)
     scheduler: Any = None
     stop_reasons: dict[str, str] = field(default_factory=dict)
-    loggers: list[Any] = field(default_factory=list)  # --log: Ray's W&B / MLflow callbacks (tune.loggers)
+    loggers: list[Any] = field(default_factory=list)  # --log: Ray's W&B / MLflow callbacks (tune.results.loggers)
 
     @property
     def experiment_uri(self) -> str:
@@ -67,7 +66,7 @@ class SweepPlan:
 
 def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     """Load and check everything; raise ``SpaceError`` / ``SweepInputError`` / ``ValueError`` on bad input."""
-    from tune.spaces import load_space
+    from tune.search.spaces import load_space
 
     if options.smoke_test:
         options = options.replace(**SMOKE, overrides={**SMOKE_OVERRIDES, **options.overrides},
@@ -144,9 +143,9 @@ def check_metric(space, metric: str) -> None:
 
 def check_data(configs: Iterable[Mapping[str, Any]]) -> None:
     """Open each distinct data set (and ``pretrained_path``) the configs read, once, on this machine:
-    ``xbm.inputs.check_inputs`` (the data set's own layout check; no image decoded). A missing or wrong
+    ``xbm.data.checks.check_inputs`` (the data set's own layout check; no image decoded). A missing or wrong
     path raises SweepInputError carrying the data set's layout message (exit 2, before Ray starts)."""
-    from xbm.inputs import check_inputs
+    from xbm.data.checks import check_inputs
 
     seen = set()
     for config in configs:
@@ -187,7 +186,7 @@ def relocated(record: SweepRecord, changes: Mapping[str, Any], allowed: tuple[st
 
 
 def _warm_start(options: SweepOptions, space):
-    from tune.warm_start import warm_start_points
+    from tune.search.warm_start import warm_start_points
 
     check_storage(options.warm_start)
     if not Storage(options.warm_start).exists(f"{RESULTS}/{TRIALS_FILE}"):

@@ -1,18 +1,18 @@
 """Run a sweep: build the ``Tuner`` for a plan (``tune.plan``), fit it inside one Ray session
-(``tune.cluster.ray_session``) and read the outcome back (``tune.record``); resume one; run fixed configs
+(``tune.cluster.ray_session``) and read the outcome back (``tune.results.record``); resume one; run fixed configs
 (the ``confirm`` stage).
 
-Tune settings every sweep shares: ``reuse_actors=True`` (issue 4 measured 16 trivial trials at ~25 s
+Tune settings every sweep shares: ``reuse_actors=True`` (measured: 16 trivial trials at ~25 s
 without it and ~3.5 s with it in Ray 2.60: a new actor per trial re-imports torch and the trainer),
 ``FailureConfig(max_failures)`` (a crashed trial restarts from its last checkpoint),
 ``CheckpointConfig(num_to_keep=KEEP_CHECKPOINTS)`` (the trainer state is checkpointed every
-``--checkpoint-period`` seconds and at the last epoch, ``tune.checkpoints``; the last two are kept while a
+``--checkpoint-period`` seconds and at the last epoch, ``tune.trial.checkpoints``; the last two are kept while a
 trial runs, see below, and one when it ends: ``KeepLatestCheckpoint``), each trial's ``TrialPolicy`` (the
 checkpoint period, and the scheduler's decision epochs, which ``eval_every`` never skips), the CPUs per
-trial resolved once Ray is connected (``--cpus-per-trial auto``, ``tune.resources``), readable trial names (``TrialNamer``), the Parquet sink as a callback, and
+trial resolved once Ray is connected (``--cpus-per-trial auto``, ``tune.trial.resources``), readable trial names (``TrialNamer``), the Parquet sink as a callback, and
 what a running sweep shows (docs/sweeps.md "Watching a sweep"): the sweep's best published to the trials
-(``tune.live.SweepBest``), TensorBoard runs per trial (``SweepTensorBoard``), and for optuna sweeps on a
-local folder the searcher's study in ``results/optuna.journal`` (``tune.optuna_study``).
+(``tune.results.live.SweepBest``), TensorBoard runs per trial (``SweepTensorBoard``), and for optuna sweeps on a
+local folder the searcher's study in ``results/optuna.journal`` (``tune.search.optuna_study``).
 """
 from __future__ import annotations
 
@@ -26,23 +26,24 @@ from ray import tune as ray_tune
 from ray.tune.schedulers import FIFOScheduler
 
 from analysis.location import absolute
-from tune.checkpoints import KeepLatestCheckpoint
+from tune.trial.checkpoints import KeepLatestCheckpoint
 from tune.cluster import ray_session
-from tune.live import SweepBest
-from tune.optuna_study import journal_storage
-from tune.options import SweepInputError, SweepOptions
+from tune.results.live import SweepBest
+from tune.search.optuna_study import journal_storage
+from tune.options import SweepInputError, SweepOptions, train_config
 from tune.plan import SweepPlan, check_data, relocated
-from tune.record import (SweepOutcome, outcome, provenance, read_record, record_paths, sweep_record,
+from tune.results.record import (SweepOutcome, outcome, provenance, read_record, record_paths, sweep_record,
                          write_record)
-from tune.resources import resolve_cpus_per_trial
-from tune.schedulers import build_scheduler, decision_epochs
-from tune.searchers import FixedConfigs
-from tune.sink import ParquetSink
-from tune.tensorboard_logger import SweepTensorBoard
-from tune.trainable import TrialNamer, TrialPolicy, make_trainable, train_config, trial_dirname
+from tune.trial.resources import resolve_cpus_per_trial
+from tune.search.schedulers import build_scheduler, decision_epochs
+from tune.search.searchers import FixedConfigs
+from tune.results.sink import ParquetSink
+from tune.results.tensorboard_logger import SweepTensorBoard
+from tune.trial.base import TrialPolicy
+from tune.trial.trainable import TrialNamer, make_trainable, trial_dirname
 from tune.workers import (LAUNCHER_CPU, check_node_gpus, config_workers, launcher_resources, max_concurrent,
                           worker_resources)
-from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS, live_decode_warning
+from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS
 
 # The experiment state (what `resume` restores) is saved at most this often; Tune's "auto" can wait
 # minutes on long sweeps, and a killed driver loses what happened since.
@@ -154,6 +155,8 @@ def gpu_data_warnings(plan: SweepPlan) -> list[str]:
     in-memory budget, no ``image_cache``). A swept data set is not looked at (its trials build it)."""
     if plan.options.gpus_per_trial <= 0 or "dataset" in plan.space.params or "image_cache" in plan.space.params:
         return []
+    from xbm.data.checks import live_decode_warning  # torch: only when the sweep starts
+
     text = live_decode_warning(train_config(plan.space.base), plan.options.cpus_per_trial)
     return [text] if text else []
 

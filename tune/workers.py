@@ -1,8 +1,8 @@
-"""The shape of a trial that is a data-parallel run of several workers (issue 20), and its checks.
+"""The shape of a trial that is a data-parallel run of several workers, and its checks.
 
 A sweep's options give each trial ``workers`` Ray Train workers of ``cpus_per_trial`` CPUs and
 ``gpus_per_worker`` GPUs each (``SweepOptions.workers``; ``--gpus-per-trial N`` alone is N workers of one
-GPU). The trial itself is a Tune function that launches a ``TorchTrainer`` (``tune.data_parallel``); Ray
+GPU). The trial itself is a Tune function that launches a ``TorchTrainer`` (``tune.trial.data_parallel``); Ray
 Train V2 reserves its workers in a placement group of its own, which cannot draw on the Tune trial's, so
 Tune's request for a multi-worker trial is only the launcher's small bundle (``launcher_resources``), and
 the whole footprint is accounted for by capping the trials run at once to those whose workers fit in the

@@ -1,23 +1,15 @@
-"""xbm: cross-batch memory for deep metric learning (memory, normalisers, trainer, data, models).
+"""xbm: cross-batch memory for deep metric learning (memory, normalisers, losses, trainer, data, models).
 
-No Ray here. Public names are imported lazily so that ``import xbm.config`` stays cheap.
+No Ray here. Its faces are imported on first use (``lazy_loader``), so that ``import xbm.config`` stays
+torch-free and cheap.
 """
-from importlib import import_module
+import lazy_loader
 
-_PUBLIC = {
-    "NormaliserConfig": "xbm.normalisers",
-    "build_normaliser": "xbm.normalisers",
-    "XBMLoss": "xbm.loss",
-    "EmbeddingMemory": "xbm.memory",
-    "TrainConfig": "xbm.config",
-    "Trainer": "xbm.trainer",
-    "load_embedder": "xbm.embedder",
-}
-
-__all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name):
-    if name in _PUBLIC:
-        return getattr(import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module 'xbm' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "config": ["TrainConfig"],
+    "embedder": ["load_embedder"],
+    "losses.xbm_loss": ["XBMLoss"],
+    "memory": ["EmbeddingMemory"],
+    "normalisers": ["NormaliserConfig", "build_normaliser"],
+    "trainer": ["Trainer"],
+})

@@ -17,7 +17,7 @@ from xbm.checks import checker
 from xbm.normalisers.config import NormaliserConfig
 
 MINER_KINDS = ("pair_margin", "none")
-# the values of loss.kind (xbm.training.loss_kinds owns the registry; repeated here so config stays torch-free)
+# the values of loss.kind (xbm.losses.kinds owns the registry; repeated here so config stays torch-free)
 LOSS_KINDS = ("supcon", "contrastive", "triplet", "multi_similarity", "ntxent")
 LOSS_DISTANCES = ("cosine", "lp")
 MINER_DISTANCES = ("lp", "lp_raw", "cosine")
@@ -139,7 +139,7 @@ class MinerConfig:
 @dataclass(frozen=True)
 class LossConfig:
     """The pair loss of ``objective=supervised`` (``kind``; each is pytorch-metric-learning's, see
-    :mod:`xbm.training.loss_kinds` for the papers):
+    :mod:`xbm.losses.kinds` for the papers):
 
     - ``supcon`` (default): SupCon, ``temperature``;
     - ``contrastive``: ``pos_margin`` / ``neg_margin`` on ``distance``: with ``cosine`` (similarity form, the

@@ -4,7 +4,7 @@ leaves every host core in the mask), as joblib's ``cpu_count`` reads them; cappe
 scheduler gave the process fewer than it can see.
 
 Ray does not pin trials to cores: a trial on a 16-core node with ``--cpus-per-trial 2`` sees all 16 in its
-affinity mask. ``tune.trainable`` calls ``use_cpus(2)`` so that torch's intra-op threads and the image
+affinity mask. ``tune.trial.trainable`` calls ``use_cpus(2)`` so that torch's intra-op threads and the image
 decode threads (``xbm.data.cache``) follow the trial's share instead of the node's core count."""
 from __future__ import annotations
 

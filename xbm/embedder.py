@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 import torch
 
+from xbm.config import ON_BAD_IMAGE
 from xbm.data.preprocess import ImageLike, Preprocessing
 from xbm.errors import BadImageError
 
@@ -28,7 +29,6 @@ FORMAT = 1
 WEIGHTS, CARD, README = "weights.safetensors", "embedder.yaml", "README.md"
 EXPORT_FILES = (WEIGHTS, CARD, README)
 REQUIRED = (WEIGHTS, CARD)  # README is for people
-ON_ERROR = ("stop", "skip")
 BATCH_SIZE = 64
 
 
@@ -166,8 +166,8 @@ class ImageEmbedder:
         """Embed ``images`` ``batch_size`` at a time. ``on_error``: ``stop`` raises
         :class:`xbm.errors.BadImageError` naming an image that cannot be decoded; ``skip`` leaves it out
         and names it in the batch's ``skipped``."""
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {list(ON_ERROR)}, but got {on_error!r}")
+        if on_error not in ON_BAD_IMAGE:  # the training's choices for an image that cannot be decoded
+            raise ValueError(f"on_error must be one of {list(ON_BAD_IMAGE)}, but got {on_error!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, but got {batch_size}")
         from xbm.training.runtime import resolve_amp

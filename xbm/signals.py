@@ -1,7 +1,7 @@
 """Learning signals read from one epoch's metrics (torch-free: the sweep's driver and the CLIs use them).
 
 - **Collapse**: ``loss_pos_pairs == 0``, no positive pair reached the loss in the whole epoch. SupCon is
-  then exactly 0 (nothing to pull together) and the model learns nothing; issue 8 found real-image runs
+  then exactly 0 (nothing to pull together) and the model learns nothing; real-image runs were found
   in this state for epochs with nothing saying so.
 - **Below raw pixels**: the best Recall@1 under ``reference_raw_recall_at_1``, nearest neighbours on the
   inputs themselves: the trained model is worse than no model.

@@ -11,7 +11,7 @@
    before ``memory.start_epoch`` (0-based) and against the cross-batch memory (``XBMLoss``, with the
    configured normaliser) from then on; ``memory.enabled=False`` never uses the memory;
 3. after each main epoch: retrieval metrics on the selection split (val when ``val_fraction > 0``, else
-   test), test metrics as ``test_*`` when ``evaluate_test``, and the diagnostics (xbm.training.evaluation);
+   test), test metrics as ``test_*`` when ``evaluate_test``, and the diagnostics (xbm.evaluate.epoch);
    the pair counts of the epoch, among them ``loss_pos_pairs`` (0: the epoch collapsed, see ``collapsed``);
    and, on every row, the two references measured once before training (untrained model, raw inputs).
 
@@ -32,13 +32,13 @@ import torch
 from xbm.config import MUTABLE_KEYS, TrainConfig
 from xbm.data import DatasetSplits, SampleDataset, build_dataset, recall_ks
 from xbm.data.images import configure_images
-from xbm.distributed import Ranks
-from xbm.loss import XBMLoss
+from xbm.training.distributed import Ranks
+from xbm.losses.xbm_loss import XBMLoss
 from xbm.models import compile_model, create_embedding_model
 from xbm.normalisers import build_normaliser
 from xbm.objectives import build_objective
-from xbm.training import evaluation
-from xbm.training.criteria import BatchLoss, memory_size
+from xbm.evaluate import epoch as evaluation
+from xbm.losses.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, Embedder, check_shared_memory,
                                   eval_workers, resolve_workers, start_persistent_workers, train_loader)
@@ -243,7 +243,7 @@ class Trainer:
                        data_wait_s=result.data_wait_s, eval_s=now - evaluated,
                        gpu_memory_peak_gib=peak())
         metrics["skipped_images"] = self.splits.skipped_images  # on_bad_image=skip (xbm.data.bad_images)
-        metrics["memory_bytes"] = self.xbm.memory.nbytes if self.xbm is not None else 0  # an objective (issue 22)
+        metrics["memory_bytes"] = self.xbm.memory.nbytes if self.xbm is not None else 0  # an objective's memory
         return metrics
 
     # ---- evaluation ----------------------------------------------------------------------------

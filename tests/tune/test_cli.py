@@ -98,7 +98,7 @@ def test_sweep_exits_1_only_when_every_trial_failed(tmp_path, capsys, monkeypatc
     import pandas as pd
 
     from tune import sweep
-    from tune.record import SweepOutcome
+    from tune.results.record import SweepOutcome
 
     trials = pd.DataFrame({"trial_id": [f"t{i}" for i in range(len(statuses))], "status": statuses,
                            "trial_name": "x", "best_recall_at_1": [float("nan")] + [0.5] * (len(statuses) - 1),
@@ -135,7 +135,7 @@ def test_a_truncated_trials_parquet_is_named_by_status_report_and_load(tmp_path,
     import analysis
     from analysis.loader import SweepReadWarning
 
-    from .test_contract_roundtrip import written_sweep
+    from .results.test_contract_roundtrip import written_sweep
 
     folder = written_sweep(tmp_path)
     path = folder / "results" / "trials.parquet"
@@ -154,8 +154,7 @@ def test_a_truncated_trials_parquet_is_named_by_status_report_and_load(tmp_path,
 def test_an_unexpected_error_shows_its_traceback_with_xbm_tune_debug(tmp_path, capsys, monkeypatch, debug):
     """Bug caught: every unexpected error reduced to one line, so a user cannot send a traceback with a bug
     report, or the one line not saying how to get it."""
-    from tune import status
-
+    from tune.results import status
     def broken(path):
         raise RuntimeError("boom inside status")
 
@@ -171,7 +170,8 @@ def test_an_unexpected_error_shows_its_traceback_with_xbm_tune_debug(tmp_path, c
 def test_sweep_flags_for_objectives_guards_and_budgets_reach_the_options():
     """Bug caught: a repeated --metric keeping only the last one, --no-stop-collapsed or the budgets
     parsed but never reaching SweepOptions (the sweep then runs without them), 2h read as seconds."""
-    from tune.cli import build_parser, options_from
+    from tune.cli import build_parser
+    from tune.commands.sweep import options_from
 
     args = build_parser().parse_args(["sweep", "quickstart", "--metric", "recall_at_1:max", "--metric",
                                       "memory_bytes:min", "--no-stop-collapsed", "--time-budget", "2h",
@@ -199,7 +199,7 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
 
     from tune import plan as plan_module, sweep as sweep_module
     from tune.cli import main
-    from tune.guards import Guards
+    from tune.trial.guards import Guards
     from tune.options import SweepOptions
 
     guards = Guards({})
@@ -213,7 +213,7 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
                               experiment_uri="/x/e", exit_code=lambda: 0, metric="recall_at_1", swept=())
     monkeypatch.setattr(plan_module, "prepare", lambda space, options: fake)
     monkeypatch.setattr(sweep_module, "run_sweep", lambda plan: outcome)
-    monkeypatch.setattr("tune.cli.print_watch_help", lambda plan: None)
+    monkeypatch.setattr("tune.commands.sweep.print_watch_help", lambda plan: None)
     assert main(["sweep", "quickstart", "--time-budget", "2h"]) == 0
     *_, sync, last = capsys.readouterr().out.strip().splitlines()
     assert last.startswith("budget: the time budget (2h) was spent: the sweep stopped its trials")
@@ -333,7 +333,7 @@ def test_an_interrupted_sweep_exits_1_and_ends_on_the_resume_line(tmp_path, caps
     import pandas as pd
 
     from tune import sweep
-    from tune.record import SweepOutcome
+    from tune.results.record import SweepOutcome
 
     trials = pd.DataFrame({"trial_id": ["t0", "t1", "t2"], "status": ["completed", "running", "running"],
                            "trial_name": "x", "best_recall_at_1": [0.4, 0.6, float("nan")], "best_epoch": [5, 3, 1]})
@@ -361,9 +361,9 @@ def test_an_interrupted_confirm_exits_1_saying_so(tmp_path, capsys, monkeypatch)
     import pandas as pd
 
     from tune import sweep
-    from tune.record import SweepOutcome
+    from tune.results.record import SweepOutcome
 
-    from .test_confirm import ROWS, write_sweep
+    from .commands.test_confirm import ROWS, write_sweep
 
     path = write_sweep(tmp_path, ROWS)
     trials = pd.DataFrame({"trial_id": ["c0", "c1"], "status": ["completed", "running"], "stage": "confirm"})
@@ -424,6 +424,6 @@ def test_a_second_ctrl_c_names_resume_only_for_what_resume_continues(monkeypatch
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_spaces", interrupted)  # the parser is built inside main: it takes this one
+    monkeypatch.setattr("tune.commands.spaces.run", interrupted)  # the parser is built inside main: it takes this one
     assert cli.main(["spaces"]) == 1
     assert capsys.readouterr().err.strip() == "interrupted"

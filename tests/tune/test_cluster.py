@@ -14,7 +14,7 @@ from ray.tune import Callback
 from tune.cluster import ClusterInfo, connect, disconnect
 from tune.options import SweepOptions
 from tune.plan import prepare
-from tune.record import outcome
+from tune.results.record import outcome
 from tune.sweep import start
 
 SPACE = """description: cluster

@@ -11,7 +11,7 @@ RAY_TUNE_AS_TUNE = re.compile(r"^\s*(from ray import tune\s*$|from ray import tu
 
 def test_no_module_binds_tune_to_rays():
     """Bug caught: a module where ``tune.report`` is Ray's while ``from tune import live`` beside it is ours (as
-    tune/trainable.py had): a reader, and a monkeypatch of ``module.tune``, cannot tell which is meant."""
+    tune/trial/trainable.py had): a reader, and a monkeypatch of ``module.tune``, cannot tell which is meant."""
     offenders = [str(path.relative_to(ROOT)) for folder in ("tune", "xbm", "analysis", "tests", "benchmarks", "scripts")
                  for path in (ROOT / folder).rglob("*.py") if RAY_TUNE_AS_TUNE.search(path.read_text())]
     assert offenders == [], f"import Ray's tune as ray_tune: {offenders}"

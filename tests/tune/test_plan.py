@@ -7,7 +7,7 @@ import optuna
 import ray
 
 from tune import plan as plan_module
-from tune.optuna_study import journal_storage
+from tune.search.optuna_study import journal_storage
 from tune.options import SweepOptions
 from tune.plan import prepare
 from tune.sweep import start
@@ -75,7 +75,7 @@ def test_a_recall_metric_outside_the_runs_k_set_is_refused_before_ray_starts():
 
     from tune.options import SweepInputError
     from tune.plan import check_metric
-    from tune.spaces import load_space
+    from tune.search.spaces import load_space
 
     with pytest.raises(SweepInputError) as err:
         check_metric(load_space("omniglot_small"), "recall_at_100")

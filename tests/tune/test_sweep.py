@@ -1,4 +1,4 @@
-"""tune/sweep.py, tune/searchers.py, tune/schedulers.py: input checks before Ray, the registries, the
+"""tune/sweep.py, tune/search/searchers.py, tune/search/schedulers.py: input checks before Ray, the registries, the
 ASHA-stopped-trials-as-PRUNED fix for Optuna, a real ASHA + Optuna sweep on the toy trainable, and
 fixed configs (the confirm stage) written into an existing sweep."""
 from __future__ import annotations
@@ -13,11 +13,11 @@ from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
 from tune.options import SweepInputError, SweepOptions
-from tune.schedulers import SCHEDULERS, GuardedFIFO, build_scheduler
-from tune.searchers import SEARCHERS, FixedConfigs, PrunedOptunaSearch, build_searcher
-from tune.spaces import SpaceError, load_space
+from tune.search.schedulers import SCHEDULERS, GuardedFIFO, build_scheduler
+from tune.search.searchers import SEARCHERS, FixedConfigs, PrunedOptunaSearch, build_searcher
+from tune.search.spaces import SpaceError, load_space
 from tune.plan import prepare
-from tune.record import outcome
+from tune.results.record import outcome
 from tune.sweep import run_configs, run_sweep
 
 from .conftest import run_toy_sweep
@@ -138,7 +138,7 @@ def test_every_registry_entry_builds(tmp_path, space_file):
     pb2 = build_scheduler(options(tmp_path, scheduler="pb2", search="random", perturbation_interval=3), 9, {}, mutable)
     assert isinstance(pb2, PB2) and pb2._perturbation_interval == 3 and pb2._time_attr == "epoch"
     assert pb2._hyperparam_bounds == {"weight_decay": [1e-4, 1e-2]}
-    assert type(built["fifo"]) is GuardedFIFO  # no early stopping of its own (only tune.guards')
+    assert type(built["fifo"]) is GuardedFIFO  # no early stopping of its own (only tune.trial.guards')
     assert isinstance(built["asha"], AsyncHyperBandScheduler) and isinstance(built["hyperband"], HyperBandScheduler)
     for name in ("asha", "hyperband"):
         assert built[name]._time_attr == "epoch", name

@@ -9,8 +9,8 @@ import pytest
 from analysis.costs import time_breakdown
 from tune.options import SweepOptions
 from tune.plan import prepare
-from tune.record import outcome
-from tune.status import load_status, status_table
+from tune.results.record import outcome
+from tune.results.status import load_status, status_table
 from tune.sweep import start
 
 # batch 4 (2 classes x 2): epochs of about a second, so Tune's per-result round trip is a small part of them

@@ -15,10 +15,10 @@ from PIL import Image
 
 from tune import cli
 from tune.options import SweepInputError, SweepOptions
-from tune.spaces import load_space
+from tune.search.spaces import load_space
 from analysis.contract import SweepRecord
 from tune.plan import prepare, relocated
-from tune.record import outcome, sweep_record
+from tune.results.record import outcome, sweep_record
 from tune.sweep import resume_sweep, start
 from xbm.inputs import RELOCATABLE_KEYS
 

@@ -92,7 +92,7 @@ def test_a_space_is_checked_for_every_neighbours_k_it_can_give():
     """Bug caught: the check before Ray read batch_size, samples_per_class and the objective, never the swept
     neighbours.k: the shipped neighbours space at batch_size 40 over 2 ranks (20 rows each) runs k = 7 (tuples
     of 8), which every such trial refused."""
-    from tune.spaces import load_space
+    from tune.search.spaces import load_space
     from tune.workers import check_space
 
     check_space(load_space("neighbours"), SweepOptions(workers_per_trial=2))   # 32 rows per rank: 2, 4, 8 divide
@@ -103,7 +103,7 @@ def test_a_space_is_checked_for_every_neighbours_k_it_can_give():
 def test_device_cpu_on_gpu_workers_is_refused_before_ray_starts():
     """Bug caught: ``--gpus-per-trial 1 --workers-per-trial 2`` with ``device=cpu`` in the space started NCCL
     workers that trained on the CPU, and the first gather of CPU tensors failed inside every trial."""
-    from tune.spaces import load_space
+    from tune.search.spaces import load_space
     from tune.workers import check_space
 
     space = load_space("quickstart", overrides={"device": "cpu"})

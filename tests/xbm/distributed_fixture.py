@@ -1,4 +1,4 @@
-"""Data-parallel runs for tests/xbm/test_distributed.py: ``spawn(job, world_size, ...)`` starts the ranks
+"""Data-parallel runs for tests/xbm/training/test_distributed.py: ``spawn(job, world_size, ...)`` starts the ranks
 (``torch.multiprocessing``, gloo on the CPU, a file:// rendezvous), each runs ``job(rank, ...)`` inside the
 process group and saves what it returns; the caller gets every rank's value. ``record(trainer, epochs)``
 trains and keeps what the tests compare: per epoch the metrics and the memory, per step the memory."""
@@ -18,14 +18,14 @@ import torch.multiprocessing as mp
 from xbm.config import TrainConfig
 from xbm.data.splits import assemble
 from xbm.data.toy import make_toy
-from xbm.distributed import Ranks
+from xbm.training.distributed import Ranks
 from xbm.trainer import Trainer
 
 from tests.xbm.conftest import TINY
 
 # The toy set of tests/xbm/conftest.py's tiny_trainer (192 training rows, batches of 32: 6 steps per epoch).
 BASE = {**TINY, "epochs": 3, "warmup_epochs": 1, "eval_every": 3, "num_workers": "0"}
-# The cases of tests/xbm/test_distributed.py: every normaliser kind, MoCo (its queue adapted by AXBN), the
+# The cases of tests/xbm/training/test_distributed.py: every normaliser kind, MoCo (its queue adapted by AXBN), the
 # pair-margin miner, a PML loss on index pairs and the other label-free objectives. SupCon over every pair
 # (miner.kind none) in the 3-epoch cases: a margin is a discontinuity, and a pair whose distance lies within
 # rounding (1e-7) of it is mined by one run and not by the other (seen: step 12 of 18, after which the

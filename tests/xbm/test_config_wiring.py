@@ -308,7 +308,7 @@ EFFECTS: dict[str, Any] = {
                                _num_workers),
     "device": RuntimeOnly("where the run computes, not what (CPU and CUDA agree up to rounding)", _device),
     "workers": RuntimeOnly("N data-parallel workers compute the one-worker run, split N ways (equal memory, "
-                           "loss and weights: tests/xbm/test_distributed.py)", _workers),
+                           "loss and weights: tests/xbm/training/test_distributed.py)", _workers),
     "sync_bn": Check(_sync_bn),
     "compile": RuntimeOnly("torch.compile of the same model: the loss agrees within 1e-4 (tests/xbm/test_models.py)",
                            _compile),

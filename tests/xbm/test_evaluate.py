@@ -216,7 +216,7 @@ def test_invalid_arguments_say_what_is_wrong(kwargs, message):
 
 @pytest.mark.parametrize("leave_one_out", [True, False])
 def test_superclass_top_k_from_the_same_search_matches_the_diagnostic(leave_one_out):
-    from xbm.diagnostics import superclass_top_k
+    from xbm.evaluate.diagnostics import superclass_top_k
 
     q, ql = clustered(60, 6, 10, seed=11)
     g, gl = (None, None) if leave_one_out else clustered(45, 6, 10, seed=12)

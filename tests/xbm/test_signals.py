@@ -3,7 +3,7 @@ import math
 
 import pandas as pd
 
-from tune.status import health
+from tune.results.status import health
 from xbm.signals import below_raw, collapse_warning, collapsed, trial_flags
 
 

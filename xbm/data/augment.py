@@ -34,9 +34,7 @@ from torch import nn
 
 from xbm.config import AUGMENT, NORMALIZE
 from xbm.data.style import ImageStyle
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+from xbm.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 EVAL_CROP = 0.875
 STATS_SAMPLES = 1024
 STATS_SEED = 0

@@ -1,6 +1,6 @@
 """How a data set's pixels become the model's input: declared by the data set, not by the trainer.
 
-Two kinds of image data need opposite treatment (issue 8's measurement on Omniglot):
+Two kinds of image data need opposite treatment (measured on Omniglot):
 
 - **photos** (SOP, In-Shop, DeepFashion2, CUB, Cars, CIFAR): RGB, ImageNet statistics, the deep metric
   learning augmentation (random resized crop + flip);

@@ -112,7 +112,7 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, ks
             neighbours up to ties, "auto" the fastest way.
         superclass_of: optional (C,) super-class of each class id (labels must then be ids in [0, C)):
             adds ``superclass_top_k``, the share of each query's ``superclass_k`` nearest neighbours in its
-            super-class, averaged over all queries, from the same search (``xbm.diagnostics.superclass_top_k``
+            super-class, averaged over all queries, from the same search (``xbm.evaluate.diagnostics.superclass_top_k``
             computes the same value with a search of its own).
 
     Returns:

@@ -4,24 +4,14 @@
     norm = build_normaliser(NormaliserConfig(kind="pcxbn"), superclass_of=None)
     adapted = norm(memory, memory_labels, batch, batch_labels, epoch=3)   # new [N, d] tensor
 
-Names are imported lazily: ``xbm.config`` needs only ``NormaliserConfig``, and importing it must not
-pull in torch (every ``xbm-tune`` command, ``--help`` included, reads the config).
+Names are imported on first use (``lazy_loader``): ``xbm.config`` needs only ``NormaliserConfig``, and
+importing it must not pull in torch (every ``xbm-tune`` command, ``--help`` included, reads the config).
 """
-from importlib import import_module
+import lazy_loader
 
-from xbm.normalisers.config import NormaliserConfig
-
-_LAZY = {
-    "Normaliser": "xbm.normalisers.base",
-    "Moments": "xbm.normalisers.stats",
-    "NORMALISERS": "xbm.normalisers.registry",
-    "build_normaliser": "xbm.normalisers.registry",
-}
-
-__all__ = ["NORMALISERS", "Moments", "Normaliser", "NormaliserConfig", "build_normaliser"]
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'xbm.normalisers' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "base": ["Normaliser"],
+    "config": ["NormaliserConfig"],
+    "registry": ["NORMALISERS", "build_normaliser"],
+    "stats": ["Moments"],
+})

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, Sampler
 
 from xbm.config import TrainConfig
-from xbm.distributed import Ranks
+from xbm.training.distributed import Ranks
 
 
 class Batch(NamedTuple):

@@ -11,7 +11,7 @@ Per step, for ``batch_size`` images drawn at random with two augmented views eac
 The queue is the cross-batch memory (``memory.ratio`` of the training set) holding keys only, labelled by
 instance id (the image's training index): a query's positive is its own key, and an older key of the same
 image still in the queue. Before the comparison the normaliser adapts the queue towards the queries'
-statistics (:class:`xbm.loss.XBMLoss`); ``normaliser.kind=none`` is plain MoCo. ``memory.enabled=false``
+statistics (:class:`xbm.losses.xbm_loss.XBMLoss`); ``normaliser.kind=none`` is plain MoCo. ``memory.enabled=false``
 compares the queries with the batch's own keys only.
 
 Shuffling BN (MoCo §3.3): BatchNorm statistics shared by a query and its key let the model cheat the pretext
@@ -33,7 +33,7 @@ import copy
 import torch
 from torch import nn
 
-from xbm.distributed import unwrap
+from xbm.training.distributed import unwrap
 from xbm.objectives.base import Batch, embed_views
 from xbm.objectives.views import TwoViewObjective
 

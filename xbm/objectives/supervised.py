@@ -2,16 +2,16 @@
 
 Batches of ``batch_size / samples_per_class`` classes (PML ``MPerClassSampler``), the ``loss.kind`` pair loss
 (SupCon by default: PML ``SupConLoss``, Khosla et al. 2020 Eq. 2, ``loss.temperature``; the others in
-:mod:`xbm.training.loss_kinds`) over the pairs PML's ``PairMarginMiner`` picks, or the loss's own miner
-(:mod:`xbm.training.criteria`), in the batch and against the memory.
+:mod:`xbm.losses.kinds`) over the pairs PML's ``PairMarginMiner`` picks, or the loss's own miner
+(:mod:`xbm.losses.criteria`), in the batch and against the memory.
 """
 from __future__ import annotations
 
 from torch import nn
 
 from xbm.objectives.base import Batch, Objective, embed_views
-from xbm.training.criteria import build_pair_miner
-from xbm.training.loss_kinds import build_loss
+from xbm.losses.criteria import build_pair_miner
+from xbm.losses.kinds import build_loss
 from xbm.training.loaders import make_sampler
 
 

@@ -35,7 +35,7 @@ from xbm.training.runtime import Runtime
 
 # Pair counts per iteration (the criterion's ``last_stats``): mined against the memory, within the batch,
 # and the positive pairs that entered the loss. An epoch whose loss saw no positive pair has collapsed:
-# SupCon without positives is exactly 0 and teaches nothing (issue 8).
+# SupCon without positives is exactly 0 and teaches nothing.
 STAT_NAMES = ("memory_pos_pairs", "memory_neg_pairs", "batch_pos_pairs", "batch_neg_pairs", "loss_pos_pairs")
 
 

@@ -1,4 +1,4 @@
-"""What the trainer does differently on a data-parallel rank (:class:`xbm.distributed.Ranks`, world_size > 1):
+"""What the trainer does differently on a data-parallel rank (:class:`xbm.training.distributed.Ranks`, world_size > 1):
 the rank's device, the DDP wrapper, and keeping every rank's run state equal (RNG streams, module buffers,
 rank 0's evaluation row). With one worker each of these is the identity, and the one-worker path is unchanged.
 """
@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from xbm.distributed import Ranks
+from xbm.training.distributed import Ranks
 from xbm.training.rng import rng_state, set_rng_state
 from xbm.training.runtime import Runtime
 from xbm.training.sharding import GatheredCriterion, ShardedSampler

@@ -1,4 +1,4 @@
-"""Results a node computes once and later runs reuse (issue 18): the references and the warm-up.
+"""Results a node computes once and later runs reuse: the references and the warm-up.
 
 An ASHA sweep's trials mostly differ in normaliser and memory keys, which neither the references (the
 untrained model and the raw inputs on the selection split) nor the head-only warm-up reads. Every trial

@@ -22,7 +22,7 @@ from typing import Iterator, Optional
 import torch
 from torch import Tensor, nn
 
-from xbm.distributed import Ranks
+from xbm.training.distributed import Ranks
 from xbm.training.loaders import SeededSampler
 
 

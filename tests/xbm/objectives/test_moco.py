@@ -5,7 +5,7 @@ import pytest
 import torch
 from pytorch_metric_learning import losses
 
-from xbm.loss import XBMLoss
+from xbm.losses.xbm_loss import XBMLoss
 from xbm.objectives.moco import MoCo
 from xbm.training.runtime import Runtime
 

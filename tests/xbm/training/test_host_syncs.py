@@ -105,8 +105,8 @@ OBJECTIVES = {   # name -> dotted config values
 # H100, CUDA's sync debug mode let ``torch.from_numpy(...).to("cuda", non_blocking=True)`` pass and raised on
 # ``t[i] = False`` into a CUDA tensor). Named by site and count, so that any other such op there still fails.
 HOST_WORK = {"moco": Counter({Read("lift_fresh", "xbm/objectives/moco.py:MoCo.forward"): 1,
-                              Read("cpu", "xbm/loss.py:split_rows"): 1, Read("numpy", "xbm/loss.py:split_rows"): 1,
-                              Read("lift_fresh", "xbm/loss.py:split_rows.<locals>.<genexpr>"): 2})}
+                              Read("cpu", "xbm/losses/xbm_loss.py:split_rows"): 1, Read("numpy", "xbm/losses/xbm_loss.py:split_rows"): 1,
+                              Read("lift_fresh", "xbm/losses/xbm_loss.py:split_rows.<locals>.<genexpr>"): 2})}
 def _cases():
     for objective, values in OBJECTIVES.items():
         for kind in KINDS:

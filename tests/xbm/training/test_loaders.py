@@ -175,7 +175,7 @@ def test_the_ranks_of_a_node_are_counted_together_against_its_shared_memory(monk
     """Bug caught: each data-parallel rank checked its own loader workers against the whole /dev/shm, which
     the node's ranks share: 4 ranks needing 4 x 37 MiB passed a 64 MiB check and failed in their first batches.
     The ranks on the node come from LOCAL_WORLD_SIZE (torchrun, Ray Train)."""
-    from xbm.distributed import Ranks
+    from xbm.training.distributed import Ranks
 
     _shm(monkeypatch, 64 * 2**20)
     sample = 3 * 224 * 224

@@ -185,7 +185,7 @@ def test_a_lambda_schedule_resumes_from_a_weights_only_checkpoint(tmp_path):
     """Bug caught: the cosine / warm-up schedule's state not surviving a checkpoint (a factor object that
     ``torch.load(weights_only=True)`` refuses, or a resumed run restarting the ramp): the resumed trainer must
     train its next epoch at the uninterrupted run's rate."""
-    from xbm.checkpoint import load_checkpoint
+    from xbm.training.checkpoint import load_checkpoint
 
     from ..conftest import tiny_trainer
 

@@ -16,7 +16,7 @@ from xbm.data import build_dataset
 from xbm.data.splits import assemble
 from xbm.data.toy import make_toy
 from xbm.trainer import TIMING_KEYS, Trainer
-from xbm.training import evaluation
+from xbm.evaluate import epoch as evaluation
 from xbm.training.reuse import REFERENCES_IGNORES, WARMUP_FIELDS, WARMUP_IGNORES, Reuse, ignored, state_digest
 
 # The tiny toy of tests/xbm/conftest.py (24 training classes x 8 samples, batches of 32: 6 steps an epoch).

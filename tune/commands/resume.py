@@ -1,0 +1,26 @@
+"""``xbm-tune resume PATH``: finish a sweep whose driver died, from its last checkpoints."""
+from __future__ import annotations
+
+import argparse
+
+from tune.commands.sweep import add_cluster_arguments, finish, say_interrupted
+from tune.options import parse_overrides
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("examples:\n  xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500\n"
+                     "  xbm-tune resume PATH --set data_root=/mnt/data/omniglot_small   # the data moved")
+    parser.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>)")
+    parser.add_argument("--set", action="append", default=[], metavar="data_root=PATH",
+                        help="read the data set from another folder (the same files, moved; relative to here)")
+    add_cluster_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tune.sweep import resume_sweep
+
+    args.resume_path = args.path
+    outcome = resume_sweep(args.path, address=args.address, dashboard=args.dashboard, paths=parse_overrides(args.set))
+    code = finish(outcome)
+    say_interrupted(outcome)
+    return code

@@ -1,0 +1,21 @@
+"""``xbm-tune show-space NAME``: a space resolved and validated, as a sweep would run it."""
+from __future__ import annotations
+
+import argparse
+
+from tune.options import bad_input, parse_overrides
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "example:\n  xbm-tune show-space delay --set epochs=20"
+    parser.add_argument("name", metavar="NAME", help="a shipped name or a YAML file")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="pin a value")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tune.search.spaces import load_space
+
+    with bad_input():
+        space = load_space(args.name, overrides=parse_overrides(args.set) or None)
+    print(space.describe())
+    return 0

@@ -1,0 +1,18 @@
+"""``xbm-tune spaces``: the shipped search spaces, one line each."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    from tune.search.spaces import list_spaces
+
+    spaces = list_spaces()
+    width = max((len(n) for n, _ in spaces), default=0)
+    for name, description in spaces:
+        print(f"{name:<{width}}  {description}")
+    return 0

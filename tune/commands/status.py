@@ -1,0 +1,22 @@
+"""``xbm-tune status PATH``: a sweep's trials as a table, read from its Parquet (``tune.results.status``)."""
+from __future__ import annotations
+
+import argparse
+
+from tune.options import bad_input
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "example:\n  xbm-tune status ~/xbm_sweeps/quickstart-20261121-081500 --top 10"
+    parser.add_argument("path", metavar="PATH")
+    parser.add_argument("--top", type=int, default=20, help="rows to show, best first (default %(default)s)")
+    parser.add_argument("--all", action="store_true", help="show every trial")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tune.results.status import load_status, status_table
+
+    with bad_input():
+        record, trials = load_status(args.path)
+    print(status_table(record, trials, top=None if args.all else args.top))
+    return 0

@@ -1,0 +1,70 @@
+"""``--scheduler pb2``: Population Based Bandits (Parker-Holder et al. 2020, "Provably Efficient Online
+Hyperparameter Optimization with Population-Based Bandits"), Ray's ``PB2``.
+
+PB2 is PBT (``tune.search.pbt.RecordingPBT``: the same exploit of a donor's whole checkpoint, the same
+``--perturbation-interval``, the same exploits record) whose explore does not multiply values by 0.8 / 1.2
+but picks them with a time-varying GP bandit (GP-UCB over the change of the metric per epoch). The GP
+works on each mutable param scaled to ``[0, 1]`` between its bounds (``hyperparam_bounds``), i.e. in
+linear space: a log-uniform param keeps its ``[lo, hi]``, and values in its lower decades fill only a sliver
+of the GP's range (``lr: {loguniform: [1e-6, 1e-2]}``: below 1e-3 is 10 % of it). The initial population is
+drawn from the space's own distributions (``--search random``), log-uniform included.
+
+Ray 2.60's PB2 fits its GP with scikit-learn (``sklearn.gaussian_process``), one of this package's own
+dependencies; GPy was the GP library of Ray's first PB2 and is not needed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ray.tune.schedulers.pb2 import PB2  # imports without scikit-learn (Ray checks it when PB2 is built)
+
+from tune.extras import require
+from tune.options import SweepInputError
+from tune.search.pbt import RecordsExploits
+from tune.trial.guards import TIME_ATTR, GuardedScheduler
+
+
+def hyperparam_bounds(space) -> dict[str, list[float]]:
+    """PB2's ``hyperparam_bounds`` from the space: each mutable param's ``[lo, hi]``. uniform, loguniform
+    and int give their own bounds; a choice of numbers gives ``[min, max]`` (PB2 then explores the whole
+    interval, not only the listed values). A mutable param with a value that is not a number raises
+    SweepInputError naming it: a GP bandit needs numbers."""
+    bounds = {}
+    for key in space.mutable:
+        dist = space.params[key].branches[0].dist
+        numeric = dist.numeric_bounds()
+        if numeric is None:
+            raise SweepInputError(f"--scheduler pb2 explores numbers between bounds, but the mutable param {key!r} is "
+                                  f"{dist.describe()}: give it a numeric distribution (uniform, loguniform, int or "
+                                  f"a choice of numbers), or use --scheduler pbt, which resamples choices")
+        bounds[key] = [numeric[0], numeric[1]]
+    return bounds
+
+
+class ClipToBounds:
+    """PB2's ``custom_explore_fn``: each explored value clipped to its bounds, as a plain Python number. Ray's
+    PB2 maps the GP's point back to ``lo + x * (hi - lo)`` and casts it to float32, which can land just
+    outside the bounds (float32(3e-3) > 3e-3) where a config rule (``lambda_mu <= 1``) would refuse it."""
+
+    def __init__(self, bounds: dict[str, list[float]]) -> None:
+        self.bounds = bounds
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for key, (lo, hi) in self.bounds.items():
+            if key in config:
+                value = min(max(float(config[key]), lo), hi)
+                config[key] = int(round(value)) if isinstance(lo, int) and isinstance(hi, int) else value
+        return config
+
+
+class RecordingPB2(GuardedScheduler, RecordsExploits, PB2):
+    """Ray's PB2 with the guards and the exploits record (Tune pickles it with the experiment: module level)."""
+
+
+def build_pb2(options, space) -> RecordingPB2:
+    """The sweep's PB2: the mutable params' bounds, the bottom quarter exploiting the top quarter."""
+    require("sklearn", "--scheduler pb2", "pip install scikit-learn (a dependency of xbm-tune: `pip install .`)")
+    bounds = hyperparam_bounds(space)
+    return RecordingPB2(time_attr=TIME_ATTR, perturbation_interval=options.perturbation_interval,
+                        hyperparam_bounds=bounds, quantile_fraction=0.25, synch=options.pbt_synch,
+                        custom_explore_fn=ClipToBounds(bounds))

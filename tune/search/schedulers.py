@@ -1,0 +1,114 @@
+"""Schedulers registry (``--scheduler``): ``asha``, ``hyperband``, ``fifo``, ``pbt``, ``pb2``; time attribute =
+``epoch``.
+
+ASHA (Li et al. 2020, "A System for Massively Parallel Hyperparameter Tuning", Algorithm 2) judges a
+trial at rungs ``grace_period * reduction_factor**k`` (k = 0, 1, ... while <= max_epochs) and stops it
+when its metric is below the rung's top ``1 / reduction_factor`` quantile. Ray's ASHA silently never
+stops a trial whose results lack the time attribute; the trainer's results always carry ``epoch``
+(1-based, continuous across restores).
+
+Each scheduler here records why it stopped a trial (``stop_reasons``: trial_id -> text), which the
+Parquet sink writes as ``stop_reason``. Every one is a ``tune.trial.guards.GuardedScheduler``: collapse-aware
+stopping (``--no-stop-collapsed`` turns it off) and the budgets (``--time-budget``, ``--gpu-hours-budget``)
+judge each result first, whatever the scheduler.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, TrialScheduler
+
+from tune.search.pbt import build_pbt, check_population
+from tune.trial.guards import TIME_ATTR, Budget, GuardedScheduler, Guards
+from tune.options import SweepInputError
+
+class _RecordsStops:
+    """Mixin: remember a STOP decision with the epoch and value it was taken on."""
+
+    label = ""
+
+    def __init__(self, stop_reasons: dict, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stop_reasons = stop_reasons  # shared with the Parquet sink: trial_id -> why it was stopped
+        self._max_t_attr = kwargs["max_t"]
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        decision = super().on_trial_result(tune_controller, trial, result)
+        epoch = result.get(TIME_ATTR)
+        if decision == TrialScheduler.STOP and epoch is not None and epoch < self._max_t_attr:
+            value = result.get(self._metric)
+            shown = f"{value:.4g}" if isinstance(value, (int, float)) else value
+            self.stop_reasons[trial.trial_id] = (f"{self.label}: {self._metric}={shown} below the rung cutoff "
+                                                 f"at epoch {epoch}")
+        return decision
+
+
+class RecordingASHA(GuardedScheduler, _RecordsStops, AsyncHyperBandScheduler):
+    label = "asha"
+
+
+class RecordingHyperBand(GuardedScheduler, _RecordsStops, HyperBandScheduler):
+    label = "hyperband"
+
+
+class GuardedFIFO(GuardedScheduler, FIFOScheduler):
+    """FIFO: no early stopping of its own, only the guards'."""
+
+
+def _asha(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    return RecordingASHA(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs, grace_period=options.grace_period,
+                         reduction_factor=options.reduction_factor)
+
+
+def _hyperband(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    return RecordingHyperBand(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs,
+                              reduction_factor=options.reduction_factor)
+
+
+def _fifo(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    return GuardedFIFO()
+
+
+def _pbt(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    return build_pbt(options, space)
+
+
+def _pb2(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    """PBT whose explore picks the new values with a GP bandit (``tune.search.pb2``)."""
+    from tune.search.pb2 import build_pb2  # Ray's pb2 module imports scikit-learn: only when asked for
+
+    check_population(options, space)
+    return build_pb2(options, space)
+
+
+#: name -> factory(options, max_epochs, stop_reasons, space) -> TrialScheduler
+SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo, "pbt": _pbt, "pb2": _pb2}
+
+
+def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ...]:
+    """The epochs at which ``scheduler`` may stop a trial: a trial evaluates them whatever its
+    ``eval_every``, so every decision is taken on a measured value. ASHA: its rungs (every bracket's);
+    FIFO: none; any other scheduler: every epoch (no saving, but no blind decision either). With
+    collapse-aware stopping, also the epoch the below-raw-pixels rule judges (``Guards.raw_epoch``)."""
+    guards = getattr(scheduler, "guards", None)
+    grace = {guards.raw_epoch} if guards is not None and guards.stop_collapsed else set()
+    if type(scheduler) in (FIFOScheduler, GuardedFIFO):  # every other scheduler subclasses FIFOScheduler
+        epochs = set()
+    elif isinstance(scheduler, AsyncHyperBandScheduler):
+        epochs = {int(m) for bracket in scheduler._brackets for m, _ in bracket._rungs}
+    else:
+        epochs = set(range(1, max_epochs + 1))
+    return tuple(sorted(e for e in epochs | grace if e <= max_epochs))
+
+
+def build_scheduler(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+    """The ``--scheduler``; ``space`` (a ``tune.search.spaces.SearchSpace``) gives PBT and PB2 their mutable params."""
+    if options.scheduler not in SCHEDULERS:
+        raise SweepInputError(f"--scheduler must be one of {sorted(SCHEDULERS)}, but got {options.scheduler!r}")
+    scheduler = SCHEDULERS[options.scheduler](options, max_epochs, stop_reasons, space)
+    budget = Budget(options.time_budget_s, options.gpu_hours_budget)
+    if options.stop_collapsed or budget.active:
+        scheduler.guards = Guards(stop_reasons, options.stop_collapsed, options.grace_period, budget,
+                                  options.gpus_per_worker)
+    return scheduler
+

@@ -1,0 +1,58 @@
+"""The pair-loss registry (``loss.kind``): one dict kind -> builder, each pytorch-metric-learning's loss.
+
+- ``supcon``: SupCon (Khosla et al. 2020, Eq. 2), PML ``SupConLoss(temperature)`` without its host reads
+  (:class:`xbm.losses.pair_masks.SupConLoss`), so it runs on pair masks.
+- ``contrastive``: the contrastive loss (Hadsell et al. 2006; the XBM paper's, seed 002 §3.1 "Contrastive loss"
+  and Table 1), PML ``ContrastiveLoss(pos_margin, neg_margin)``. On ``loss.distance=cosine`` (the XBM code's
+  similarity form) it is ``[pos_margin - S_ij]_+`` per positive and ``[S_ij - neg_margin]_+`` per negative pair
+  (the paper's lambda is neg_margin, 0.5 in its code); on ``lp`` ``[d_ij - pos_margin]_+`` / ``[neg_margin - d_ij]_+``.
+  PML averages each over its pairs with a non-zero loss and sums the two.
+- ``triplet``: the triplet loss (Schroff et al. 2015; seed 002 §3.1, Table 1), PML ``TripletMarginLoss(margin)``,
+  ``[d_ap - d_an + margin]_+`` over every triplet built from the mined (or all) pairs sharing an anchor.
+- ``multi_similarity``: MS (Wang et al. 2019, Eq. 8; seed 002 §3.1, Table 1), PML
+  ``MultiSimilarityLoss(alpha, beta, base)``; with ``loss.ms_mining`` its own pair mining (MS Eq. 3-4, PML
+  ``MultiSimilarityMiner(ms_epsilon)``), which :func:`own_miner` returns.
+- ``ntxent``: NT-Xent (Chen et al. 2020, SimCLR Eq. 1), PML ``NTXentLoss(temperature)``; with labels every other
+  row of the anchor's class is a positive (each positive pair its own softmax).
+
+With the memory each takes PML's index pairs (:class:`xbm.losses.xbm_loss.XBMLoss`), as in PML's ``CrossBatchMemory``; SupCon,
+the contrastive loss and NT-Xent run on pair masks (:mod:`xbm.losses.pair_masks`: the same numbers without host reads).
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from pytorch_metric_learning import distances, losses, miners
+from torch import nn
+
+from xbm.config import LossConfig
+from xbm.losses.pair_masks import SupConLoss
+
+LOSS_DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
+    "cosine": distances.CosineSimilarity,
+    "lp": distances.LpDistance,   # Euclidean after L2-normalising (PML's default)
+}
+
+LOSSES: dict[str, Callable[[LossConfig], nn.Module]] = {
+    "supcon": lambda cfg: SupConLoss(temperature=cfg.temperature),
+    "contrastive": lambda cfg: losses.ContrastiveLoss(pos_margin=cfg.pos_margin, neg_margin=cfg.neg_margin,
+                                                      distance=LOSS_DISTANCES[cfg.distance]()),
+    "triplet": lambda cfg: losses.TripletMarginLoss(margin=cfg.margin, distance=LOSS_DISTANCES[cfg.distance]()),
+    "multi_similarity": lambda cfg: losses.MultiSimilarityLoss(alpha=cfg.alpha, beta=cfg.beta, base=cfg.base),
+    "ntxent": lambda cfg: losses.NTXentLoss(temperature=cfg.temperature),
+}
+
+
+def build_loss(cfg: LossConfig) -> nn.Module:
+    """The pair loss of ``cfg.kind``."""
+    if cfg.kind not in LOSSES:
+        raise ValueError(f"loss.kind must be one of {sorted(LOSSES)}, but got {cfg.kind!r}")
+    return LOSSES[cfg.kind](cfg)
+
+
+def own_miner(cfg: LossConfig) -> Optional[nn.Module]:
+    """The loss's own miner, which replaces ``miner.*`` (the config requires miner.kind none then): MS's pair
+    mining (MS paper Eq. 3-4) with ``ms_mining``; None for every other loss."""
+    if cfg.mines_itself:
+        return miners.MultiSimilarityMiner(epsilon=cfg.ms_epsilon)
+    return None
