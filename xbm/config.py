@@ -37,8 +37,8 @@ LABELLED_NORMALISERS = ("pcxbn", "scxbn")
 # when the trainer is built (normaliser, miner, loss, MoCo, clipping) or re-applied to the optimiser's
 # groups after a checkpoint is loaded (lr, weight_decay). xbm.trainer.Trainer.load_state_dict(mutable=...)
 MUTABLE_KEYS = ("lr", "weight_decay", "clip_grad", "normaliser.lambda_mu", "normaliser.lambda_sigma",
-                "normaliser.kalman_r", "normaliser.ema_momentum", "miner.pos_margin", "miner.neg_margin",
-                "loss.temperature", "moco.momentum", "memory.batch_loss_weight")
+                "normaliser.kalman_r", "normaliser.kalman_ratio", "normaliser.ema_momentum", "miner.pos_margin",
+                "miner.neg_margin", "loss.temperature", "moco.momentum", "memory.batch_loss_weight")
 # why the keys most often asked for cannot change mid-run
 IMMUTABLE_REASONS = {
     "memory.ratio": "the memory is a preallocated ring buffer: its size is fixed for the run",
