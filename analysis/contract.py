@@ -51,13 +51,16 @@ EPOCH_TIME_COLUMNS = ("train_s", "data_wait_s", "eval_s", "checkpoint_s")
 #: everything before epoch 1 (data, model, references, warm-up): reported on every epoch row, constant within
 #: one start of a trial; a restart from a checkpoint adds its own set-up to the one recorded there
 SETUP_COLUMN = "setup_s"
+#: AXBN's Kalman gain K in use at the epoch's end (AXBN paper Algorithm 1, line 2); null for other normalisers
+KALMAN_GAIN = "kalman_gain"
 #: the epoch columns declared ahead of the code that reports them, so that every epoch file has them
-#: (null until reported; ``gpu_memory_peak_gib`` stays null on the CPU)
-EPOCH_DECLARED = (*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "skipped_images", "memory_bytes")
+#: (null until reported; ``gpu_memory_peak_gib`` stays null on the CPU, ``kalman_gain`` without AXBN)
+EPOCH_DECLARED = (*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "skipped_images", "memory_bytes",
+                  KALMAN_GAIN)
 #: trials.parquet values taken from the trial's latest epoch row that has one
 FROM_LAST_ROW = ("reference_raw_recall_at_1", SETUP_COLUMN, "best_weights")
 FLOAT_COLUMNS = frozenset({*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "train_fraction",
-                           "wall_time_s", "gpu_hours", "reference_raw_recall_at_1"})
+                           "wall_time_s", "gpu_hours", "reference_raw_recall_at_1", KALMAN_GAIN})
 
 def column_type(name: str, value: Any = None) -> pa.DataType:
     """A column's Arrow type: declared by name (``INT_COLUMNS``, ``STRING_COLUMNS``, ``FLOAT_COLUMNS``);

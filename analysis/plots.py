@@ -31,6 +31,12 @@ def _colours(names) -> dict:
     return {name: cmap(i % cmap.N) for i, name in enumerate(sorted(dict.fromkeys(map(str, names))))}
 
 
+def _integer_epochs(ax) -> None:
+    """Epoch ticks at whole epochs only (matplotlib's default locator puts ticks at 1.25, 1.5, ...)."""
+    from matplotlib.ticker import MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 DPI = 100
 
 
@@ -50,11 +56,16 @@ def png_bytes(fig, dpi: int | None = None) -> bytes:
 
 
 def plot_leaderboard(board: pd.DataFrame, metric: str, top: int = 15):
-    """Horizontal bars of ``best_<metric>`` for the ``top`` ranked trials (from ``leaderboard``)."""
+    """Horizontal bars of ``best_<metric>`` for the ``top`` ranked trials (from ``leaderboard``), coloured by
+    variant, with a legend of the variants drawn."""
+    from matplotlib.patches import Patch
     rows = board.dropna(subset=[f"best_{metric}"]).head(top).iloc[::-1]
     fig, ax = _figure(7, 0.6 + 0.3 * max(len(rows), 1))
     colours = _colours(board["variant"])
     ax.barh(rows["trial_id"].astype(str), rows[f"best_{metric}"], color=[colours[str(v)] for v in rows["variant"]])
+    shown = sorted(set(map(str, rows["variant"])))
+    if shown:
+        ax.legend(handles=[Patch(color=colours[v], label=v) for v in shown], fontsize=8, loc="lower right")
     ax.set_xlabel(f"best {metric}")
     ax.set_title(f"Leaderboard (top {len(rows)})")
     return fig
@@ -115,6 +126,7 @@ def plot_learning_curves(curves: pd.DataFrame, metric: str):
         ax.plot([], [], color=colour, label=variant)
     ax.legend(fontsize=8)
     ax.set_xlabel("epoch")
+    _integer_epochs(ax)
     ax.set_ylabel(metric)
     ax.set_title("Learning curves")
     return fig
@@ -132,6 +144,7 @@ def plot_survival(survival):
     for rung in survival.rungs:
         ax.axvline(rung, color="grey", ls=":", lw=1)
     ax.set_xlabel("epoch (dotted: ASHA rungs)")
+    _integer_epochs(ax)
     ax.set_ylabel("trials")
     ax.legend(fontsize=8)
     ax.set_title("ASHA survival")
@@ -190,6 +203,7 @@ def plot_drift_staleness(table: pd.DataFrame):
         for variant, rows in table[table["quantity"] == quantity].groupby("variant"):
             ax.plot(rows["epoch"], rows["mean"], marker=".", color=colours[str(variant)], label=str(variant))
         ax.set_xlabel("epoch")
+        _integer_epochs(ax)
         ax.set_title(quantity)
         ax.legend(fontsize=8)
     return fig
@@ -263,6 +277,7 @@ def plot_schedules(frame: pd.DataFrame):
             ax.step(rows["epoch"], rows["value"], where="post", label=str(trial_id)[-5:])
         ax.set_ylabel(param)
     axes[-1].set_xlabel("epoch")
+    _integer_epochs(axes[-1])   # shared x: one locator for every panel
     axes[0].set_title("PBT schedules: each trial's mutable values by epoch")
     return fig
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping, get_type_hints
 from xbm.checks import checker
 from xbm.normalisers.config import NormaliserConfig
 
-MINER_KINDS = ("pair_margin", "none")
+MINER_KINDS = ("auto", "pair_margin", "none")   # auto: follows the loss (resolve_miner_kind)
 # the values of loss.kind (xbm.losses.kinds owns the registry; repeated here so config stays torch-free)
 LOSS_KINDS = ("supcon", "contrastive", "triplet", "multi_similarity", "ntxent")
 LOSS_DISTANCES = ("cosine", "lp")
@@ -37,8 +37,8 @@ LABELLED_NORMALISERS = ("pcxbn", "scxbn")
 # when the trainer is built (normaliser, miner, loss, MoCo, clipping) or re-applied to the optimiser's
 # groups after a checkpoint is loaded (lr, weight_decay). xbm.trainer.Trainer.load_state_dict(mutable=...)
 MUTABLE_KEYS = ("lr", "weight_decay", "clip_grad", "normaliser.lambda_mu", "normaliser.lambda_sigma",
-                "normaliser.kalman_r", "normaliser.ema_momentum", "miner.pos_margin", "miner.neg_margin",
-                "loss.temperature", "moco.momentum", "memory.batch_loss_weight")
+                "normaliser.kalman_r", "normaliser.kalman_ratio", "normaliser.ema_momentum", "miner.pos_margin",
+                "miner.neg_margin", "loss.temperature", "moco.momentum", "memory.batch_loss_weight")
 # why the keys most often asked for cannot change mid-run
 IMMUTABLE_REASONS = {
     "memory.ratio": "the memory is a preallocated ring buffer: its size is fixed for the run",
@@ -124,9 +124,10 @@ class MemoryConfig:
 @dataclass(frozen=True)
 class MinerConfig:
     """PML PairMarginMiner. With ``cosine`` the margins are similarities: positives below pos_margin
-    and negatives above neg_margin are mined (the direction flips)."""
+    and negatives above neg_margin are mined (the direction flips). ``kind`` ``auto`` (default) follows the
+    loss (:func:`resolve_miner_kind`, applied by ``TrainConfig``, which records the resolved kind)."""
 
-    kind: str = "pair_margin"
+    kind: str = "auto"
     distance: str = "lp"
     pos_margin: float = 0.2
     neg_margin: float = 0.8
@@ -147,7 +148,7 @@ class LossConfig:
       neg_margin; with ``lp`` (distance form) neg_margin > pos_margin;
     - ``triplet``: ``margin`` on ``distance``;
     - ``multi_similarity``: ``alpha``, ``beta``, ``base``; ``ms_mining`` on: MS's own pair mining
-      (``MultiSimilarityMiner(ms_epsilon)``, which then replaces ``miner.*``: miner.kind must be none);
+      (``MultiSimilarityMiner(ms_epsilon)``, which then replaces ``miner.*``: miner.kind must be none or auto);
     - ``ntxent``: NT-Xent, ``temperature``.
     """
 
@@ -186,6 +187,15 @@ class LossConfig:
     def mines_itself(self) -> bool:
         """Whether the loss brings its own miner (MS with ``ms_mining``), which replaces ``miner.*``."""
         return self.kind == "multi_similarity" and self.ms_mining
+
+
+def resolve_miner_kind(kind: str, loss: LossConfig) -> str:
+    """``miner.kind`` with ``auto`` resolved from the loss, the one place of this rule: ``none`` when the loss
+    mines its own pairs (multi_similarity with ``ms_mining``), else ``pair_margin`` (the AXBN paper's SupCon
+    with a pair margin miner, §5.1). An explicit kind is kept (a conflicting one is then refused)."""
+    if kind != "auto":
+        return kind
+    return "none" if loss.mines_itself else "pair_margin"
 
 
 @dataclass(frozen=True)
@@ -278,6 +288,9 @@ class TrainConfig:
     neighbours: NeighboursConfig = field(default_factory=NeighboursConfig)
 
     def __post_init__(self) -> None:
+        if self.miner.kind == "auto":   # resolved once, here, so to_dict (the recorded config) holds the kind run
+            object.__setattr__(self, "miner", dataclasses.replace(
+                self.miner, kind=resolve_miner_kind(self.miner.kind, self.loss)))
         _check(0.0 <= self.val_fraction < 1.0, "val_fraction", "0 <= val_fraction < 1", self.val_fraction)
         for name in ("embedding_size", "image_size", "epochs", "batch_size", "samples_per_class", "lr_step",
                      "eval_every"):
@@ -335,7 +348,7 @@ class TrainConfig:
         if self.objective == "supervised":
             _check(not self.loss.mines_itself or self.miner.kind == "none", "miner.kind",
                    "none when loss.kind=multi_similarity with loss.ms_mining=true (MS mines its own pairs); set "
-                   "miner.kind=none, or loss.ms_mining=false to mine with miner.*", self.miner.kind)
+                   "miner.kind=none or auto, or loss.ms_mining=false to mine with miner.*", self.miner.kind)
             return
         _check(self.loss.kind == "supcon", "loss.kind", f"supcon (the default) under objective={self.objective}, "
                "which fixes its own loss (loss.kind chooses the loss of objective=supervised)", self.loss.kind)
@@ -454,12 +467,28 @@ def _flat_types(cls) -> dict[str, type]:
     return out
 
 
+#: keys holding a list as comma-separated text; ``coerce`` also takes a list or ``[1, 3]`` for them
+LIST_KEYS = ("eval_ks", "milestones")
+
+
+def _list_text(value: Any) -> Any:
+    """A list-valued key's value as its text: ``[1, 3]`` (YAML), ``"[1, 3]"`` (``--set``) -> ``"1,3"``; other
+    values unchanged (``"1,3"`` stays, anything else is judged by the key's own rule)."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item).strip() for item in value)
+    if isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]"):
+        return ",".join(part.strip() for part in value.strip()[1:-1].split(","))
+    return value
+
+
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
 def coerce(key: str, value: Any, kind: type) -> Any:
     """Convert ``value`` (often a string from ``--set``) to the field's type, or say why not."""
+    if key in LIST_KEYS:
+        value = _list_text(value)
     try:
         if kind is bool:
             if isinstance(value, bool):

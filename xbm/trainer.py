@@ -36,6 +36,7 @@ from xbm.training.distributed import Ranks
 from xbm.losses.xbm_loss import XBMLoss
 from xbm.models import compile_model, create_embedding_model
 from xbm.normalisers import build_normaliser
+from xbm.normalisers.axbn import AXBN
 from xbm.objectives import build_objective
 from xbm.evaluate import epoch as evaluation
 from xbm.losses.criteria import BatchLoss, memory_size
@@ -244,6 +245,7 @@ class Trainer:
                        gpu_memory_peak_gib=peak())
         metrics["skipped_images"] = self.splits.skipped_images  # on_bad_image=skip (xbm.data.bad_images)
         metrics["memory_bytes"] = self.xbm.memory.nbytes if self.xbm is not None else 0  # an objective's memory
+        metrics["kalman_gain"] = _kalman_gain(self.xbm)   # AXBN's gain K in use; None for other normalisers
         return metrics
 
     # ---- evaluation ----------------------------------------------------------------------------
@@ -365,6 +367,13 @@ class Trainer:
         self.previous_probe = None if probe is None else probe.cpu()
         self.epoch = int(state["epoch"])
         self.warmup_done = bool(state["warmup_done"])
+
+
+def _kalman_gain(xbm: Optional[XBMLoss]) -> Optional[float]:
+    """``kalman_gain``: the gain K AXBN used at its last step (AXBN paper Algorithm 1, line 2); None for
+    another normaliser, without a memory, or before the filter's first step (e.g. during the delay)."""
+    normaliser = None if xbm is None else xbm.normaliser
+    return normaliser.current_gain if isinstance(normaliser, AXBN) else None
 
 
 def _sampler_labels(sampler) -> Optional[list[int]]:

@@ -91,3 +91,38 @@ def test_parallel_lines_skip_absent_axes_but_reach_the_metric(sweep):
     assert all(line.get_xdata()[-1] == last for line in lines)
     # none/xbn skip lambda_mu, lambda_sigma, kalman_r; axbn skips the lambdas; pcxbn skips kalman_r
     assert {len(line.get_xdata()) for line in lines} == {last - 2, last - 1, last}
+
+
+def test_the_leaderboards_colours_have_a_legend_of_the_variants(sweep):
+    """Bug caught (issue 33 item 4): leaderboard bars coloured by variant with no legend, so a reader cannot
+    tell which colour is which variant: the legend's labels are the variants of the drawn bars, each with its
+    bars' colour."""
+    board = leaderboard(sweep)
+    fig = plots.plot_leaderboard(board, "recall_at_1")
+    legend = fig.axes[0].get_legend()
+    assert legend is not None
+    labels = [t.get_text() for t in legend.get_texts()]
+    drawn = board.dropna(subset=["best_recall_at_1"]).head(15)
+    assert labels == sorted(set(map(str, drawn["variant"]))) and len(labels) > 1
+    bar_colour = {str(v): bar.get_facecolor() for v, bar in zip(drawn["variant"].iloc[::-1], fig.axes[0].patches)}
+    assert {t: h.get_facecolor() for t, h in zip(labels, legend.legend_handles)} == bar_colour
+
+
+def _epoch_axes(sweep):
+    curves = plots.plot_learning_curves(learning_curves(sweep), "recall_at_1").axes
+    survival = plots.plot_survival(asha_survival(sweep)).axes
+    drift = plots.plot_drift_staleness(drift_staleness(sweep)).axes
+    return [*curves, *survival, *drift, *plots.plot_schedules(_schedules()).axes]
+
+
+def test_epoch_axes_tick_at_whole_epochs_only(sweep):
+    """Bug caught (issue 33 item 4): learning curves (and the other epoch axes) ticked at 1.25, 1.5, ...,
+    epochs that do not exist: every tick in view is an integer and its label reads as one."""
+    axes = _epoch_axes(sweep)
+    assert len(axes) >= 5
+    for ax in axes:
+        low, high = sorted(ax.get_xlim())
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_xlabel(), ticks)
+        labels = ax.xaxis.get_major_formatter().format_ticks(ticks)
+        assert all(label.lstrip("−-").isdigit() for label in labels), labels

@@ -252,7 +252,7 @@ MS = {"loss.kind": "multi_similarity", "miner.kind": "none"}
 
 NORMALISER_VALUES = {
     "centre_only": True, "unit_norm": True, "delay_epochs": 3, "lambda_mu": 0.25, "lambda_sigma": 0.75,
-    "absent": "skip", "kalman_r": 0.5, "kalman_q": 2.0, "kalman_p0": 3.0, "kalman_interval": 4,
+    "absent": "skip", "kalman_r": 0.5, "kalman_ratio": 0.05, "kalman_q": 2.0, "kalman_p0": 3.0, "kalman_interval": 4,
     "ema_momentum": 0.3, "eps": 1e-4,
 }
 

@@ -168,3 +168,25 @@ def test_the_printed_line_shows_every_k_of_the_runs_set():
                "reference_raw_recall_at_1": 0.2, "map_at_r": 0.125}
     assert train_cli.format_line(metrics, 3) == ("epoch 2/3  loss 0.5  recall_at_1 0.25  recall_at_100 0.75  "
                                                  "map_at_r 0.125")
+
+
+@pytest.mark.parametrize("kind", ["supcon", "contrastive", "triplet", "multi_similarity", "ntxent"])
+def test_every_loss_kind_trains_from_its_set_alone(tmp_path, kind):
+    """Bug caught (issue 32 item 7): ``--set loss.kind=multi_similarity`` alone exited 2 (the default
+    pair-margin miner conflicted with MS's own mining); every loss kind must train from ``--set loss.kind=K``
+    alone and record the miner kind it ran (none for MS, pair_margin otherwise) in config.yaml."""
+    out = tmp_path / "out"
+    assert train_cli.main([*TOY, "--set", f"loss.kind={kind}", "--set", "epochs=1", "--output", str(out)]) == 0
+    recorded = yaml.safe_load((out / "config.yaml").read_text())["miner.kind"]
+    assert recorded == ("none" if kind == "multi_similarity" else "pair_margin")
+
+
+@pytest.mark.parametrize("value", ["1,3", "[1,3]", "[1, 3]"])
+def test_list_valued_keys_take_commas_and_brackets(tmp_path, value):
+    """Bug caught (issue 32 item 7): ``--set eval_ks=[1,3]`` refused (only ``1,3`` was read): both forms
+    must give Recall@1 and Recall@3, and milestones take brackets as well."""
+    out = tmp_path / "out"
+    assert train_cli.main([*TOY, "--set", f"eval_ks={value}", "--set", "epochs=1", "--output", str(out)]) == 0
+    row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert sorted(k for k in row if k.startswith("recall_at_")) == ["recall_at_1", "recall_at_3"]
+    assert TrainConfig.from_dict({"eval_ks": [1, 3], "milestones": "[10, 20]"}).milestones == "10,20"

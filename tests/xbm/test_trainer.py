@@ -425,3 +425,14 @@ def test_memory_bytes_is_the_memory_buffers_size_and_zero_without_a_memory():
     slots = trainer.xbm.memory.size
     assert rows[0]["memory_bytes"] == slots * (32 * 4 + 3 * 8) + 2 * 8  # fp32 [M, 32]; 3 longs per slot; 2 scalars
     assert train(epochs=1, warmup_epochs=0, **{"memory.enabled": False})[0]["memory_bytes"] == 0
+
+
+def test_kalman_gain_is_axbns_gain_in_the_rows_and_none_for_other_normalisers():
+    """Bug caught: ``kalman_gain`` missing from the epoch rows, reported for a normaliser that has no gain
+    (XBN's rows would read as K = 0 or 1), or not the gain the filter used (AXBN paper Algorithm 1)."""
+    trainer = Trainer(config(epochs=2, warmup_epochs=0, **{"normaliser.kind": "axbn", "normaliser.kalman_ratio": 0.5}))
+    rows = list(trainer.fit())
+    assert all(isinstance(r["kalman_gain"], float) for r in rows)
+    assert rows[-1]["kalman_gain"] == float(trainer.xbm.normaliser.gain) and 0.0 < rows[-1]["kalman_gain"] < 1.0
+    for other in ({"normaliser.kind": "xbn"}, {"memory.enabled": False}):
+        assert [r["kalman_gain"] for r in train(epochs=1, warmup_epochs=0, **other)] == [None]

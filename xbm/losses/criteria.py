@@ -14,6 +14,7 @@ Miner distances (``miner.distance``):
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, Optional
 
@@ -22,7 +23,7 @@ from pytorch_metric_learning import distances, losses, miners
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
-from xbm.config import LossConfig, MinerConfig
+from xbm.config import LossConfig, MinerConfig, resolve_miner_kind
 from xbm.losses.pair_masks import loss_from_masks, pair_masks, supports_masks
 from xbm.losses.kinds import own_miner
 
@@ -34,7 +35,8 @@ DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
 
 
 def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
-    """``miner.kind`` none -> no miner (SupCon over every pair)."""
+    """``miner.kind`` none -> no miner (SupCon over every pair); else the PairMarginMiner (``auto`` reaches here
+    resolved, through ``TrainConfig`` or :func:`build_pair_miner`, unless no loss is known: SupCon's miner)."""
     if cfg.kind == "none":
         return None
     return miners.PairMarginMiner(pos_margin=cfg.pos_margin, neg_margin=cfg.neg_margin,
@@ -44,7 +46,9 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
 def build_pair_miner(loss: LossConfig, miner: MinerConfig) -> Optional[nn.Module]:
     """The loss's own miner (MS with ``loss.ms_mining``) or ``miner.*``'s."""
     mine = own_miner(loss)
-    return mine if mine is not None else build_miner(miner)
+    if mine is not None:
+        return mine
+    return build_miner(dataclasses.replace(miner, kind=resolve_miner_kind(miner.kind, loss)))
 
 
 def memory_size(ratio: float, n_train: int) -> int:

@@ -18,6 +18,10 @@ class AXBN(StatefulNormaliser):
 
         p_pred = p + q;   K = p_pred / (p_pred + r / |B|);   p = (1 - K) p_pred
 
+    With ``kalman_ratio`` = rho = r / (q |B|) set, r / |B| = rho q (§3.2.1: the system depends on r / q
+    alone). Divided by q the recursion reads s = p / q + 1, K = s / (s + rho), p / q = (1 - K) s: the gains
+    depend on rho and p_0 / q only, and tend to K* = s* / (s* + rho) with s* = (1 + sqrt(1 + 4 rho)) / 2.
+
     and on every call (mu_hat, sigma_hat start as the first batch's moments):
 
         mu_hat    += K (E[B] - mu_hat)
@@ -42,11 +46,16 @@ class AXBN(StatefulNormaliser):
         if prefix + "p" in state_dict and prefix + "gain" in state_dict:
             self._p, self._gain = float(state_dict[prefix + "p"]), float(state_dict[prefix + "gain"])
 
+    @property
+    def current_gain(self) -> float | None:
+        """The gain K the last call used (the epoch rows' ``kalman_gain``); None before the first call."""
+        return self._gain if self._calls > 0 else None
+
     def target_moments(self, batch: Moments, batch_size: int) -> Moments:
         call = self._start(batch)
         if call % self.cfg.kalman_interval == 0:
             p_pred = self._p + self.cfg.kalman_q
-            self._gain = p_pred / (p_pred + self.cfg.kalman_r / batch_size)
+            self._gain = p_pred / (p_pred + self.cfg.measurement_noise(batch_size))
             self._p = (1.0 - self._gain) * p_pred
             self.p.fill_(self._p)
             self.gain.fill_(self._gain)

@@ -199,3 +199,17 @@ def test_a_resumed_sink_keeps_the_finished_rows_the_killed_driver_wrote(tmp_path
     assert rows["early"]["stop_reason"] == "asha: recall_at_1=0.2 below the rung cutoff at epoch 2 after 2/4 epochs"
     assert rows["crash"]["status"] == "failed" and rows["crash"]["error"] == "RuntimeError: boom"
     assert os.stat(tmp_path / "trials.parquet").st_ino == written
+
+
+def test_kalman_gain_is_a_declared_float_column_null_for_other_normalisers(tmp_path):
+    """Bug caught: ``kalman_gain`` left out of an epoch file whose trial never reports it (a sweep of kinds
+    then concatenates files with and without the column), or typed by its first value."""
+    sink = make_sink(tmp_path)
+    feed(sink, FakeTrial("t1", {**BASE, "normaliser.kind": "none"}), [1])
+    axbn = FakeTrial("t2", {**BASE, "normaliser.kind": "axbn"})
+    sink.on_trial_start(0, [], axbn)
+    sink.on_trial_result(0, [], axbn, result(1, 0.1, kalman_gain=0.75))
+    for trial, gain in (("t1", None), ("t2", 0.75)):
+        table = pq.read_table(tmp_path / "epochs" / f"{trial}.parquet")
+        assert str(table.schema.field("kalman_gain").type) == "double"
+        assert table.column("kalman_gain").to_pylist() == [gain]

@@ -294,3 +294,12 @@ def test_a_param_conditioned_on_an_absent_param_is_absent(tmp_path):
         exists = config["normaliser.kind"] == "pcxbn" and config["normaliser.absent"] == "global"
         assert (config["normaliser.lambda_sigma"] is not None) == exists
         assert (config["normaliser.absent"] is not None) == (config["normaliser.kind"] == "pcxbn")
+
+
+@pytest.mark.parametrize("value", ["1,3", "[1,3]", "[1, 3]"])
+def test_a_set_list_value_takes_commas_or_brackets(value):
+    """Bug caught (issue 32 item 7): ``xbm-tune sweep --set eval_ks=[1,3]`` refused as not a comma-separated
+    list, and ``loss.kind=multi_similarity`` alone refused for the default miner (now ``auto``)."""
+    space = load_space("quickstart", overrides={"eval_ks": value, "loss.kind": "multi_similarity"})
+    assert space.base["eval_ks"] == "1,3"
+    assert TrainConfig.from_dict(space.resolve({})).miner.kind == "none"

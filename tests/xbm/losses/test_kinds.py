@@ -144,8 +144,8 @@ def test_own_miner_only_for_ms_with_its_mining():
      "loss.pos_margin must satisfy pos_margin > neg_margin=0.5 in similarity form"),
     ({"loss.kind": "ntxent", "loss.temperature": 0.0}, "loss.temperature must satisfy > 0, but got 0.0"),
     ({"loss.distance": "dot"}, "loss.distance must satisfy one of ['cosine', 'lp']"),
-    ({"loss.kind": "multi_similarity"}, "miner.kind must satisfy none when loss.kind=multi_similarity with "
-                                        "loss.ms_mining=true"),
+    ({"loss.kind": "multi_similarity", "miner.kind": "pair_margin"},
+     "miner.kind must satisfy none when loss.kind=multi_similarity with loss.ms_mining=true"),
     ({"loss.base": 1.5}, "loss.base must satisfy -1 <= base <= 1"),
     ({"loss.kind": "triplet", "loss.margin": -0.1}, "loss.margin must satisfy >= 0"),
     ({"objective": "instance", "loss.kind": "triplet"}, "loss.kind must satisfy supcon (the default) under "
@@ -207,3 +207,19 @@ def test_every_loss_scores_against_every_normalisers_memory(name, kind):
         got.backward()
         assert torch.isfinite(x.grad).all()
     assert crit.last_stats["adapted"] == (0.0 if kind == "none" else 1.0)
+
+
+@pytest.mark.parametrize("kind", sorted(LOSSES))
+def test_every_loss_kind_alone_resolves_its_miner_and_validates(kind):
+    """Bug caught (issue 32 item 7): ``--set loss.kind=multi_similarity`` alone exiting 2, because the default
+    miner.kind=pair_margin conflicted with MS's own mining; ``auto`` must resolve to no miner for MS with its
+    mining and to the pair-margin miner for every other loss, in the recorded config and in the built miner."""
+    from xbm.config import resolve_miner_kind
+
+    cfg = TrainConfig.from_dict({"dataset": "toy", "model": "mlp", "loss.kind": kind})
+    want = "none" if kind == "multi_similarity" else "pair_margin"
+    assert cfg.miner.kind == want == cfg.to_dict()["miner.kind"] == resolve_miner_kind("auto", cfg.loss)
+    miner = build_pair_miner(cfg.loss, MinerConfig())   # auto, resolved where the miner is built too
+    assert type(miner) is (miners.MultiSimilarityMiner if kind == "multi_similarity" else miners.PairMarginMiner)
+    unmined = TrainConfig.from_dict({"loss.kind": kind, "loss.ms_mining": False})
+    assert unmined.miner.kind == "pair_margin" and TrainConfig.from_dict(cfg.to_dict()) == cfg

@@ -42,7 +42,8 @@ class ReferenceNormaliser:
         if cfg.kind == "axbn":
             if self.calls % cfg.kalman_interval == 0:
                 p_pred = self.p + cfg.kalman_q
-                self.gain = p_pred / (p_pred + cfg.kalman_r / batch_size)
+                noise = cfg.kalman_ratio * cfg.kalman_q if cfg.kalman_ratio >= 0 else cfg.kalman_r / batch_size
+                self.gain = p_pred / (p_pred + noise)
                 self.p = (1 - self.gain) * p_pred
             self.mu_hat = self.mu_hat + self.gain * (batch_mean - self.mu_hat)
             self.sigma_hat = self.sigma_hat + self.gain * (batch_std - self.sigma_hat)

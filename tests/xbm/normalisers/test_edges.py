@@ -76,7 +76,7 @@ def test_unknown_kind_lists_the_valid_ones():
     ("lambda_sigma", 1.5, "0 <= lambda_sigma <= 1"), ("kalman_r", -1.0, ">= 0"), ("kalman_q", 0.0, "> 0"),
     ("kalman_p0", 0.0, "> 0"), ("kalman_interval", 0, ">= 1"), ("ema_momentum", 1.0, "0 <= ema_momentum < 1"),
     ("ema_momentum", -0.2, "0 <= ema_momentum < 1"), ("delay_epochs", -1, ">= 0"), ("eps", 0.0, "> 0"),
-    ("centre_only", 1, "a boolean"),
+    ("centre_only", 1, "a boolean"), ("kalman_ratio", -0.5, "kalman_ratio >= 0, or -1.0 (not set: r is kalman_r)"),
 ])
 def test_bad_configurations_raise_with_rule_and_value(field, value, rule):
     """Bug caught: a bound that lets a bad value through (e.g. lambda_sigma <= 2), or a message whose
@@ -214,3 +214,30 @@ def test_shape_errors_give_the_rule_and_the_shapes():
             "(4, 3) torch.float32 cpu")):
         norm(torch.randn(4, 3), torch.zeros(4, **long), torch.randn(2, 3), torch.zeros(2, **long),
              out=torch.empty(4, 3, dtype=torch.float64))
+
+
+def test_a_ratio_with_an_explicit_r_is_refused_naming_both():
+    """Bug caught: kalman_r and kalman_ratio both given and one silently dropped (a sweep of r that the ratio
+    overrides, or the reverse): the ratio fixes r = ratio q |B|, so a non-default r with it is refused."""
+    rule = ("its default 0.01 when kalman_ratio=0.001 is set (the ratio fixes r = kalman_ratio * q * |B|): give "
+            "kalman_r or kalman_ratio, not both")
+    with pytest.raises(ValueError, match=f"^{re.escape(f'normaliser.kalman_r must satisfy {rule}, but got 0.5')}$"):
+        NormaliserConfig(kind="axbn", kalman_r=0.5, kalman_ratio=0.001)
+    assert NormaliserConfig(kind="axbn", kalman_ratio=0.001).measurement_noise(64) == pytest.approx(0.001)
+
+
+def test_old_keys_still_load_and_mean_r_over_the_batch():
+    """Bug caught: configs recorded before kalman_ratio (kalman_r, kalman_q, no ratio) refused on load, or
+    their r read through the ratio: r / |B| must stay kalman_r / |B|, the paper's 0.01 / 64 by default."""
+    from xbm.config import TrainConfig
+
+    recorded = {k: v for k, v in TrainConfig().to_dict().items() if k != "normaliser.kalman_ratio"}
+    recorded.update({"normaliser.kind": "axbn", "normaliser.kalman_r": 0.5, "normaliser.kalman_q": 2.0})
+    cfg = TrainConfig.from_dict(recorded).normaliser
+    assert (cfg.kalman_r, cfg.kalman_q, cfg.measurement_noise(32)) == (0.5, 2.0, 0.5 / 32)
+    assert NormaliserConfig(kind="axbn").measurement_noise(64) == 0.01 / 64
+
+
+def test_the_gain_interval_reaches_the_papers_100():
+    """Bug caught: an upper bound on kalman_interval below the AXBN paper's 100 (§5.1, SOP and In-Shop)."""
+    assert NormaliserConfig(kind="axbn", kalman_interval=100).kalman_interval == 100

@@ -1,6 +1,8 @@
 """AXBN's Kalman filter and the EMA: limits that equal XBN, state_dict round trips, the delay."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -85,3 +87,48 @@ def test_a_fresh_filter_holds_no_estimate_and_an_int64_call_counter(kind):
     state = build_normaliser(NormaliserConfig(kind=kind)).state_dict()
     assert state["mu_hat"].shape == state["sigma_hat"].shape == (0,)
     assert state["calls"].dtype == torch.long and int(state["calls"]) == 0
+
+
+def _gains(cfg, case, calls):
+    norm = build_normaliser(cfg)
+    out = []
+    for call in range(calls):
+        _run(norm, case, [call])
+        out.append(float(norm.gain))
+    return out
+
+
+@pytest.mark.parametrize("ratio,q,interval", [(1.5625e-4, 1.0, 1), (0.3, 2.0, 2), (4.0, 0.25, 3), (0.0, 1.0, 1)])
+def test_the_ratio_reaches_the_filter_as_r_over_q_batch(ratio, q, interval, case):
+    """Bug caught: ``kalman_ratio`` ignored by the filter (it keeps using kalman_r / |B|), or turned into
+    r / |B| the wrong way (ratio / |B|, ratio / q, ratio |B|): the gains must be Algorithm 1's with
+    r = ratio q |B| (AXBN paper §3.2.1), computed here by hand, and equal those of the old keys given
+    that r."""
+    batch_size = len(case.batch(0)[1])
+    cfg = NormaliserConfig(kind="axbn", kalman_ratio=ratio, kalman_q=q, kalman_p0=1.5, kalman_interval=interval)
+    r = ratio * q * batch_size
+    p, want = 1.5, []
+    for call in range(7):
+        if call % interval == 0:
+            p_pred = p + q
+            gain = p_pred / (p_pred + r / batch_size)
+            p = (1 - gain) * p_pred
+        want.append(gain)
+    assert _gains(cfg, case, 7) == pytest.approx(want, rel=1e-12, abs=0)
+    old = NormaliserConfig(kind="axbn", kalman_r=r, kalman_q=q, kalman_p0=1.5, kalman_interval=interval)
+    assert _gains(old, case, 7) == pytest.approx(want, rel=1e-12, abs=0)
+
+
+def test_the_same_ratio_with_another_q_gives_the_same_gains(case):
+    """Bug caught: the ratio applied without q (r / |B| = ratio instead of ratio q), so that the gains move
+    with q at a fixed ratio, against §3.2.1 (the system depends on r / q alone): with p_0 / q equal the gains
+    are identical at every call, and from any p_0 they reach the same steady gain
+    K* = s / (s + rho), s = (1 + sqrt(1 + 4 rho)) / 2."""
+    rho = 0.7
+    small = _gains(NormaliserConfig(kind="axbn", kalman_ratio=rho, kalman_q=0.5, kalman_p0=0.5), case, 6)
+    large = _gains(NormaliserConfig(kind="axbn", kalman_ratio=rho, kalman_q=8.0, kalman_p0=8.0), case, 6)
+    assert small == pytest.approx(large, rel=1e-12, abs=0) and len(set(small)) > 1
+    s = (1 + math.sqrt(1 + 4 * rho)) / 2
+    for q in (0.5, 8.0):   # p_0 = 1 for both: the first gains differ, the steady gain does not
+        steady = _gains(NormaliserConfig(kind="axbn", kalman_ratio=rho, kalman_q=q, kalman_p0=1.0), case, 40)[-1]
+        assert steady == pytest.approx(s / (s + rho), rel=1e-9)
