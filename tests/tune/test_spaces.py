@@ -294,3 +294,17 @@ def test_a_param_conditioned_on_an_absent_param_is_absent(tmp_path):
         exists = config["normaliser.kind"] == "pcxbn" and config["normaliser.absent"] == "global"
         assert (config["normaliser.lambda_sigma"] is not None) == exists
         assert (config["normaliser.absent"] is not None) == (config["normaliser.kind"] == "pcxbn")
+
+
+def test_a_space_sweeps_the_sampler_and_vehicleid_s_test_lists(tmp_path):
+    """Bug caught: the sampler or VehicleID's test list unreachable from a space (XBM Fig. 6's shuffled batches,
+    Table 1's three VehicleID columns), a batch size only sampler=random allows refused under it, or a test list
+    the release does not ship accepted before Ray starts."""
+    text = params_yaml("sampler: {grid: [m_per_class, random]}\nvehicleid_test_size: {grid: [800, 1600, 2400]}",
+                       "dataset: vehicleid")
+    space = load_space(write(tmp_path, text))
+    assert space.params["sampler"].possible_values() == ["m_per_class", "random"]
+    assert space.params["vehicleid_test_size"].possible_values() == [800, 1600, 2400]
+    load_space(write(tmp_path, params_yaml("batch_size: {grid: [16, 30]}", "sampler: random"), "random.yaml"))
+    with pytest.raises(SpaceError, match="vehicleid_test_size"):
+        load_space(write(tmp_path, params_yaml("vehicleid_test_size: {choice: [800, 1000]}"), "bad.yaml"))
