@@ -81,7 +81,7 @@ def check_space(space, options: SweepOptions) -> None:
     if workers > 1:
         check_batch_split(_values(space, "batch_size"), _values(space, "samples_per_class"),
                           _values(space, "objective"), workers, neighbours_k=_values(space, "neighbours.k"),
-                          bn_splits=_values(space, "moco.bn_splits"))
+                          bn_splits=_values(space, "moco.bn_splits"), samplers=_values(space, "sampler"))
     if workers > 1 and options.gpus_per_trial > 0 and "cpu" in _values(space, "device"):
         raise SweepInputError("device=cpu cannot run a data-parallel trial on GPUs: its workers talk over NCCL, "
                               "which carries CUDA tensors only (the first gather of CPU tensors fails); drop "
@@ -90,18 +90,20 @@ def check_space(space, options: SweepOptions) -> None:
 
 def check_batch_split(batch_sizes: Iterable[int], samples_per_class: Iterable[int], objectives: Iterable[str],
                       workers: int, flag: str = "--workers-per-trial", neighbours_k: Iterable[int] = (None,),
-                      bn_splits: Iterable[int] = (None,)) -> None:
+                      bn_splits: Iterable[int] = (None,), samplers: Iterable[str] = (None,)) -> None:
     """Every combination of the given values splits over ``workers`` ranks by the config's one rule
     (:func:`xbm.config.batch_split_problem`: whole classes, whole neighbour tuples, MoCo's sub-batches shared
     out); the error names ``flag`` and the batch size that would split. None: the TrainConfig default."""
     default = TrainConfig()
-    for batch, per_class, objective, k, splits in itertools.product(batch_sizes, samples_per_class, objectives,
-                                                                     neighbours_k, bn_splits):
+    for batch, per_class, objective, k, splits, sampler in itertools.product(batch_sizes, samples_per_class,
+                                                                              objectives, neighbours_k, bn_splits,
+                                                                              samplers):
         if batch is None:
             continue
         problem = batch_split_problem(batch, workers, objective, per_class,
                                       default.neighbours.k if k is None else k,
-                                      default.moco.bn_splits if splits is None else splits)
+                                      default.moco.bn_splits if splits is None else splits,
+                                      default.sampler if sampler is None else sampler)
         if problem is None:
             continue
         if problem.field != "batch_size":

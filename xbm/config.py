@@ -50,10 +50,16 @@ IMMUTABLE_REASONS = {
     "data_root": "a data key: the data, its splits and the memory's indices belong to one data set",
     "val_fraction": "a data key: the data, its splits and the memory's indices belong to one data set",
     "samples_per_class": "a data key: the sampler's batches follow it",
+    "sampler": "a data key: the sampler's batches follow it",
     "image_size": "a data key: the images and the decoded cache follow it",
 }
 # what a file that cannot be decoded does (xbm.data.bad_images owns it; repeated so config stays torch-free)
 ON_BAD_IMAGE = ("stop", "skip")
+# how supervised batches are drawn: PML's class-balanced MPerClassSampler, or a plain shuffle of the training images
+# (XBM paper Fig. 6: the memory helps without class-balanced batches); xbm.objectives.supervised builds them
+SAMPLERS = ("m_per_class", "random")
+# VehicleID's official test lists by their vehicles: small, medium, large (xbm.data.vehicleid reads them)
+VEHICLEID_TEST_SIZES = (800, 1600, 2400)
 
 
 _check = checker()
@@ -74,21 +80,24 @@ class SplitProblem:
 
 
 def batch_split_problem(batch_size: int, workers: int, objective: str, samples_per_class: int,
-                        neighbours_k: int, bn_splits: int) -> SplitProblem | None:
+                        neighbours_k: int, bn_splits: int, sampler: str = "m_per_class") -> SplitProblem | None:
     """The first rule of xbm.training.sharding that ``batch_size`` rows over ``workers`` ranks break, else None:
-    equal shares; whole classes for ``supervised`` (``samples_per_class`` rows each); whole tuples for
+    equal shares; whole classes for ``supervised`` (``samples_per_class`` rows each; equal shares with
+    ``sampler=random``, whose batches hold no whole classes); whole tuples for
     ``neighbours`` (an anchor and its k neighbours); for ``moco``, its shuffled BatchNorm sub-batches shared out
     (``bn_splits`` a multiple of ``workers``). The one rule behind the config's check and the CLI flags'."""
     if workers <= 1:
         return None
     share = batch_size // workers
-    unit, unit_name, what = {"supervised": (samples_per_class, f"samples_per_class={samples_per_class}", "classes"),
+    # the unit a rank draws whole: a key of the table below (sampler=random: shuffled images, equal shares)
+    drawn = "classes" if objective == "supervised" and sampler == "m_per_class" else objective
+    unit, unit_name, what = {"classes": (samples_per_class, f"samples_per_class={samples_per_class}", "classes"),
                              "neighbours": (neighbours_k + 1, f"neighbours.k + 1 = {neighbours_k + 1}", "tuples"),
-                             }.get(objective, (1, "", ""))
+                             }.get(drawn, (1, "", ""))
     if batch_size % workers:
         return SplitProblem("batch_size", batch_size, f"a multiple of workers={workers} (batch_size is the global "
                             "batch, split evenly over the workers)", unit, unit_name, what)
-    if objective == "supervised" and share % unit:
+    if drawn == "classes" and share % unit:
         return SplitProblem("batch_size", batch_size, f"batch_size / workers a whole multiple of {unit_name} (each "
                             f"worker takes whole classes of the global batch; batch_size / workers = {batch_size} / "
                             f"{workers} = {share}): change batch_size, workers or samples_per_class",
@@ -247,6 +256,7 @@ class TrainConfig:
     evaluate_test: bool = False
     eval_every: int = 1
     eval_ks: str = "auto"
+    vehicleid_test_size: int = 800
     model: str = "resnet50"
     embedding_size: int = 512
     pretrained: bool = False
@@ -260,6 +270,7 @@ class TrainConfig:
     warmup_epochs: int = 2
     batch_size: int = 64
     samples_per_class: int = 4
+    sampler: str = "m_per_class"
     lr: float = 1e-4
     weight_decay: float = 1e-4
     lr_step: int = 15
@@ -300,6 +311,9 @@ class TrainConfig:
         _check(self.eval_ks == "auto" or parse_ks(self.eval_ks) is not None, "eval_ks",
                "'auto' (the data set's K set) or a non-empty comma-separated list of distinct integers >= 1, "
                "e.g. 1,2,4,8", self.eval_ks)
+        _check(self.vehicleid_test_size in VEHICLEID_TEST_SIZES, "vehicleid_test_size",
+               f"one of {list(VEHICLEID_TEST_SIZES)} (VehicleID's small, medium and large test lists)",
+               self.vehicleid_test_size)
         _check(self.augment in AUGMENT, "augment", f"one of {list(AUGMENT)}", self.augment)
         _check(self.normalize in NORMALIZE, "normalize", f"one of {list(NORMALIZE)}", self.normalize)
         _check(self.on_bad_image in ON_BAD_IMAGE, "on_bad_image", f"one of {list(ON_BAD_IMAGE)}", self.on_bad_image)
@@ -310,9 +324,12 @@ class TrainConfig:
         self._check_optimisation()
         _check(self.amp in AMP_MODES, "amp", f"one of {list(AMP_MODES)}", self.amp)
         _check(self.compile in COMPILE_MODES, "compile", f"one of {list(COMPILE_MODES)}", self.compile)
-        # the M-per-class sampler's rule; label-free objectives draw images, not classes
-        _check(self.objective != "supervised" or self.batch_size % self.samples_per_class == 0, "batch_size",
-               f"a multiple of samples_per_class={self.samples_per_class}", self.batch_size)
+        _check(self.sampler in SAMPLERS, "sampler", f"one of {list(SAMPLERS)}", self.sampler)
+        # the M-per-class sampler's rule; label-free objectives and sampler=random draw images, not classes
+        _check(self.objective != "supervised" or self.sampler == "random"
+               or self.batch_size % self.samples_per_class == 0, "batch_size",
+               f"a multiple of samples_per_class={self.samples_per_class} under sampler=m_per_class (sampler=random "
+               "draws shuffled images, any batch size)", self.batch_size)
         _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                "device", "'auto', 'cpu' or 'cuda[:N]'", self.device)
         self._check_objective()
@@ -323,7 +340,7 @@ class TrainConfig:
         _check(self.workers >= 1, "workers", ">= 1 (data-parallel ranks per run)", self.workers)
         _check(self.sync_bn in SYNC_BN, "sync_bn", f"one of {list(SYNC_BN)}", self.sync_bn)
         problem = batch_split_problem(self.batch_size, self.workers, self.objective, self.samples_per_class,
-                                      self.neighbours.k, self.moco.bn_splits)
+                                      self.neighbours.k, self.moco.bn_splits, self.sampler)
         if problem is not None:
             _check(False, problem.field, problem.rule, problem.value)
 

@@ -72,6 +72,16 @@ def test_the_global_batch_must_split_into_whole_classes_per_rank():
         check_batch_split([16], [4], ["moco"], 3)
 
 
+def test_sampler_random_needs_only_equal_shares_per_rank():
+    """Bug caught: the check before Ray refusing a random-sampler batch for splitting classes it never keeps
+    whole (16 rows over 8 ranks at 4 samples per class), or a space sweeping the sampler checked for one value."""
+    check_batch_split([16], [4], ["supervised"], 8, samplers=["random"])   # 2 shuffled rows per rank
+    with pytest.raises(SweepInputError, match="samples_per_class=4"):
+        check_batch_split([16], [4], ["supervised"], 8, samplers=["random", "m_per_class"])
+    with pytest.raises(SweepInputError, match="a multiple of 3, one share per rank"):
+        check_batch_split([16], [4], ["supervised"], 3, samplers=["random"])
+
+
 def test_label_free_objectives_split_by_the_configs_own_rule():
     """Bug caught (the flags' copy of the rule had drifted from the config's): a neighbours batch with no whole
     tuples per rank, or MoCo sub-batches that do not share out over the ranks, passed the check before Ray

@@ -53,6 +53,8 @@ def test_unknown_key_lists_valid_ones_and_suggests():
     ({"epochs": 2.5}, "epochs must be of type int"),
     ({"memory.ratio": 0.0}, "memory.ratio"),
     ({"batch_size": 30}, "multiple of samples_per_class"),
+    ({"sampler": "balanced"}, r"sampler must satisfy one of \['m_per_class', 'random'\], but got 'balanced'"),
+    ({"vehicleid_test_size": 1000}, r"vehicleid_test_size must satisfy one of \[800, 1600, 2400\]"),
     ({"miner.distance": "manhattan"}, "miner.distance"),
     ({"normaliser.lambda_mu": 2.0}, "lambda_mu"),
     ({"amp": "fp8"}, "amp"),
@@ -61,3 +63,19 @@ def test_unknown_key_lists_valid_ones_and_suggests():
 def test_bad_values_state_the_rule_and_value(values, fragment):
     with pytest.raises(ValueError, match=fragment):
         TrainConfig.from_dict(values)
+
+
+def test_sampler_random_lifts_only_the_whole_class_rules():
+    """Bug caught: sampler=random still refusing batches that hold no whole classes (batch_size 30 at 4 samples
+    per class; 8 rows per rank of 4 ranks at 16 samples per class), or the relaxation reaching the default
+    sampler or the equal-shares rule every data-parallel batch needs."""
+    from xbm.config import batch_split_problem
+
+    TrainConfig.from_dict({"sampler": "random", "batch_size": 30})
+    TrainConfig.from_dict({"sampler": "random", "batch_size": 32, "samples_per_class": 16, "workers": 4})
+    with pytest.raises(ValueError, match="multiple of workers=3"):
+        TrainConfig.from_dict({"sampler": "random", "batch_size": 32, "workers": 3})
+    with pytest.raises(ValueError, match="whole multiple of samples_per_class=16"):
+        TrainConfig.from_dict({"batch_size": 32, "samples_per_class": 16, "workers": 4})
+    assert batch_split_problem(32, 4, "supervised", 16, 1, 1, "random") is None
+    assert batch_split_problem(32, 4, "supervised", 16, 1, 1).unit == 16   # default m_per_class: whole classes

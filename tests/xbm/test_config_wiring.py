@@ -26,7 +26,8 @@ from xbm.errors import BadImageError, DatasetNotFoundError
 
 from ..conftest import cuda_run_settings_kept
 from .conftest import TINY, TINY_TRAIN_SAMPLES, tiny_trainer
-from .data.conftest import make_drawings, truncate
+from .data.conftest import _write_image, make_drawings, truncate
+from .data.test_vehicleid import listed, make_vehicleid
 
 DEFAULTS = TrainConfig.from_dict(TINY).to_dict()
 
@@ -115,6 +116,24 @@ def _eval_ks(key, fx):
                        "test_recall_at_40"]
     assert "recall_at_10" in default and "recall_at_3" not in default
     assert row["recall_at_1"] <= row["recall_at_3"] <= row["recall_at_40"]
+
+
+def _vehicleid_test_size(key, fx):
+    root = fx.tmp_path / "vehicleid"
+    make_vehicleid(root, _write_image)
+    vehicleid = {"dataset": "vehicleid", "data_root": str(root), "image_size": 8, "batch_size": 4,
+                 "samples_per_class": 2}
+    for size in (800, 2400):
+        trainer = tiny_trainer(**vehicleid, vehicleid_test_size=size)
+        assert len(trainer.splits.test.query) == len(listed(size)) and trainer.splits.test.gallery is None
+
+
+def _sampler(key, fx):
+    trainer = tiny_trainer(sampler="random", batch_size=30)   # 30: no whole classes of samples_per_class=4
+    assert type(trainer.loader.sampler.sampler).__name__ == "ShuffledIndices"
+    drawn = [int(i) for _, _, indices in trainer.loader for i in indices]
+    assert len(drawn) == len(set(drawn)) == TINY_TRAIN_SAMPLES // 30 * 30   # each image at most once a pass
+    assert len(list(trainer.fit())) == 1
 
 
 def _seed(key, fx):
@@ -266,6 +285,7 @@ EFFECTS: dict[str, Any] = {
     "evaluate_test": Check(_evaluate_test),
     "eval_every": Check(_eval_every),
     "eval_ks": Check(_eval_ks),
+    "vehicleid_test_size": Check(_vehicleid_test_size),
     "model": Attribute("test_resnet", lambda t: t.model.backbone.pretrained_cfg["architecture"],
                        extra={"dataset": "digits", "image_size": 16, "batch_size": 20}),
     "embedding_size": Attribute(24, lambda t: (t.model.head.out_features, t.xbm.memory.dim), (24, 24)),
@@ -282,6 +302,7 @@ EFFECTS: dict[str, Any] = {
     "warmup_epochs": Check(_warmup_epochs),
     "batch_size": Attribute(16, lambda t: (t.loader.batch_size, t.loader.sampler.sampler.batch_size), (16, 16)),
     "samples_per_class": Attribute(2, lambda t: t.loader.sampler.sampler.m_per_class),
+    "sampler": Check(_sampler),
     "lr": Attribute(3e-3, lambda t: {g["lr"] for g in t.optimizer.param_groups}, {3e-3}),
     "weight_decay": Attribute(0.05, lambda t: {g["weight_decay"] for g in t.optimizer.param_groups}, {0.05}),
     "lr_step": Attribute(3, lambda t: t.scheduler.step_size),

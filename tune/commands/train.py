@@ -49,7 +49,7 @@ def _checked(args: argparse.Namespace, workers: int):
         raise SweepInputError(f"--workers must be >= 1 (data-parallel workers of the run), but got {workers}")
     cfg = train_cli.resolve_config(args)
     check_batch_split([cfg.batch_size], [cfg.samples_per_class], [cfg.objective], workers, "--workers",
-                      [cfg.neighbours.k], [cfg.moco.bn_splits])
+                      [cfg.neighbours.k], [cfg.moco.bn_splits], [cfg.sampler])
     cfg = cfg.replace(workers=workers)
     folder = train_cli.output_folder(args.output)
     have = torch.cuda.device_count() if cfg.device != "cpu" else 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from xbm.data import cars196, cifar, cub200, deepfashion2, digits, inshop, omniglot, sop, toy
+from xbm.data import cars196, cifar, cub200, deepfashion2, digits, inshop, omniglot, sop, toy, vehicleid
 from xbm.data.bad_images import without_samples
 from xbm.data.base import DatasetSplits, RawData
 from xbm.data.cars196 import build_cars196
@@ -17,10 +17,12 @@ from xbm.data.omniglot import build_omniglot
 from xbm.data.sop import build_sop
 from xbm.data.splits import assemble
 from xbm.data.toy import build_toy
+from xbm.data.vehicleid import build_vehicleid
 
 DATASETS: dict[str, Callable[..., RawData]] = {
     "sop": build_sop,
     "inshop": build_inshop,
+    "vehicleid": build_vehicleid,
     "deepfashion2": build_deepfashion2,
     "cifar10": build_cifar10,
     "cifar100": build_cifar100,
@@ -35,6 +37,7 @@ DATASETS: dict[str, Callable[..., RawData]] = {
 RECALL_KS: dict[str, tuple[int, ...]] = {
     "sop": sop.RECALL_KS,
     "inshop": inshop.RECALL_KS,
+    "vehicleid": vehicleid.RECALL_KS,
     "deepfashion2": deepfashion2.RECALL_KS,
     "cifar10": cifar.RECALL_KS,
     "cifar100": cifar.RECALL_KS,
@@ -68,7 +71,8 @@ def build_dataset(cfg, images: bool = True) -> DatasetSplits:
     raw = DATASETS[cfg.dataset](cfg)
     skipped = 0
     if images and cfg.on_bad_image == "skip" and raw.source.input_kind == "image":
-        per_class = cfg.samples_per_class if cfg.objective == "supervised" else 0  # what the sampler draws
+        balanced = cfg.objective == "supervised" and cfg.sampler == "m_per_class"
+        per_class = cfg.samples_per_class if balanced else 0  # what the sampler draws
         raw, skipped = without_samples(raw, image_reader(raw.source, raw.style, cfg).skipped, per_class)
     splits = assemble(raw, cfg.val_fraction, cfg.image_size)
     splits.skipped_images = skipped

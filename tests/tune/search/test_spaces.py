@@ -1,4 +1,4 @@
-"""tune/spaces: validation errors (file, key, rule, value), conversion for Optuna and Ray, resolve, fairness."""
+"""tune/search/spaces: validation errors (file, key, rule, value), conversion for Optuna and Ray, resolve, fairness."""
 from __future__ import annotations
 
 import textwrap
@@ -303,3 +303,17 @@ def test_a_set_list_value_takes_commas_or_brackets(value):
     space = load_space("quickstart", overrides={"eval_ks": value, "loss.kind": "multi_similarity"})
     assert space.base["eval_ks"] == "1,3"
     assert TrainConfig.from_dict(space.resolve({})).miner.kind == "none"
+
+
+def test_a_space_sweeps_the_sampler_and_vehicleid_s_test_lists(tmp_path):
+    """Bug caught: the sampler or VehicleID's test list unreachable from a space (XBM Fig. 6's shuffled batches,
+    Table 1's three VehicleID columns), a batch size only sampler=random allows refused under it, or a test list
+    the release does not ship accepted before Ray starts."""
+    text = params_yaml("sampler: {grid: [m_per_class, random]}\nvehicleid_test_size: {grid: [800, 1600, 2400]}",
+                       "dataset: vehicleid")
+    space = load_space(write(tmp_path, text))
+    assert space.params["sampler"].possible_values() == ["m_per_class", "random"]
+    assert space.params["vehicleid_test_size"].possible_values() == [800, 1600, 2400]
+    load_space(write(tmp_path, params_yaml("batch_size: {grid: [16, 30]}", "sampler: random"), "random.yaml"))
+    with pytest.raises(SpaceError, match="vehicleid_test_size"):
+        load_space(write(tmp_path, params_yaml("vehicleid_test_size: {choice: [800, 1000]}"), "bad.yaml"))

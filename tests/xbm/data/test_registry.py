@@ -3,7 +3,8 @@ import pytest
 from xbm.data import DATASETS, build_dataset
 from xbm.errors import DatasetNotFoundError
 
-ALL = ["sop", "inshop", "deepfashion2", "cifar10", "cifar100", "cub200", "cars196", "omniglot", "digits", "toy"]
+ALL = ["sop", "inshop", "vehicleid", "deepfashion2", "cifar10", "cifar100", "cub200", "cars196", "omniglot", "digits",
+       "toy"]
 FILE_BASED = [name for name in ALL if name not in ("digits", "toy")]
 
 
@@ -37,6 +38,8 @@ def test_each_data_set_declares_its_papers_recall_at_k_set():
     assert recall_ks("cub200") == recall_ks("cars196") == (1, 2, 4, 8)
     assert recall_ks("sop") == (1, 10, 100, 1000)
     assert recall_ks("inshop") == (1, 10, 20, 30, 40, 50)
-    assert {recall_ks(name) for name in ALL if name not in ("cub200", "cars196", "sop", "inshop")} == {(1, 10)}
+    assert recall_ks("vehicleid") == (1, 5)
+    papers = ("cub200", "cars196", "sop", "inshop", "vehicleid")
+    assert {recall_ks(name) for name in ALL if name not in papers} == {(1, 10)}
     with pytest.raises(ValueError, match="'imagenet'"):
         recall_ks("imagenet")

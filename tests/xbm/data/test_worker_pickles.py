@@ -17,6 +17,7 @@ from tests.xbm.data.test_deepfashion2 import make_deepfashion2
 from tests.xbm.data.test_inshop import make_inshop
 from tests.xbm.data.test_omniglot import SMALL, make_omniglot_folder, needs_small
 from tests.xbm.data.test_sop import make_sop
+from tests.xbm.data.test_vehicleid import make_vehicleid
 from xbm.data import build_dataset, cache, images
 from xbm.objectives.views import TwoViews
 from xbm.training.loaders import SeededSampler
@@ -51,6 +52,7 @@ BUILDERS = {
     "cars196": _fixture(make_cars, dataset="cars196"),
     "sop": _fixture(make_sop, dataset="sop", val_fraction=0.5),
     "inshop": _fixture(make_inshop, dataset="inshop"),
+    "vehicleid": _fixture(make_vehicleid, dataset="vehicleid"),
     "deepfashion2": _fixture(make_deepfashion2, dataset="deepfashion2"),
     "omniglot": _fixture(make_omniglot_folder, dataset="omniglot"),
     "digits": lambda root, write_image: {"dataset": "digits"},

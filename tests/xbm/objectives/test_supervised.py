@@ -1,4 +1,5 @@
 """``objective=supervised``: the project's protocol as an objective (its methods, called directly)."""
+import numpy as np
 import pytest
 import torch
 from pytorch_metric_learning import distances, losses, miners, samplers
@@ -26,6 +27,41 @@ def test_the_pair_loss_miner_and_sampler_are_the_configured_supcon_pair_margin_m
     assert isinstance(sampler, samplers.MPerClassSampler)
     assert (sampler.m_per_class, sampler.batch_size, len(sampler)) == (2, 8, 8)
     assert build_objective(tiny_config(**{"miner.kind": "none"}), torch.nn.Identity(), torch.arange(4)).miner() is None
+
+
+def _passes(sampler, n: int = 3) -> list[list[int]]:
+    np.random.seed(5)   # both samplers draw from NumPy's global RNG, which the trainer seeds
+    return [list(sampler) for _ in range(n)]
+
+
+def test_the_default_sampler_draws_the_batches_it_drew_before_sampler_existed():
+    """Bug caught: adding sampler=random changing the default run's batches (another sampler, length, or RNG
+    draws) for the same seed, which would make every earlier result irreproducible."""
+    labels = torch.arange(60) % 12   # 12 classes x 5
+    cfg = tiny_config(samples_per_class=2, batch_size=8)
+    assert cfg.sampler == "m_per_class"
+    for sampler in (Supervised(cfg).sampler(labels), Supervised(cfg.replace(sampler="m_per_class")).sampler(labels)):
+        # the old make_sampler's, fresh: it shuffles its class list in place, so its order is state
+        before = samplers.MPerClassSampler(labels, 2, batch_size=8, length_before_new_iter=60)
+        assert _passes(sampler) == _passes(before)
+
+
+@pytest.mark.parametrize("batch_size", [8, 10])
+def test_sampler_random_is_a_permutation_of_the_training_set_per_pass(batch_size):
+    """Bug caught: sampler=random still drawing class-balanced batches (XBM Fig. 6 compares against plain shuffled
+    batches), drawing images twice or never in a pass, repeating one order every pass, or refusing a batch size
+    that is not a multiple of samples_per_class."""
+    labels = torch.arange(40) % 10   # 10 classes x 4
+    sampler = Supervised(tiny_config(sampler="random", samples_per_class=2, batch_size=batch_size)).sampler(labels)
+    whole = 40 // batch_size * batch_size   # the pass is cut to whole batches, as MPerClassSampler's is
+    passes = _passes(sampler)
+    for drawn in passes:
+        assert len(drawn) == len(sampler) == whole and len(set(drawn)) == whole and set(drawn) <= set(range(40))
+    assert passes[0] != passes[1]
+    batches = [labels[drawn[b:b + batch_size]] for drawn in passes for b in range(0, whole, batch_size)]
+    # an M-per-class batch holds batch_size / 2 classes with 2 images each; shuffled batches mostly do not
+    balanced = [bool((torch.bincount(y) % 2 == 0).all()) and y.unique().numel() == batch_size // 2 for y in batches]
+    assert not all(balanced)
 
 
 @pytest.mark.parametrize("amp", [None, torch.bfloat16])
