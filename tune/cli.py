@@ -39,6 +39,7 @@ EXAMPLES = """examples:
   xbm-tune export ~/xbm_sweeps/quickstart-20261121-081500 --best --out embedder/
   xbm-tune embed embedder/ --images photos/ --out embeddings.parquet
   xbm-tune retrieve embedder/ --gallery embeddings.parquet --query queries/ --k 5 --grid top5.png
+  xbm-tune oneshot embedder/ --runs omniglot/all_runs   # Omniglot's 20-way one-shot error, per run and mean
 """
 
 SWEEP_EXAMPLES = """examples:
@@ -379,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_delegated(sub, "export", "a trial's (or a train run's) best weights as an embedder folder", "tune.export")
     _add_delegated(sub, "embed", "embed a folder of images with an export folder, into Parquet", "xbm.embed_cli")
     _add_delegated(sub, "retrieve", "top-k gallery images per query with an export folder", "tune.retrieve")
+    _add_delegated(sub, "oneshot", "an export's error on Omniglot's 20-way one-shot runs", "tune.commands.oneshot")
     p = sub.add_parser("report", help="write report.md and figures into a sweep folder")
     p.add_argument("path", metavar="PATH")
     p.set_defaults(func=cmd_report)

@@ -1,0 +1,1 @@
+"""xbm-tune's commands: one module per command, each with ``add_arguments(parser)`` and ``run(args) -> int``."""
