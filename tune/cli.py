@@ -39,6 +39,7 @@ EXAMPLES = """examples:
   xbm-tune export ~/xbm_sweeps/quickstart-20261121-081500 --best --out embedder/
   xbm-tune embed embedder/ --images photos/ --out embeddings.parquet
   xbm-tune retrieve embedder/ --gallery embeddings.parquet --query queries/ --k 5 --grid top5.png
+  xbm-tune oneshot embedder/ --runs omniglot/all_runs   # Omniglot's 20-way one-shot error, per run and mean
 """
 
 #: command -> one line for ``--help``; its module is ``tune.commands.<command with _ for ->``
@@ -56,6 +57,7 @@ COMMANDS = {
     "export": "a trial's (or a train run's) best weights as an embedder folder",
     "embed": "embed a folder of images with an export folder, into Parquet",
     "retrieve": "top-k gallery images per query with an export folder",
+    "oneshot": "an export's error on Omniglot's 20-way one-shot runs",
     "report": "write report.md and figures into a sweep folder",
 }
 

@@ -1,0 +1,101 @@
+"""``xbm-tune oneshot`` (tune/commands/oneshot.py): printed errors and interval, the Parquet, bad input exits 2."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.xbm.evaluate.oneshot_fixture import identity_export, polarity_run, two_runs
+from tune.cli import main
+from xbm.embedder import WEIGHTS
+
+# two runs, errors 1/4 and 2/4 (oneshot_fixture.two_runs): mean 0.375, s = 0.25 / sqrt(2) = 0.1768,
+# s / sqrt(2) = 0.125, t_{0.975, 1} = 12.706: 37.50% +- 158.83%
+T_975_1 = 12.706204736
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("oneshot")
+    two_runs(root / "runs")
+    return identity_export(root / "embedder"), root
+
+
+def printed(out: str) -> tuple[dict[str, tuple[float, int, int]], tuple[float, float, float]]:
+    runs = {m[1]: (float(m[2]), int(m[3]), int(m[4]))
+            for m in re.finditer(r"^  (run\d+)  error +([\d.]+)%  \((\d+)/(\d+) wrong", out, re.M)}
+    mean = re.search(r"^mean error ([\d.]+)% \(95% t-interval over runs (-?[\d.]+)% to (-?[\d.]+)%\)", out, re.M)
+    return runs, tuple(float(v) for v in mean.groups())
+
+
+def test_prints_each_run_and_the_mean_with_its_t_interval(setup, capsys):
+    """Bug caught: runs' errors not the hand computation, the mean weighted by drawings, the interval not the
+    Student-t one the help names (a normal quantile, 1.96, gives +-24.50%), fractions printed as percentages."""
+    export, root = setup
+    out = root / "a.parquet"
+    assert main(["oneshot", str(export), "--runs", str(root / "runs"), "--out", str(out), "--device", "cpu"]) == 0
+    runs, (mean, low, high) = printed(capsys.readouterr().out)
+    assert runs == {"run01": (25.0, 1, 4), "run02": (50.0, 2, 4)}
+    half = 100 * T_975_1 * 0.125
+    assert (mean, low, high) == (37.5, round(37.5 - half, 2), round(37.5 + half, 2))
+
+
+def test_the_parquet_rows_match_the_printed_numbers(setup, capsys):
+    """Bug caught: rows in another order or unit than printed, a column missing, the summary's mean not the
+    printed one, the file written anywhere but beside the export by default."""
+    export, root = setup
+    assert main(["oneshot", str(export), "--runs", str(root / "runs"), "--device", "cpu"]) == 0
+    runs, (mean, low, high) = printed(capsys.readouterr().out)
+    table = pq.read_table(root / "embedder.oneshot.parquet")
+    rows = table.to_pylist()
+    assert [r["run"] for r in rows] == list(runs)
+    for row in rows:
+        assert (round(100 * row["error"], 2), row["errors"], row["n_test"]) == runs[row["run"]]
+        assert row["error"] == row["errors"] / row["n_test"] and row["n_train"] == 4
+    summary = json.loads(table.schema.metadata[b"oneshot"])
+    assert round(100 * summary["mean"], 2) == mean and summary["confidence"] == 0.95
+    assert (round(100 * summary["low"], 2), round(100 * summary["high"], 2)) == (low, high)
+    assert json.loads(table.schema.metadata[b"embedder"]) == {"run": "identity"}
+
+
+def test_the_exports_polarity_reaches_the_command(tmp_path, capsys):
+    """Bug caught: the command reading drawings its own way instead of through the export's preprocessing
+    (without the recorded ``invert``, item01 of polarity_run is wrong: 50%); one run prints no interval."""
+    polarity_run(tmp_path / "runs")
+    export = identity_export(tmp_path / "embedder")
+    assert main(["oneshot", str(export), "--runs", str(tmp_path / "runs"), "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "run01  error   0.00%  (0/2 wrong, 2-way)" in out and "mean error 0.00% (no interval" in out
+
+
+def bad_inputs(root, export):
+    """(argv's EXPORT and --runs, text the error must hold) for each kind of bad input."""
+    no_labels = root / "no_labels"
+    shutil.copytree(root / "runs", no_labels)
+    (no_labels / "run02" / "class_labels.txt").unlink()
+    no_drawing = root / "no_drawing"
+    shutil.copytree(root / "runs", no_drawing)
+    (no_drawing / "run01" / "test" / "item04.png").unlink()
+    (root / "empty").mkdir()
+    partial = root / "partial"
+    partial.mkdir()
+    (partial / "embedder.yaml").write_bytes((export / "embedder.yaml").read_bytes())
+    return [(export, root / "empty", f"{root / 'empty'} holds no run folder"),
+            (export, no_labels, f"{no_labels / 'run02'} has no class_labels.txt"),
+            (export, no_drawing, f"lists {no_drawing / 'run01' / 'test' / 'item04.png'}, which does not exist"),
+            (partial, root / "runs", f"{partial} lacks {WEIGHTS}")]
+
+
+def test_bad_input_exits_2_naming_it_and_writes_nothing(setup, tmp_path, capsys):
+    """Bug caught: a folder without runs, a run without its labels, a missing drawing or an export folder
+    without weights failing with a traceback (exit 1), naming nothing, or leaving a Parquet behind."""
+    export, root = setup
+    shutil.copytree(root / "runs", tmp_path / "runs")
+    for given, runs, named in bad_inputs(tmp_path, export):
+        out = tmp_path / "o.parquet"
+        assert main(["oneshot", str(given), "--runs", str(runs), "--out", str(out), "--device", "cpu"]) == 2, named
+        assert named in capsys.readouterr().err
+        assert not out.exists()

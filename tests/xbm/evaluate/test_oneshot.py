@@ -1,0 +1,82 @@
+"""xbm.evaluate.oneshot: Omniglot's one-shot runs read and scored, against hand computations
+(tests/xbm/evaluate/oneshot_fixture.py explains the drawings and the identity embedder)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.xbm.evaluate.oneshot_fixture import identity_export, polarity_run, two_runs
+from xbm.embedder import load_embedder
+from xbm.evaluate.oneshot import RunResult, evaluate_runs, misclassified, read_run, read_runs
+
+
+def errors_of(results: list[RunResult]) -> dict[str, int]:
+    return {r.run: r.errors for r in results}
+
+
+def test_errors_of_two_runs_match_the_hand_computation(tmp_path):
+    """Bug caught: test i paired with training drawing i (sorted) instead of its listed answer, lines re-sorted
+    apart from their answers, a run-relative path (run02) or a release path (run01) not found, the error
+    divided by the wrong count."""
+    expected = two_runs(tmp_path / "runs")
+    embedder = load_embedder(identity_export(tmp_path / "export"), "cpu")
+    results = evaluate_runs(read_runs(tmp_path / "runs"), lambda paths: embedder.embed(paths, device="cpu"))
+    assert errors_of(results) == expected == {"run01": 1, "run02": 2}
+    assert [(r.n_test, r.n_train) for r in results] == [(4, 4), (4, 4)]
+    assert [r.error for r in results] == [0.25, 0.5]
+
+
+def test_the_exports_recorded_polarity_is_used(tmp_path):
+    """Bug caught: drawings read without the export's preprocessing (here its ``invert``: Omniglot's black
+    strokes on white must enter as high strokes on 0), which gets item01 of the fixture wrong (hand
+    computation in ``polarity_run``)."""
+    polarity_run(tmp_path / "runs")
+    runs = read_runs(tmp_path / "runs")
+    for invert, errors in ((True, 0), (False, 1)):  # the second shows the fixture tells the two readings apart
+        embedder = load_embedder(identity_export(tmp_path / f"export_{invert}", invert=invert), "cpu")
+        assert errors_of(evaluate_runs(runs, lambda paths: embedder.embed(paths, device="cpu"))) == {"run01": errors}
+
+
+def test_cosine_not_inner_product_and_ties_go_to_the_first_candidate():
+    """Bug caught: raw inner products (the long candidate (3, 3) scores 3 > 1 against (1, 0), though its cosine
+    is 0.71 < 1); an argmax that breaks ties towards the last candidate (the reference demo takes the first)."""
+    test = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    train = torch.tensor([[2.0, 0.0], [3.0, 3.0], [0.0, 5.0], [0.0, 0.5]])
+    assert misclassified(test, train, [0, 2]).tolist() == [False, False]  # row 1 ties 2 and 3: 2 wins
+    assert misclassified(test, train, [1, 3]).tolist() == [True, True]
+
+
+def test_a_folder_without_runs_is_named(tmp_path):
+    """Bug caught: an empty result (mean of no runs: NaN) instead of an error naming the folder."""
+    (tmp_path / "all_runs").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no run folder.*give .*all_runs"):
+        read_runs(tmp_path)
+
+
+def test_a_missing_label_file_or_drawing_is_named(tmp_path):
+    """Bug caught: a run without class_labels.txt skipped silently; a listed drawing missing found only by
+    the image reader (or not at all for a training drawing), without the line that lists it."""
+    two_runs(tmp_path)
+    (tmp_path / "run02" / "training" / "class03.png").unlink()
+    with pytest.raises(FileNotFoundError, match=r"class_labels.txt:3 lists .*run02/training/class03.png"):
+        read_run(tmp_path / "run02")
+    (tmp_path / "run01" / "class_labels.txt").unlink()
+    with pytest.raises(FileNotFoundError, match="run01 has no class_labels.txt"):
+        read_runs(tmp_path)
+
+
+def test_a_malformed_line_is_named(tmp_path):
+    """Bug caught: a line of one path read as a pair with itself, or an IndexError without the file and line."""
+    two_runs(tmp_path)
+    labels = tmp_path / "run01" / "class_labels.txt"
+    labels.write_text(labels.read_text() + "run01/test/item01.png\n")
+    with pytest.raises(ValueError, match=r"class_labels.txt:5 must be two paths"):
+        read_run(tmp_path / "run01")
+
+
+def test_error_is_a_share_of_the_test_drawings():
+    """Bug caught: errors divided by the training drawings' count (or a percentage where a fraction is kept)."""
+    assert math.isclose(RunResult("run01", n_test=20, n_train=20, errors=3).error, 0.15)
+    assert RunResult("run01", n_test=4, n_train=2, errors=1).error == 0.25
