@@ -25,7 +25,7 @@ from analysis.columns import VARIANT_FLAGS, config_columns, higher_is_better, va
 from analysis import contract
 from analysis.contract import (CONFIG_PREFIX, DEFAULT_METRIC, EPOCH_TIME_COLUMNS, INT_COLUMNS, STRING_COLUMNS,
                                TRIALS_FILE, SweepRecord, read_retried)
-from analysis.location import Location
+from analysis.location import Folder
 
 DERIVED_STATUS = "unknown"
 _RECORD_FIELDS = frozenset(f.name for f in fields(SweepRecord)) - {"extra", "space", "options"}
@@ -55,7 +55,7 @@ class Sweep:
     epochs: pd.DataFrame
     problems: list[Problem] = field(default_factory=list)
     options: dict = field(default_factory=dict)
-    locations: tuple[Location, ...] = ()
+    locations: tuple[Folder, ...] = ()
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -139,7 +139,7 @@ def load(path_or_paths: str | Path | Iterable[str | Path]) -> Sweep:
     ``pyarrow.fs`` understands (``s3://bucket/sweeps/quickstart``)."""
     if isinstance(path_or_paths, (str, Path)):
         path_or_paths = [path_or_paths]
-    folders = [Location.resolve(p) for p in path_or_paths]
+    folders = [Folder.sweep(p) for p in path_or_paths]
     if not folders:
         raise ValueError("analysis.load needs at least one sweep folder, but got an empty list")
     problems: list[Problem] = []
@@ -169,7 +169,7 @@ def load(path_or_paths: str | Path | Iterable[str | Path]) -> Sweep:
     return Sweep(trials_df, epochs_df, problems, options, tuple(folders))
 
 
-def _read_options(folder: Location, problems: list[Problem]) -> dict:
+def _read_options(folder: Folder, problems: list[Problem]) -> dict:
     relative = "results/sweep.json"
     if not folder.exists(relative):
         problems.append(Problem(folder.display(relative),
@@ -183,7 +183,7 @@ def _read_options(folder: Location, problems: list[Problem]) -> dict:
         return {}
 
 
-def _read_parquet(folder: Location, relative: str, problems: list[Problem]) -> pd.DataFrame | None:
+def _read_parquet(folder: Folder, relative: str, problems: list[Problem]) -> pd.DataFrame | None:
     # a read racing the sink's replacement of the file on an object store can mix two versions (a size
     # lookup, then a ranged GET): read again before calling the file unreadable (analysis.contract)
     try:
@@ -199,11 +199,11 @@ _TYPES = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.bool_(): 
           pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}
 
 
-def _read_folder(folder: Location, metric: str, maximise: bool, problems: list[Problem]):
+def _read_folder(folder: Folder, metric: str, maximise: bool, problems: list[Problem]):
     frames = []
     if folder.is_dir("results/epochs"):
-        for relative in folder.list("results/epochs", ".parquet"):
-            frame = _read_parquet(folder, relative, problems)
+        for name in folder.list("results/epochs", ".parquet"):
+            frame = _read_parquet(folder, f"results/epochs/{name}", problems)
             if frame is not None:
                 frames.append(frame)
     else:

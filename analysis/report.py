@@ -85,9 +85,9 @@ class _Report:
     def remove_stale_figures(self) -> None:
         """figures/ belongs to the report: a figure an earlier report drew for a section that no longer
         applies would otherwise outlive it."""
-        for relative in self.folder.list("figures", ".png"):
-            if relative not in self.written:
-                self.folder.fs.delete_file(self.folder.path(relative))
+        for name in self.folder.list("figures", ".png"):
+            if f"figures/{name}" not in self.written:
+                self.folder.delete(f"figures/{name}")
 
     def short(self, key: str) -> str:
         """A config key reduced to the parameters the sweep varied."""

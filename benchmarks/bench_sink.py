@@ -44,7 +44,9 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
 
-from tune.results.parquet import Storage, build_table  # noqa: E402
+from tune.results.parquet import build_table  # noqa: E402
+
+from analysis.location import Folder
 from tune.results.sink import ParquetSink  # noqa: E402
 
 BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs": 0, "batch_size": 32,
@@ -149,7 +151,7 @@ def window(root: str, held: int, trials: list[FakeTrial], epochs: int, concurren
     earlier, last = trials[:held - 100], trials[held - 100:held]
     if earlier:
         sink.metric_types = {"recall_at_1": pa.float64(), "map_at_r": pa.float64()}
-        Storage(f"{root}/w{held}/results").write_table(
+        Folder(f"{root}/w{held}/results").write_table(
             "trials.parquet", build_table(finished_rows(sink, earlier, epochs, rng), sink.trial_fields()))
     sink.setup()  # loads those rows, as on a resumed sweep
     wall, cpu, results = drive(sink, last, epochs, concurrent, rng)
@@ -187,7 +189,7 @@ def against(rev: str, marks, trials, epochs: int, concurrent: int, repeats: int)
             if held > 100:
                 prep = ParquetSink(None, "bench", "recall_at_1", "max", swept=SWEPT, provenance=PROVENANCE)
                 prep.metric_types = {"recall_at_1": pa.float64(), "map_at_r": pa.float64()}
-                Storage(f"{root}/base{held}").write_table("trials.parquet", build_table(
+                Folder(f"{root}/base{held}").write_table("trials.parquet", build_table(
                     finished_rows(prep, trials[:held - 100], epochs, np.random.default_rng(1)), prep.trial_fields()))
         for rep in range(repeats):
             for held in marks:

@@ -28,7 +28,7 @@ import ray  # noqa: E402
 from ray import tune as ray_tune  # noqa: E402
 
 from tune.options import SweepOptions  # noqa: E402
-from tune.results.parquet import Storage  # noqa: E402
+from analysis.location import Folder
 from tune.search.schedulers import build_scheduler  # noqa: E402
 from tune.search.searchers import FixedConfigs  # noqa: E402
 from tune.results.sink import ParquetSink  # noqa: E402
@@ -72,7 +72,7 @@ def fit(configs_: list[dict], scheduler: str, root: str, name: str, max_epochs: 
     start = time.perf_counter()
     tuner.fit()
     wall = time.perf_counter() - start
-    trials = Storage(f"{root}/{name}/results").read_table("trials.parquet").to_pandas()
+    trials = Folder(f"{root}/{name}/results").read_table("trials.parquet").to_pandas()
     return wall, trials
 
 

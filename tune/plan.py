@@ -24,7 +24,8 @@ from analysis.contract import SweepRecord, TRIALS_FILE
 from tune.results.loggers import build_loggers
 from tune.search.optuna_study import live_journal
 from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions, train_config
-from tune.results.parquet import RESULTS, Storage, check_storage
+from tune.results.parquet import RESULTS, check_storage
+from analysis.location import Folder
 from tune.search.schedulers import build_scheduler
 from tune.search.searchers import build_searcher, check_search_options
 from tune.search.spaces.space import OPTUNA_SEARCHES
@@ -105,7 +106,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     experiment = options.experiment_name(space.name)
     options = options.replace(name=experiment)
     check_storage(options.storage_path())  # a missing bucket or rejected credentials: one error, now
-    if Storage(options.storage_path()).exists(experiment):
+    if Folder(options.storage_path()).exists(experiment):
         raise SweepInputError(f"experiment {experiment!r} already exists in {options.storage_path()}: "
                               f"choose another --name, or continue it with `xbm-tune resume "
                               f"{options.storage_path()}/{experiment}`")
@@ -189,7 +190,7 @@ def _warm_start(options: SweepOptions, space):
     from tune.search.warm_start import warm_start_points
 
     check_storage(options.warm_start)
-    if not Storage(options.warm_start).exists(f"{RESULTS}/{TRIALS_FILE}"):
+    if not Folder(options.warm_start).exists(f"{RESULTS}/{TRIALS_FILE}"):
         raise SweepInputError(f"--warm-start must name a sweep folder holding {RESULTS}/{TRIALS_FILE}, "
                               f"but got {options.warm_start!r}")
     return warm_start_points(options.warm_start, space, options.metric, options.mode)

@@ -1,4 +1,5 @@
-"""Parquet tables of a sweep: stable schemas, atomic replacement, any storage pyarrow.fs understands.
+"""Parquet tables of a sweep: stable schemas, written through ``analysis.location.Folder`` (atomic replacement,
+any storage pyarrow.fs understands).
 
 Layout under ``<storage>/<name>/results/`` (the contract ``analysis`` reads, see docs/ARCHITECTURE.md):
 ``epochs/<trial_id>.parquet`` (one row per (trial, epoch)), ``trials.parquet`` (one row per trial),
@@ -7,10 +8,6 @@ Layout under ``<storage>/<name>/results/`` (the contract ``analysis`` reads, see
 Every column is nullable and its type fixed by name, never by the first value seen, so files written at
 different times concatenate: the names and types are ``analysis.contract``'s (``column_type``); ``config.<name>``
 columns take ``TrainConfig``'s field type (bool, int64, float64, string).
-
-A file is written to a temporary name next to it and moved over the old one (``rename`` on a local disk,
-atomic on POSIX; object stores publish an object only once complete), so a crash leaves the old file or
-the new one, never a torn one.
 
 Buckets: ``s3://bucket/prefix`` works with AWS and any S3-compatible server (MinIO, Ceph, moto) through
 the standard variables ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` (and
@@ -21,19 +18,16 @@ before anything runs.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
-import uuid
 from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from analysis.contract import (CONFIG_PREFIX, INT_COLUMNS, RESULTS, SWEEP_JSON, UnreadableFileError,  # noqa: F401
-                               column_type, config_of, finite, read_retried)
-from analysis.location import filesystem_of, is_uri
+                               column_type, config_of, finite)
+from analysis.location import is_uri
 from tune.options import SweepInputError
 from xbm.config import TrainConfig
 
@@ -92,95 +86,6 @@ def build_table(rows: Iterable[Mapping[str, Any]], fields: list[pa.Field]) -> pa
     return table_from_values([clean_row(r, fields) for r in rows], fields)
 
 
-class Storage:
-    """A results folder on a local disk or any URI ``pyarrow.fs`` understands (``s3://``, ``gs://``,
-    ``file://``, ...). Paths given to the methods are relative to the folder."""
-
-    def __init__(self, root: str, filesystem: pafs.FileSystem | None = None) -> None:
-        if filesystem is not None:
-            self.fs, self.root = filesystem, root
-        else:
-            self.fs, self.root = filesystem_of(root)
-        self._made: set[str] = set()
-
-    def path(self, relative: str) -> str:
-        return f"{self.root.rstrip('/')}/{relative}"
-
-    def exists(self, relative: str) -> bool:
-        return self.fs.get_file_info(self.path(relative)).type != pafs.FileType.NotFound
-
-    def makedirs(self, relative: str = "") -> None:
-        self.fs.create_dir(self.path(relative) if relative else self.root, recursive=True)
-
-    def write_table(self, relative: str, table: pa.Table, **options: Any) -> None:
-        """Replace ``relative`` atomically by ``table`` (``options`` go to ``pq.write_table``). Encoded in
-        memory and written in one piece: a local file stream is unbuffered, and Parquet's many small
-        writes cost more than the encoding."""
-        buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer, **options)
-        self._replace(relative, buffer.getvalue())
-
-    def write_bytes(self, relative: str, payload: bytes) -> None:
-        """Replace ``relative`` atomically by ``payload``."""
-        self._replace(relative, payload)
-
-    def write_json(self, relative: str, data: Mapping[str, Any]) -> None:
-        self._replace(relative, json.dumps(data, indent=2, sort_keys=True, default=str).encode())
-
-    def read_json(self, relative: str) -> dict:
-        with self.fs.open_input_stream(self.path(relative)) as stream:
-            data = stream.readall()
-        try:
-            return json.loads(data.decode())
-        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-            raise UnreadableFileError(self.display(relative), exc) from exc
-
-    def read_table(self, relative: str) -> pa.Table | None:
-        """The table, or None if the file is absent. An object store holds each version of a replaced
-        file whole, but a read is a size lookup then a ranged GET, so a read racing a replacement can
-        mix two versions (seen on S3 while the sink rewrote trials.parquet): read again
-        (``analysis.contract.read_retried``). Still unreadable: ``UnreadableFileError`` naming the file."""
-        if not self.exists(relative):
-            return None
-
-        def read() -> pa.Table:
-            with self.fs.open_input_stream(self.path(relative)) as stream:
-                return pq.read_table(pa.BufferReader(stream.readall()))
-
-        try:
-            return read_retried(read, (pa.ArrowInvalid,))
-        except pa.ArrowInvalid as exc:
-            raise UnreadableFileError(self.display(relative), exc) from exc
-
-    def display(self, relative: str) -> str:
-        """``relative`` as a user would name it: a local path, or the URI on a bucket."""
-        path = self.path(relative)
-        return path if isinstance(self.fs, pafs.LocalFileSystem) else f"{self.fs.type_name}://{path}"
-
-    def list(self, relative: str, suffix: str = ".parquet") -> list[str]:
-        """Names (not paths) of the files in folder ``relative`` ending with ``suffix``."""
-        if not self.exists(relative):
-            return []
-        infos = self.fs.get_file_info(pafs.FileSelector(self.path(relative)))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File and i.base_name.endswith(suffix))
-
-    def _replace(self, relative: str, payload) -> None:
-        final = self.path(relative)
-        parent = final.rsplit("/", 1)[0]
-        if parent not in self._made:
-            self.fs.create_dir(parent, recursive=True)
-            self._made.add(parent)
-        # the temporary name does not end in .parquet, so readers globbing *.parquet never see it
-        tmp = f"{parent}/.{final.rsplit('/', 1)[1]}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            write_bytes(self.fs, tmp, payload)
-            self.fs.move(tmp, final)
-        except BaseException:
-            if self.fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-                self.fs.delete_file(tmp)
-            raise
-
-
 def check_storage(uri: str) -> None:
     """Raise ``SweepInputError`` (the CLI's exit 2) when ``uri`` names a bucket that does not exist or
     that the credentials cannot read; a local folder passes (it is created when needed)."""
@@ -205,8 +110,3 @@ def check_storage(uri: str) -> None:
     if info.type == pafs.FileType.NotFound:
         raise SweepInputError(f"bucket {bucket!r} of {uri} does not exist{where}: create it first "
                               f"(e.g. `aws s3 mb s3://{bucket}`) or pass another --storage")
-
-
-def write_bytes(fs: pafs.FileSystem, path: str, payload) -> None:
-    with fs.open_output_stream(path) as out:
-        out.write(payload)

@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from analysis.contract import TRIALS_FILE, SpaceRecord, SweepRecord
 from tune.options import SweepInputError
-from tune.results.parquet import RESULTS, SWEEP_JSON, Storage, check_storage
+from tune.results.parquet import RESULTS, SWEEP_JSON, check_storage
+from analysis.location import Folder
 from xbm.inputs import PATH_KEYS
 
 
@@ -52,14 +53,14 @@ def param_spec(param) -> Any:
 
 
 def write_record(results_uri: str, record: SweepRecord) -> None:
-    Storage(results_uri).write_json(SWEEP_JSON, record.to_dict())
+    Folder(results_uri).write_json(SWEEP_JSON, record.to_dict())
 
 
 def read_record(uri: str) -> SweepRecord:
     """The record of the sweep folder ``uri``; SweepInputError (exit 2) naming the file when it is
     missing or unreadable."""
     check_storage(uri)
-    storage = Storage(f"{uri.rstrip('/')}/{RESULTS}")
+    storage = Folder(f"{uri.rstrip('/')}/{RESULTS}")
     if not storage.exists(SWEEP_JSON):
         raise SweepInputError(f"{uri!r} is not a sweep folder: {RESULTS}/{SWEEP_JSON} is missing")
     try:
@@ -129,7 +130,7 @@ class SweepOutcome:
 
 def outcome(experiment_uri: str, metric: str, mode: str) -> SweepOutcome:
     results = f"{experiment_uri.rstrip('/')}/{RESULTS}"
-    storage = Storage(results)
+    storage = Folder(results)
     table = storage.read_table(TRIALS_FILE)
     frame = table.to_pandas() if table is not None else _empty_trials()
     record = SweepRecord.from_dict(storage.read_json(SWEEP_JSON)) if storage.exists(SWEEP_JSON) else SweepRecord()

@@ -3,7 +3,7 @@
 Rows are keyed by ``(trial_id, epoch)`` and the existing files are loaded in ``setup`` (which Tune calls
 on a fresh run and on ``Tuner.restore``), so a trial retried from its checkpoint at epoch k, or a resumed
 sweep, overwrites epochs > k instead of appending them: no duplicated rows, no lost rows. Files are
-replaced atomically (``tune.results.parquet.Storage``).
+replaced atomically (``analysis.location.Folder``).
 
 Driver cost (benchmarks/bench_sink.py): a trial's epoch file is rewritten at every result (its rows must
 be on disk before Tune records the checkpoint a resumed trial continues from); the sink keeps each row
@@ -36,7 +36,8 @@ from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 from analysis import contract
 from analysis.contract import CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, train_fraction, trial_fields
 from tune.options import train_config
-from tune.results.parquet import Storage, clean_row, config_fields, table_from_values
+from tune.results.parquet import clean_row, config_fields, table_from_values
+from analysis.location import Folder
 from tune.results.keys import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY
 from tune.workers import config_workers, gpu_hours, trial_gpus
 from xbm.signals import collapse_warning, collapsed
@@ -82,7 +83,7 @@ class ParquetSink(Callback):
         self.epochs: dict[str, dict[int, dict]] = {}
         self.trials: dict[str, dict] = {}
         self.metric_types: dict[str, Any] = {}
-        self.storage: Storage | None = None
+        self.storage: Folder | None = None
         self._configs: dict[str, dict[str, Any]] = {}
         self._config_sources: dict[str, Any] = {}  # the trial.config each entry of _configs was made from
         self._last_trials_write = -math.inf
@@ -110,10 +111,10 @@ class ParquetSink(Callback):
         if self.storage is not None:
             return
         if self.results_dir is not None:
-            self.storage = Storage(self.results_dir)
+            self.storage = Folder(self.results_dir)
         else:
             context = trial.storage
-            self.storage = Storage(f"{context.experiment_fs_path.rstrip('/')}/results",
+            self.storage = Folder(f"{context.experiment_fs_path.rstrip('/')}/results",
                                    filesystem=context.storage_filesystem)
         self._load()
 

@@ -6,7 +6,8 @@ import pandas as pd
 
 from analysis.contract import CONFIG_PREFIX, TRIALS_FILE, SweepRecord
 from analysis.costs import time_line
-from tune.results.parquet import RESULTS, SWEEP_JSON, Storage, check_storage
+from tune.results.parquet import RESULTS, SWEEP_JSON, check_storage
+from analysis.location import Folder
 from xbm.signals import trial_flags
 
 
@@ -15,7 +16,7 @@ def load_status(path: str) -> tuple[SweepRecord, pd.DataFrame]:
     if one is unreadable (naming the file)."""
     uri = path.rstrip("/")
     check_storage(uri)
-    storage = Storage(f"{uri}/{RESULTS}")
+    storage = Folder(f"{uri}/{RESULTS}")
     found = storage.exists(SWEEP_JSON)
     record = SweepRecord.from_dict(storage.read_json(SWEEP_JSON)) if found else SweepRecord()
     table = storage.read_table(TRIALS_FILE)

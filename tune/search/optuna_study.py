@@ -24,9 +24,9 @@ import tempfile
 from typing import Any, Mapping
 
 from analysis.contract import TRIALS_FILE, SweepRecord
-from analysis.location import absolute, local_path
+from analysis.location import Folder, absolute, local_path
 from tune.options import SweepInputError
-from tune.results.parquet import RESULTS, SWEEP_JSON, Storage, finite
+from tune.results.parquet import RESULTS, SWEEP_JSON, finite
 
 JOURNAL = "optuna.journal"
 #: the user attribute that holds Ray's trial id (Optuna's own ``trial_id`` is its storage key)
@@ -53,7 +53,7 @@ def export_optuna(path: str, out: str | None = None) -> tuple[str, str, dict[str
     """Build the sweep's study from its Parquet into ``out`` (default ``<sweep>/results/optuna.journal``, or
     ``./<name>.optuna.journal`` for a bucket). Returns (journal path, study name, trials per state)."""
     uri = absolute(path.rstrip("/"))
-    results = Storage(f"{uri}/{RESULTS}")
+    results = Folder(f"{uri}/{RESULTS}")
     if not results.exists(SWEEP_JSON) or not results.exists("trials.parquet"):
         raise SweepInputError(f"export-optuna needs a sweep folder with {RESULTS}/{SWEEP_JSON} and "
                               f"{RESULTS}/trials.parquet, but {path!r} lacks one")
@@ -86,7 +86,7 @@ def study_names(path: str) -> list[str]:
     return [s.study_name for s in optuna.get_all_study_summaries(journal_storage(path))]
 
 
-def build_study(path: str, name: str, record: SweepRecord, results: Storage) -> dict[str, int]:
+def build_study(path: str, name: str, record: SweepRecord, results: Folder) -> dict[str, int]:
     """Write the study ``name`` of the sweep-stage trials in ``results`` to the journal ``path``; return
     the trials per state."""
     import optuna

@@ -88,11 +88,11 @@ def warm_start_points(old_sweep_path: str, space: SearchSpace, metric: str, mode
 
 def read_trials(old_sweep_path: str) -> list[dict[str, Any]]:
     """The old sweep's trials as plain Python rows (nulls as None), from a local folder or a URI."""
-    from tune.results.parquet import Storage
+    from analysis.location import Folder
 
     results = f"{str(old_sweep_path).rstrip('/')}/{RESULTS}"
     try:
-        table = Storage(results).read_table("trials.parquet")
+        table = Folder(results).read_table("trials.parquet")
     except (OSError, ValueError) as exc:
         raise WarmStartError(f"cannot read {results}/trials.parquet: {exc}") from None
     if table is None:

@@ -28,7 +28,9 @@ from typing import Any, Mapping, Optional
 import pyarrow.fs as pafs
 from ray.tune import Callback
 
-from tune.results.parquet import Storage, finite
+from tune.results.parquet import finite
+
+from analysis.location import Folder
 
 BEST_WEIGHTS = "best_weights.pt"
 TRIAL_STATE = "trial.json"  # in each full checkpoint: the policy's own state (best so far, period clock)
@@ -60,7 +62,7 @@ class BestWeights:
     """The weights of the best epoch so far by ``mode`` (``max`` | ``min``), written to ``storage`` as
     :data:`BEST_WEIGHTS`; ``value`` / ``epoch`` say which, ``uri`` where (None before the first)."""
 
-    def __init__(self, storage: Storage, uri: str, mode: str) -> None:
+    def __init__(self, storage: Folder, uri: str, mode: str) -> None:
         self.storage, self.folder_uri, self.mode = storage, uri.rstrip("/"), mode
         self.value: Optional[float] = None
         self.epoch: Optional[int] = None

@@ -190,7 +190,7 @@ def _run_rank(job: Mapping[str, Any]) -> None:
     import torch.distributed as dist
 
     from tune.trial.checkpoints import BestWeights, storage_uri
-    from tune.results.parquet import Storage
+    from analysis.location import Folder
     from xbm.cpus import use_cpus
     from xbm.training.rng import seed_everything
 
@@ -224,7 +224,7 @@ def _run_rank(job: Mapping[str, Any]) -> None:
         follow(trainer, reporter)
         return
     fs, path = job["filesystem"], job["trial_path"]
-    best = BestWeights(Storage(path, filesystem=fs), storage_uri(fs, path), job["mode"])
+    best = BestWeights(Folder(path, filesystem=fs), storage_uri(fs, path), job["mode"])
     loop = TrialLoop(job["trial_id"], cfg, job["metric"], job["mode"], job["policy"], job["sweep"], where, best,
                      reporter, started, best_before_report=True)
     try:

@@ -19,7 +19,7 @@ from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
 from tune.trial.base import TrialPolicy, assigned_device, build_trainer, deterministic_failure, error_row
 from tune.trial.checkpoints import BestWeights, finish_best_weights, storage_uri
-from tune.results.parquet import Storage
+from analysis.location import Folder
 # CHECKPOINT_FILE, SETUP_KEY, BEST_WEIGHTS_KEY: re-exported (the loop that writes them moved to tune.trial.loop)
 from tune.trial.loop import BEST_WEIGHTS_KEY, CHECKPOINT_FILE, SETUP_KEY, TrialLoop, tune_reporter  # noqa: F401
 
@@ -87,7 +87,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
 def trial_best_weights(storage, mode: str) -> BestWeights:
     """The trial's best weights, beside its checkpoints in Tune's trial folder (``storage``: Tune's
     ``StorageContext`` of the trial)."""
-    return BestWeights(Storage(storage.trial_fs_path, filesystem=storage.storage_filesystem),
+    return BestWeights(Folder(storage.trial_fs_path, filesystem=storage.storage_filesystem),
                        storage_uri(storage.storage_filesystem, storage.trial_fs_path), mode)
 
 

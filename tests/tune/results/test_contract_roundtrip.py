@@ -13,6 +13,7 @@ import pytest
 import analysis
 from analysis import contract, loader
 from analysis.contract import SpaceRecord, SweepRecord
+from analysis.location import Folder
 from tune.results import parquet, sink as sink_module
 from tune.results.record import write_record
 
@@ -135,4 +136,4 @@ def test_a_truncated_results_file_is_named_by_storage(tmp_path):
     path = folder / "results" / "trials.parquet"
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(contract.UnreadableFileError, match=str(path)):
-        parquet.Storage(str(folder / "results")).read_table("trials.parquet")
+        Folder(str(folder / "results")).read_table("trials.parquet")

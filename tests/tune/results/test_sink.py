@@ -13,6 +13,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from analysis import location
+from analysis.location import Folder
 from tune.results import parquet
 from tune.results import sink as sink_module
 from tune.results.sink import ParquetSink
@@ -155,7 +157,7 @@ def test_a_failed_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
             out.write(payload[: len(payload) // 2])
         raise OSError("disk full")
 
-    monkeypatch.setattr(parquet, "write_bytes", torn_write)
+    monkeypatch.setattr(location, "write_stream", torn_write)
     with pytest.raises(OSError, match="disk full"):
         sink.on_trial_result(0, [], trial, result(3, 0.7))
     assert (tmp_path / "epochs" / "t1.parquet").read_bytes() == before
@@ -187,7 +189,7 @@ def test_files_read_as_they_are_with_four_libraries(tmp_path):
 
 
 def test_storage_uri_and_json(tmp_path):
-    store = parquet.Storage(f"file://{tmp_path}/deep/results")
+    store = Folder(f"file://{tmp_path}/deep/results")
     store.write_json("sweep.json", {"metric": "recall_at_1"})
     store.write_table("trials.parquet", parquet.build_table([{"trial_id": "a", "epoch": 2.0}],
                                                             [pa.field("trial_id", pa.string()),

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tune.trial.checkpoints import BEST_WEIGHTS, BestWeights, CheckpointClock, prune_checkpoints, storage_uri
-from tune.results.parquet import Storage
+from analysis.location import Folder
 
 
 def test_the_clock_is_due_after_a_period_of_epochs_and_at_the_last():
@@ -23,7 +23,7 @@ def test_best_weights_follow_the_best_epoch_by_the_sweeps_mode(tmp_path):
     skipped) taken as a new best, min-mode metrics kept as if larger were better, or the file written
     before the thread finished reading the weights (a later step's values saved)."""
     model = torch.nn.Linear(2, 1)
-    best = BestWeights(Storage(str(tmp_path)), str(tmp_path), "max")
+    best = BestWeights(Folder(str(tmp_path)), str(tmp_path), "max")
     assert best.uri is None
     with torch.no_grad():
         model.weight.fill_(1.0)
@@ -36,17 +36,17 @@ def test_best_weights_follow_the_best_epoch_by_the_sweeps_mode(tmp_path):
     assert saved["epoch"] == 1 and saved["value"] == 0.5 and saved["metric"] == "recall_at_1"
     assert torch.equal(saved["model"]["weight"], torch.ones(1, 2))
     assert best.uri == f"{tmp_path}/{BEST_WEIGHTS}"
-    lower = BestWeights(Storage(str(tmp_path / "min")), str(tmp_path / "min"), "min")
+    lower = BestWeights(Folder(str(tmp_path / "min")), str(tmp_path / "min"), "min")
     assert lower.offer(1, 2.0, model, {}) and lower.offer(2, 1.0, model, {}) and not lower.offer(3, 1.5, model, {})
     lower.wait()
-    restored = BestWeights(Storage(str(tmp_path)), str(tmp_path), "max")
+    restored = BestWeights(Folder(str(tmp_path)), str(tmp_path), "max")
     restored.load_state(best.state())  # a resumed trial must not replace a better epoch by a worse one
     assert not restored.offer(4, 0.45, model, {}) and restored.epoch == 1
 
 
 def test_a_failed_write_is_raised_naming_the_file(tmp_path):
     """Bug caught: a best-weights write that failed in its thread going unnoticed (the sweep's product lost)."""
-    class Broken(Storage):
+    class Broken(Folder):
         def write_bytes(self, relative, payload):
             raise OSError("disk full")
 
@@ -98,7 +98,7 @@ def test_under_pbt_checkpoints_are_pruned_when_the_sweep_ends_not_when_a_trial_d
     assert len(list((tmp_path / "failed").iterdir())) == 2
 
 
-class SlowStorage(Storage):
+class SlowStorage(Folder):
     """Writes as slowly as ~100 MB of ResNet50 weights on a network disk."""
 
     def write_bytes(self, relative, payload):

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from tune.trial.checkpoints import BEST_WEIGHTS, TRIAL_STATE, BestWeights
-from tune.results.parquet import Storage
+from analysis.location import Folder
 from tune.trial.base import TrialPolicy
 from tune.trial.loop import Reporter, TrialLoop
 
 
-class SlowStorage(Storage):
+class SlowStorage(Folder):
     def write_bytes(self, relative, payload):
         time.sleep(0.3)
         super().write_bytes(relative, payload)
