@@ -259,8 +259,8 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     record_paths(uri, record, located)
     max_epochs = record.max_epochs or train_config(record.space.base).epochs
     mutable = tuple(key for key, spec in record.space.params.items() if isinstance(spec, dict) and spec.get("mutable"))
-    scheduler = None if options.population_based else build_scheduler(recorded_rungs(options, record.rungs),
-                                                                      max_epochs, {})
+    rungs = getattr(record, "rungs", None)  # --rungs schedule: placed from the space at the start, read back here
+    scheduler = None if options.population_based else build_scheduler(recorded_rungs(options, rungs), max_epochs, {})
     policy = trial_policy(options, scheduler, max_epochs, mutable)
     with ray_session(address, dashboard, **init_kwargs) as ray_info:
         options = resolved_resources(options, ray_info.started)
