@@ -1,4 +1,6 @@
 """Which epochs a scheduler decides at (tune.search.schedulers.decision_epochs): those a trial always evaluates."""
+import pytest
+
 from tune.options import SweepOptions
 from tune.search.schedulers import build_scheduler, decision_epochs
 
@@ -58,3 +60,15 @@ def test_placed_rungs_keep_the_guards():
     """Bug caught: PlacedASHA built without collapse-aware stopping and the budgets, which every scheduler carries."""
     scheduler = build_scheduler(SweepOptions(rungs="2,4", grace_period=3), 6, {})
     assert scheduler.guards is not None and decision_epochs(scheduler, 6) == (2, 3, 4)
+
+
+@pytest.mark.parametrize("grace, factor, max_epochs", [(1, 3.0, 50), (2, 2.0, 20), (10, 1.1, 20), (1, 1.5, 10),
+                                                       (3, 3.0, 9), (5, 4.0, 5)])
+def test_the_recorded_geometric_rungs_are_rays(grace, factor, max_epochs):
+    """Bug caught: sweep.json's ``rungs`` (tune.search.rungs.geometric_rungs) drifting from the rungs Ray's ASHA
+    bracket judges at, e.g. a fractional rung (factor 1.5) recorded at the epoch before its decision."""
+    from tune.search.rungs import geometric_rungs
+    from tune.search.schedulers import asha_rungs
+
+    options = SweepOptions(grace_period=grace, reduction_factor=factor, stop_collapsed=False)
+    assert geometric_rungs(grace, factor, max_epochs) == asha_rungs(build_scheduler(options, max_epochs, {}))
