@@ -73,7 +73,10 @@ def asha_survival(sweep: Sweep, stage: str = "sweep") -> Survival:
 
 
 def _rungs(sweep: Sweep, last: int) -> tuple[int, ...]:
-    """ASHA's rungs from sweep.json (none for another scheduler or without the options)."""
+    """ASHA's rungs from sweep.json: its ``rungs`` (``--rungs``), else, in an older record, the geometric rungs of
+    its options (none for another scheduler or without the options)."""
+    if sweep.record.rungs is not None:
+        return tuple(r for r in sweep.record.rungs if r <= last)
     grace, factor = sweep.option("grace_period"), sweep.option("reduction_factor")
     scheduler = sweep.option("scheduler", "asha")
     top = int(sweep.option("max_epochs") or last)

@@ -13,13 +13,17 @@ parameters are log-scale::
                "params": {"memory.ratio": {"loguniform": [0.05, 1.0]},
                           "normaliser.kalman_r": {"loguniform": [1e-4, 10.0], "when": {"normaliser.kind": ["axbn"]}},
                           "miner.pos_margin": [{"uniform": [0.0, 0.6], "when": {...}}, {...}]}},
-     "paths": {"data_root": "/data/cub"}, "fairness_warnings": [...], "created_utc": "...",
+     "paths": {"data_root": "/data/cub"}, "fairness_warnings": [...], "rungs": [1, 3, 9], "created_utc": "...",
      "git_sha": "...", "package_version": "..."}
 
 A parameter's spec is its space YAML's: one branch as a mapping ``{<distribution>: args, "when": {key:
 [values]}}``, several branches as a list of them. Records written before versioning (version 0: no
 ``version`` key) list the parameters' names only (``space.params`` a list); they still load, with
 ``specs`` empty (``analysis.load`` then reads the distributions from the YAML text).
+
+``rungs``: the epochs ASHA judged trials at (``--rungs``: geometric, placed by the schedule, or listed); null for
+another scheduler and in records written before ``--rungs`` existed (their rungs follow from ``options``'
+``grace_period`` and ``reduction_factor``).
 """
 from __future__ import annotations
 
@@ -89,6 +93,7 @@ class SweepRecord(Objectives):
     space: SpaceRecord = field(default_factory=SpaceRecord)
     paths: Mapping[str, Any] = field(default_factory=dict)
     fairness_warnings: tuple[str, ...] = ()
+    rungs: tuple[int, ...] | None = None
     created_utc: str | None = None
     git_sha: str | None = None
     package_version: str | None = None
@@ -103,7 +108,7 @@ class SweepRecord(Objectives):
             raise ValueError(f"sweep.json must hold a JSON object, but holds a {type(data).__name__}")
         known = {f.name for f in fields(cls)} - {"extra", "space", "version"}
         values = {k: data[k] for k in known if data.get(k) is not None}
-        for key in ("fairness_warnings", "extra_metrics", "extra_modes"):
+        for key in ("fairness_warnings", "extra_metrics", "extra_modes", "rungs"):
             if key in values:
                 values[key] = tuple(values[key])
         for key in ("options", "paths"):
@@ -124,7 +129,7 @@ class SweepRecord(Objectives):
                 out[f.name] = getattr(self, f.name)
         out.update(space=self.space.to_dict(), options=dict(self.options), paths=dict(self.paths),
                    fairness_warnings=list(self.fairness_warnings), extra_metrics=list(self.extra_metrics),
-                   extra_modes=list(self.extra_modes))
+                   extra_modes=list(self.extra_modes), rungs=None if self.rungs is None else list(self.rungs))
         return out
 
     def to_json(self) -> str:

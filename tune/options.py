@@ -16,11 +16,14 @@ from analysis.location import absolute, is_uri
 from analysis.sweep_record import Objectives
 from xbm.checks import checker
 from xbm.checks import parse_overrides as _parse_overrides
+from xbm.config import parse_milestones
 
 DEFAULT_STORAGE = "~/xbm_sweeps"
 MODES = ("max", "min")
 #: schedulers that change configs during a run (``mutable: true`` params, exploits, a checkpoint per interval)
 POPULATION_SCHEDULERS = ("pbt", "pb2")
+#: ``--rungs``: Ray's geometric ASHA rungs, or rungs placed by the LR schedule (``tune.search.rungs``)
+GEOMETRIC_RUNGS, SCHEDULE_RUNGS = "geometric", "schedule"
 
 
 class SweepInputError(ValueError):
@@ -51,6 +54,10 @@ class SweepOptions(Objectives):
     ``--set`` gives one: trials then differ by config only (common random numbers), which is what a
     comparison of configs wants; the ``confirm`` stage varies seeds.
 
+    ``rungs``: where ASHA judges trials (``tune.search.rungs``): ``geometric`` (``grace_period`` x
+    ``reduction_factor``**k), ``schedule`` (before each LR drop, after the normaliser delay / memory start) or
+    a list of epochs ``"2,4"``; sweep.json records the resolved epochs as ``rungs``.
+
     ``loggers``: where the trials' epochs are also logged (``--log wandb``, ``--log mlflow``; ``tune.results.loggers``).
     """
 
@@ -60,6 +67,7 @@ class SweepOptions(Objectives):
     max_epochs: int | None = None
     grace_period: int = 1
     reduction_factor: float = 3.0
+    rungs: str = GEOMETRIC_RUNGS
     max_concurrent: int | None = None
     cpus_per_trial: float | str = "auto"
     gpus_per_trial: float = 0.0
@@ -106,6 +114,10 @@ class SweepOptions(Objectives):
         _check(self.max_epochs is None or self.grace_period <= self.max_epochs, "--grace-period",
                f"<= --max-epochs ({self.max_epochs})", self.grace_period)
         _check(self.reduction_factor > 1, "--reduction-factor", "> 1", self.reduction_factor)
+        _check(self.rungs in (GEOMETRIC_RUNGS, SCHEDULE_RUNGS) or bool(parse_milestones(self.rungs)), "--rungs",
+               f"{GEOMETRIC_RUNGS}, {SCHEDULE_RUNGS} or increasing epochs such as 2,4", self.rungs)
+        _check(self.rungs == GEOMETRIC_RUNGS or self.scheduler == "asha", "--rungs",
+               f"{GEOMETRIC_RUNGS} (the default) unless --scheduler asha", self.rungs)
         _check(self.max_concurrent is None or self.max_concurrent >= 1, "--max-concurrent", ">= 1",
                self.max_concurrent)
         _check(self.cpus_per_trial == "auto" or (isinstance(self.cpus_per_trial, (int, float))

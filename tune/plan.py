@@ -23,9 +23,10 @@ from typing import Any, Iterable, Mapping
 from analysis.contract import SweepRecord, TRIALS_FILE
 from tune.results.loggers import build_loggers
 from tune.search.optuna_study import live_journal
-from tune.options import SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions, train_config
-from tune.results.parquet import RESULTS, check_storage
 from analysis.location import Folder
+from tune.options import GEOMETRIC_RUNGS, SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions, train_config
+from tune.results.parquet import RESULTS, check_storage
+from tune.search.rungs import rung_epochs, straddle_warning
 from tune.search.schedulers import build_scheduler
 from tune.search.searchers import build_searcher, check_search_options
 from tune.search.spaces.space import OPTUNA_SEARCHES
@@ -50,6 +51,7 @@ class SweepPlan:
     scheduler: Any = None
     stop_reasons: dict[str, str] = field(default_factory=dict)
     loggers: list[Any] = field(default_factory=list)  # --log: Ray's W&B / MLflow callbacks (tune.results.loggers)
+    rungs: tuple[int, ...] | None = None  # ASHA's rung epochs (--rungs; tune.search.rungs), None for another scheduler
 
     @property
     def experiment_uri(self) -> str:
@@ -92,9 +94,12 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     if options.grace_period > max_epochs and options.scheduler != "fifo":
         raise SweepInputError(f"--grace-period must be <= the epoch budget ({max_epochs}), but got "
                               f"{options.grace_period}; lower it or raise --max-epochs")
-    warnings = space.fairness_warnings(options.grace_period, options.scheduler)
+    rungs = rung_epochs(options, space, max_epochs) if options.scheduler == "asha" else None
+    warnings = space.fairness_warnings(rungs[0] if rungs else options.grace_period, options.scheduler)
     if warnings and options.strict:
         raise SweepInputError("unfair early stopping (--strict):\n  " + "\n  ".join(warnings))
+    if rungs and options.rungs == GEOMETRIC_RUNGS:  # placed rungs are the user's (or the schedule's) choice
+        warnings += filter(None, [straddle_warning(tuple(r for r in rungs if r < max_epochs), space)])
     warm = None
     if options.warm_start:
         check_search_options(options)  # before reading the old sweep: --warm-start needs optuna
@@ -112,7 +117,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
                               f"{options.storage_path()}/{experiment}`")
     loggers = build_loggers(options.loggers, options.storage_path(), experiment)  # a missing package: exit 2
     return SweepPlan(space, options, experiment, max_epochs, warnings, warm, searcher, swept_space, scheduler,
-                     stop_reasons, loggers)
+                     stop_reasons, loggers, rungs)
 
 
 def check_metric(space, metric: str) -> None:

@@ -35,6 +35,7 @@ from tune.plan import SweepPlan, check_data, relocated
 from tune.results.record import (SweepOutcome, outcome, provenance, read_record, record_paths, sweep_record,
                          write_record)
 from tune.trial.resources import resolve_cpus_per_trial
+from tune.search.rungs import recorded_rungs
 from tune.search.schedulers import build_scheduler, decision_epochs
 from tune.search.searchers import FixedConfigs
 from tune.results.sink import ParquetSink
@@ -258,7 +259,8 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     record_paths(uri, record, located)
     max_epochs = record.max_epochs or train_config(record.space.base).epochs
     mutable = tuple(key for key, spec in record.space.params.items() if isinstance(spec, dict) and spec.get("mutable"))
-    scheduler = None if options.population_based else build_scheduler(options, max_epochs, {})
+    rungs = getattr(record, "rungs", None)  # --rungs schedule: placed from the space at the start, read back here
+    scheduler = None if options.population_based else build_scheduler(recorded_rungs(options, rungs), max_epochs, {})
     policy = trial_policy(options, scheduler, max_epochs, mutable)
     with ray_session(address, dashboard, **init_kwargs) as ray_info:
         options = resolved_resources(options, ray_info.started)

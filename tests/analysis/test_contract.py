@@ -93,6 +93,14 @@ def test_an_old_sweep_json_still_loads():
     assert record.provenance == {"git_sha": "3dfe4872c0a1b9e5d6f7a8b9c0d1e2f3a4b5c6d7", "package_version": "0.1.0"}
     rewritten = SweepRecord.from_dict(record.to_dict())  # e.g. resume --set data_root: written at version 1
     assert rewritten.swept == record.swept and rewritten.space.text == record.space.text
+    assert record.rungs is None and rewritten.rungs is None  # written before --rungs: its options give them
+
+
+def test_the_rungs_a_sweep_was_judged_at_round_trip():
+    """Bug caught: sweep.json's ``rungs`` (ASHA's rung epochs, --rungs) lost or turned into another type when
+    the record is read back and rewritten (resume --set data_root)."""
+    record = SweepRecord.from_json(SweepRecord(experiment="r", rungs=(15, 30, 45)).to_json())
+    assert record.rungs == (15, 30, 45) and record.to_dict()["rungs"] == [15, 30, 45]
 
 
 def test_an_old_sweep_folder_reads_its_log_scales_from_the_yaml_text(tmp_path, build_sweep):

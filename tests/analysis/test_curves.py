@@ -27,6 +27,16 @@ def test_asha_survival_counts_and_rungs(finished_sweep):
     assert reasons["xbn_stopped"] == "asha: below the rung-2 cutoff"
 
 
+def test_survival_marks_the_rungs_sweep_json_records(tmp_path, build_sweep):
+    """Bug caught: a sweep run with --rungs (placed by the schedule, or listed) drawn with the geometric rungs of
+    its grace period and reduction factor, which it was never judged at."""
+    trials, epochs = build_sweep["finished_rows"]()
+    folder = build_sweep["write_sweep"](tmp_path / "placed", trials, epochs,
+                                        {"rungs": [3, 9], "options": {"rungs": "3,9"}})
+    survival = asha_survival(load(folder))
+    assert survival.rungs == (3,) and list(survival.milestones["rung"]) == [False, False, True, False]
+
+
 def test_survival_of_a_running_sweep(running_sweep):
     with pytest.warns(UserWarning):
         survival = asha_survival(load(running_sweep))

@@ -10,7 +10,7 @@ from tune.cli import main
 FLAGS = ("--num-samples", "--search", "--scheduler", "--max-epochs", "--grace-period", "--reduction-factor",
          "--max-concurrent", "--cpus-per-trial", "--gpus-per-trial", "--metric", "--mode", "--seed", "--storage",
          "--name", "--address", "--dashboard", "--no-dashboard", "--strict", "--set", "--warm-start", "--smoke-test",
-         "--workers-per-trial")
+         "--workers-per-trial", "--rungs")
 TOY = """description: cli toy
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 2, warmup_epochs: 0, batch_size: 128}
 params:
@@ -46,6 +46,7 @@ def test_help_lists_every_flag_with_examples(capsys):
     (["--search", "random", "--warm-start", "/nonexistent"], TOY),
     (["--strict"], DELAY),
     (["--name", "a/b"], TOY),
+    (["--rungs", "schedule"], TOY),  # 2 epochs: no LR drop, no delay to place a rung at
     ([], "missing_space_name"),
 ])
 def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, extra, space, ray_down):

@@ -11,6 +11,7 @@ from tune.options import (DEFAULT_STORAGE, SweepOptions, bad_input, cpus_option,
 SWEEP_EXAMPLES = """examples:
   xbm-tune sweep quickstart
   xbm-tune sweep delay --max-epochs 30 --grace-period 11 --strict
+  xbm-tune sweep variants --rungs schedule          # ASHA judges before each LR drop and after the delay
   xbm-tune sweep pcxbn_lambdas --search grid --scheduler fifo --cpus-per-trial 2
   xbm-tune sweep full --num-samples 200 --gpus-per-trial 0.5 --warm-start ~/xbm_sweeps/full-v1
   xbm-tune sweep variants --gpus-per-trial 2 --cpus-per-trial 4      # each trial on 2 GPUs (2 DDP workers)
@@ -57,6 +58,11 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
                       help="ASHA's first rung, in epochs (default %(default)s)")
     stop.add_argument("--reduction-factor", type=float, default=d.reduction_factor,
                       help="keep 1/factor of trials per rung (default %(default)s)")
+    stop.add_argument("--rungs", default=d.rungs, metavar="geometric|schedule|E1,E2,...",
+                      help="asha: the epochs it judges trials at. geometric: --grace-period x --reduction-factor**k; "
+                           "schedule: the last epoch before each LR drop (step, multistep) and 2 epochs after the "
+                           "normaliser delay / memory start (the memory refilled, then one epoch on it); or the "
+                           "epochs listed, e.g. 5,15,30 (default %(default)s; docs/sweeps.md)")
     stop.add_argument("--strict", action="store_true",
                       help="refuse (exit 2) when early stopping is unfair to a swept start epoch")
     stop.add_argument("--stop-collapsed", action=argparse.BooleanOptionalAction, default=d.stop_collapsed,
@@ -120,6 +126,7 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
     return SweepOptions(
         num_samples=args.num_samples, search=args.search, scheduler=args.scheduler, max_epochs=args.max_epochs,
         grace_period=args.grace_period, reduction_factor=args.reduction_factor, max_concurrent=args.max_concurrent,
+        rungs=args.rungs,
         cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
         workers_per_trial=args.workers_per_trial,
         checkpoint_period=args.checkpoint_period, perturbation_interval=args.perturbation_interval,

@@ -20,13 +20,14 @@ from xbm.inputs import PATH_KEYS
 # ---- sweep.json -----------------------------------------------------------------------------------
 def sweep_record(plan) -> SweepRecord:
     """The record of a planned sweep (``tune.plan.SweepPlan``): options, metric, mode, the space with each
-    parameter's distribution, where its files are, warnings and provenance."""
+    parameter's distribution, where its files are, warnings, ASHA's rungs and provenance."""
     space = plan.space
     return SweepRecord(
         experiment=plan.experiment, stage="sweep", metric=plan.options.metric, mode=plan.options.mode,
         extra_metrics=plan.options.extra_metrics, extra_modes=plan.options.extra_modes, max_epochs=plan.max_epochs, options=plan.options.to_dict(), space=space_record(space),
         paths={k: space.base[k] for k in PATH_KEYS if space.base.get(k) and k not in space.params},
         fairness_warnings=tuple(plan.warnings), created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        rungs=getattr(plan, "rungs", None),  # ASHA's rung epochs (tune.search.rungs); None for another scheduler
         **provenance())
 
 

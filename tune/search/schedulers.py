@@ -5,7 +5,8 @@ ASHA (Li et al. 2020, "A System for Massively Parallel Hyperparameter Tuning", A
 trial at rungs ``grace_period * reduction_factor**k`` (k = 0, 1, ... while <= max_epochs) and stops it
 when its metric is below the rung's top ``1 / reduction_factor`` quantile. Ray's ASHA silently never
 stops a trial whose results lack the time attribute; the trainer's results always carry ``epoch``
-(1-based, continuous across restores).
+(1-based, continuous across restores). ``--rungs`` places ASHA's rungs at given epochs instead
+(``PlacedASHA``; ``tune.search.rungs`` computes them: before each LR drop, after the normaliser's delay).
 
 Each scheduler here records why it stopped a trial (``stop_reasons``: trial_id -> text), which the
 Parquet sink writes as ``stop_reason``. Every one is a ``tune.trial.guards.GuardedScheduler``: collapse-aware
@@ -17,10 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, TrialScheduler
+from ray.tune.schedulers.async_hyperband import _Bracket
 
 from tune.search.pbt import build_pbt, check_population
+from tune.search.rungs import rung_epoch, rung_epochs
 from tune.trial.guards import TIME_ATTR, Budget, GuardedScheduler, Guards
-from tune.options import SweepInputError
+from tune.options import GEOMETRIC_RUNGS, SweepInputError
 
 class _RecordsStops:
     """Mixin: remember a STOP decision with the epoch and value it was taken on."""
@@ -47,6 +50,27 @@ class RecordingASHA(GuardedScheduler, _RecordsStops, AsyncHyperBandScheduler):
     label = "asha"
 
 
+class _PlacedBracket(_Bracket):
+    """Ray's ASHA bracket with its rungs at the given epochs: ``on_result`` judges a trial once per rung, at
+    its first result at or past the rung, against the top ``1 / reduction_factor`` quantile of the values
+    recorded there, whatever the spacing of the rungs."""
+
+    def __init__(self, rungs: tuple[int, ...], reduction_factor: float, stop_last_trials: bool = True) -> None:
+        super().__init__(rungs[0], rungs[-1], reduction_factor, 0, stop_last_trials=stop_last_trials)
+        self._rungs = [(epoch, {}) for epoch in reversed(rungs)]  # descending, as Ray's bracket walks them
+
+
+class PlacedASHA(RecordingASHA):
+    """ASHA (one bracket) whose rungs are an explicit list of epochs (``--rungs schedule`` or ``E1,E2,...``)."""
+
+    def __init__(self, stop_reasons: dict, rungs: tuple[int, ...], **kwargs: Any) -> None:
+        if not rungs or list(rungs) != sorted(set(rungs)) or rungs[0] < 1 or rungs[-1] > kwargs["max_t"]:
+            raise SweepInputError(f"rungs must be increasing epochs in 1..{kwargs['max_t']} (max_t), but got "
+                                  f"{list(rungs)}")
+        super().__init__(stop_reasons, grace_period=rungs[0], **kwargs)
+        self._brackets = [_PlacedBracket(tuple(rungs), self._reduction_factor, self._stop_last_trials)]
+
+
 class RecordingHyperBand(GuardedScheduler, _RecordsStops, HyperBandScheduler):
     label = "hyperband"
 
@@ -56,8 +80,10 @@ class GuardedFIFO(GuardedScheduler, FIFOScheduler):
 
 
 def _asha(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
-    return RecordingASHA(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs, grace_period=options.grace_period,
-                         reduction_factor=options.reduction_factor)
+    common = {"time_attr": TIME_ATTR, "max_t": max_epochs, "reduction_factor": options.reduction_factor}
+    if options.rungs == GEOMETRIC_RUNGS:  # Ray's own rungs, as before --rungs
+        return RecordingASHA(stop_reasons, grace_period=options.grace_period, **common)
+    return PlacedASHA(stop_reasons, rung_epochs(options, space, max_epochs), **common)
 
 
 def _hyperband(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
@@ -95,10 +121,16 @@ def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ..
     if type(scheduler) in (FIFOScheduler, GuardedFIFO):  # every other scheduler subclasses FIFOScheduler
         epochs = set()
     elif isinstance(scheduler, AsyncHyperBandScheduler):
-        epochs = {int(m) for bracket in scheduler._brackets for m, _ in bracket._rungs}
+        epochs = set(asha_rungs(scheduler))
     else:
         epochs = set(range(1, max_epochs + 1))
     return tuple(sorted(e for e in epochs | grace if e <= max_epochs))
+
+
+def asha_rungs(scheduler: AsyncHyperBandScheduler) -> tuple[int, ...]:
+    """The epochs an ASHA scheduler judges trials at (every bracket's rungs; a fractional rung at the first
+    whole epoch past it): what sweep.json records as ``rungs``."""
+    return tuple(sorted({rung_epoch(m) for bracket in scheduler._brackets for m, _ in bracket._rungs}))
 
 
 def build_scheduler(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
