@@ -16,6 +16,9 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from analysis.columns import config_column
+from analysis.errors import NotApplicable
+from analysis.loader import Sweep
+from analysis.values import metric_values
 
 AXBN_LOST_CELL = ("the text of AXBN's Table 1 lost this cell; read from its Table 2, the same setting (batch 64, "
                   "memory 50%), whose Recall@10 cells equal Table 1's")
@@ -54,13 +57,14 @@ def _cells(table: str, dataset: str, metrics: Sequence[str], rows: Sequence[tupl
 
 
 R1_R10 = ("recall_at_1", "recall_at_10")
-NO_XBM, PLAIN_XBM = {"memory.enabled": False, "normaliser.kind": "none"}, {"normaliser.kind": "none"}
+NO_XBM = {"memory.enabled": False, "normaliser.kind": "none"}
+PLAIN_XBM = {"memory.enabled": True, "normaliser.kind": "none"}
 
 
 def _axbn_table1(dataset: str, values: Mapping[str, tuple], notes=None) -> tuple[PaperValue, ...]:
     """AXBN paper Table 1 (batch 64; memory 50%, DeepFashion2 100%; mean of 3 runs)."""
-    settings = {"No-XBM": NO_XBM, "XBM": PLAIN_XBM, "XBN": {"normaliser.kind": "xbn"},
-                "AXBN": {"normaliser.kind": "axbn"}}
+    settings = {"No-XBM": NO_XBM, "XBM": PLAIN_XBM, "XBN": {"memory.enabled": True, "normaliser.kind": "xbn"},
+                "AXBN": {"memory.enabled": True, "normaliser.kind": "axbn"}}
     return _cells("AXBN paper Table 1", dataset, R1_R10, [(row, settings[row], values[row]) for row in settings],
                   notes)
 
@@ -172,6 +176,39 @@ def table_frame(name: str) -> pd.DataFrame:
                          "value": [c.value for c in cells], "unit": [c.unit for c in cells],
                          "setting": [", ".join(f"{k}={v}" for k, v in c.setting) for c in cells],
                          "note": [c.note for c in cells]})
+
+
+# the papers' data set names as config values (VehicleID's three test lists by vehicleid_test_size)
+DATASET_CONFIG = {"SOP": {"dataset": "sop"}, "In-Shop": {"dataset": "inshop"},
+                  "DeepFashion2": {"dataset": "deepfashion2"}, "CIFAR-10": {"dataset": "cifar10"},
+                  "CIFAR-100": {"dataset": "cifar100"},
+                  **{f"VehicleID {size}": {"dataset": "vehicleid", "vehicleid_test_size": n}
+                     for size, n in (("small", 800), ("medium", 1600), ("large", 2400))}}
+
+
+def paper_comparison(sweep: Sweep, metric: str | None = None, stage: str = "sweep") -> pd.DataFrame:
+    """The cells of ``metric`` in the table the sweep's space reproduces, each beside the sweep's trials that ran
+    its row (its data set and its ``setting``): how many, and their best ``metric`` x 100 (the paper's unit).
+    The sweep's values are on its selection split (``val_fraction``: held-out training classes), the paper's on
+    the test classes. NotApplicable when the space reproduces no table or the table has no cell of ``metric``."""
+    name, metric = sweep.record.space.name, metric or sweep.metric
+    if name not in TABLES:
+        raise NotApplicable(f"space {name!r} reproduces no paper table (those that do: {', '.join(TABLES)})")
+    cells = [c for c in TABLES[name] if c.metric == metric]
+    if not cells:
+        raise NotApplicable(f"the table of {name} prints no {metric}")
+    trials, values = sweep.stage_trials(stage), metric_values(sweep, metric, stage)
+    rows = []
+    for c in cells:
+        ran = pd.Series(True, index=trials.index)
+        for key, value in {**DATASET_CONFIG.get(c.dataset, {}), **dict(c.setting)}.items():
+            column = config_column(key)
+            ran &= (trials[column] == value).fillna(False) if column in trials.columns else False
+        best = values[ran].max()
+        rows.append({"table": c.table, "dataset": c.dataset, "row": c.row, "paper": c.value,
+                     "trials": int(ran.sum()), "sweep best x100": round(100 * best, 2) if ran.any() else None,
+                     "note": c.note})
+    return pd.DataFrame(rows)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,12 @@
 known discrepancies, and the one-parameter overlays built from them. Values checked against the papers' texts."""
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from analysis.references import REFERENCES, TABLES, reference_for, table_frame
+from analysis import NotApplicable, load
+from analysis.references import REFERENCES, TABLES, paper_comparison, reference_for, table_frame
+from analysis.report import _Report
 
 SPACES = Path(__file__).resolve().parents[2] / "search_spaces"
 
@@ -62,7 +65,8 @@ def test_rows_say_which_config_they_are():
     """Bug caught: a row whose setting does not name the swept values of its space (the report could not match it)."""
     no_xbm = {"memory.enabled": False, "normaliser.kind": "none"}
     assert dict(cell("axbn_table1_sop", "SOP", "No-XBM").setting) == no_xbm
-    assert dict(cell("axbn_table1_sop", "SOP", "AXBN").setting) == {"normaliser.kind": "axbn"}
+    assert dict(cell("axbn_table1_sop", "SOP", "AXBN").setting) == {"memory.enabled": True, "normaliser.kind": "axbn"}
+    assert dict(cell("axbn_table1_sop", "SOP", "XBM").setting) == {"memory.enabled": True, "normaliser.kind": "none"}
     assert dict(cell("thesis_table5_15_margins", "CIFAR-100", "PC-XBN (Adjusted Margin)").setting) == {
         "miner.pos_margin": 0.1, "miner.neg_margin": 2.0}
     assert dict(cell("thesis_table5_6_delay", "SOP", "XBN (15 epoch delay)").setting)["normaliser.delay_epochs"] == 15
@@ -99,3 +103,33 @@ def test_overlays_come_from_the_tables_rows_that_differ_in_one_parameter(param, 
     batch-size curve, the XBM row on the delay curve) or drifting from the table's cells."""
     ref = reference_for(param)
     assert (ref.x, ref.y, ref.dataset) == (x, y, dataset) and ref.unit == "%"
+
+
+def test_paper_comparison_puts_each_cell_beside_the_trials_that_ran_its_row(build_sweep, tmp_path):
+    """Bug caught: a sweep's trials matched to a row of another data set or another setting, or the sweep's
+    fractions compared with the paper's percentages."""
+    b = build_sweep
+    runs = [("mu06_a", "cifar100", 0.6, 1.0, 0.80), ("mu06_b", "cifar100", 0.6, 1.0, 0.85),
+            ("mu00", "cifar100", 0.0, 0.2, 0.50), ("toy", "toy", 0.6, 1.0, 0.99)]
+    trials, epochs = [], []
+    for i, (trial_id, dataset, mu, sigma, best) in enumerate(runs):
+        cfg = b["config"]("pcxbn", 0.5, i, {"normaliser.lambda_mu": mu, "normaliser.lambda_sigma": sigma},
+                          dataset=dataset)
+        rows = b["epoch_rows"](trial_id, cfg, best, 4)
+        epochs += rows
+        trials.append(b["trial_row"](trial_id, cfg, rows, "completed"))
+    space = {"name": "thesis_table5_14", "description": "thesis Table 5.14", "text": "", "params": []}
+    sweep = load(b["write_sweep"](tmp_path / "t514", trials, epochs, options={"space": space}))
+    frame = paper_comparison(sweep).set_index("row")
+    assert len(frame) == 12 and set(frame["table"]) == {"thesis Table 5.14"}
+    assert frame.loc["lambda_mu = 0.6", ["paper", "trials", "sweep best x100"]].tolist() == [91.7, 2, 85.0]
+    assert frame.loc["lambda_sigma = 1.0", "trials"] == 2 and frame.loc["lambda_mu = 0.0", "trials"] == 1
+    assert frame.loc["lambda_mu = 0.2", "trials"] == 0 and pd.isna(frame.loc["lambda_mu = 0.2", "sweep best x100"])
+    assert "39.69" in frame.loc["lambda_sigma = 1.0", "note"]
+    section = "\n".join(_Report(sweep, "recall_at_1").paper_table())
+    assert "`thesis_table5_14` reproduces thesis Table 5.14" in section and "| lambda_mu = 0.6 |" in section
+    with pytest.raises(NotApplicable, match="prints no map_at_r"):
+        paper_comparison(sweep, "map_at_r")
+    other = load(b["write_sweep"](tmp_path / "other", trials, epochs))
+    with pytest.raises(NotApplicable, match="reproduces no paper table"):
+        paper_comparison(other)
