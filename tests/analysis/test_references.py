@@ -18,6 +18,7 @@ def cell(table, dataset, row, metric="recall_at_1"):
 
 
 def test_lambda_mu_row_of_table_5_14():
+    """Bug caught: the lambda_mu overlay losing its row's values, or a parameter without a table row given one."""
     ref = reference_for("normaliser.lambda_mu")
     assert ref is reference_for("config.normaliser.lambda_mu") is REFERENCES["config.normaliser.lambda_mu"]
     frame = ref.frame()

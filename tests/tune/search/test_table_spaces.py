@@ -110,4 +110,5 @@ def test_show_space_prints_the_citation_and_the_papers_numbers(capsys):
 
 
 def test_header_comments_stop_at_the_first_yaml_line():
+    """Bug caught: a trailing comment of a YAML line (or a later comment block) printed as the file's header."""
     assert header_comments("# a\n#\n#  b\n\ndescription: x  # not header\n# nor this\n") == ["a", "", " b"]
