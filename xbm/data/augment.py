@@ -174,7 +174,9 @@ class Papers(RandAugment):
     thesis §5.2): random resized crop, flip, RandAugment, to tensor, normalise, then ``RandomErasing(0.2,
     mode="pixel")`` per sample, timm's order without its prefetcher. ``randaugment`` moves the erasing onto the
     batch to keep uint8 samples; this preset keeps timm's own objects, so what ran is what the papers name.
-    Samples are float and already normalised with the run's statistics: :class:`InputNorm` passes them."""
+    Samples are float and already normalised with the run's statistics: :class:`InputNorm` passes them.
+    timm applies no colour jitter once RandAugment is on, though the thesis lists colour jitter among the defaults:
+    what timm does is what ran."""
 
     name = "papers"
     auto_augment = "rand-m9-mstd0.5"
