@@ -2,9 +2,9 @@
 
 Sections: overview (counts, read problems), leaderboard, best per kind, variant comparison with
 t-intervals and paired differences, confirmation table, parameter importance, learning curves, ASHA
-survival, one-parameter effects (with reference points), lambda_mu x lambda_sigma heatmap, drift and
-staleness, parallel coordinates, retrieval examples (the best trial's best weights on 8 test queries and
-their top 5). A section the sweep cannot support is replaced by one line saying
+survival, one-parameter effects (with reference points), the paper's table (a table space's), lambda_mu x
+lambda_sigma heatmap, drift and staleness, parallel coordinates, retrieval examples (the best trial's best
+weights on 8 test queries and their top 5). A section the sweep cannot support is replaced by one line saying
 why (``NotApplicable``); a section that fails unexpectedly says so too and the report still finishes.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import compare, curves, effects, importance, markdown, plots, schedules, tables
+from analysis import compare, curves, effects, importance, markdown, plots, references, schedules, tables
 from analysis.columns import key_values, param_name, varying_columns
 from analysis.contract import TRIALS_FILE
 from analysis.costs import time_line
@@ -62,6 +62,7 @@ class _Report:
                              ("Variant comparison", self.variants), ("Confirmation", self.confirmation),
                              ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
                              ("ASHA survival", self.survival), ("One-parameter effects", self.effects),
+                             ("The paper's table", self.paper_table),
                              ("lambda_mu × lambda_sigma", self.heatmap), ("PBT schedules", self.schedules),
                              ("Drift and staleness", self.drift), ("Parallel coordinates", self.parallel),
                              ("Retrieval examples", self.retrieval), ("Pareto front", self.pareto)):
@@ -250,6 +251,14 @@ class _Report:
             lines += [f"Dashed, right axis: {effect.reference.label} — shape only, not comparable in level.", "",
                       markdown.table(effect.reference.frame()[["param_value", "reference_value"]]), ""]
         return lines + [self.figure(plots.plot_param_effect(effect), f"effect_{name}", f"effect of {param}")]
+
+    def paper_table(self) -> list[str]:
+        """The table a table space reproduces (analysis.references), its cells beside the trials that ran each row."""
+        frame = references.paper_comparison(self.sweep, self.metric)
+        return [f"`{self.sweep.record.space.name}` reproduces {frame['table'].iloc[0]}: the paper's `{self.metric}` "
+                "(%) beside the best of this sweep's trials that ran each row, x 100. The sweep selects on held-out "
+                "training classes (`val_fraction`), the paper reported the test classes: compare levels with "
+                "`confirm`'s test values. Notes mark where the papers disagree.", "", markdown.table(frame), ""]
 
     def heatmap(self) -> list[str]:
         heat = effects.param_heatmap(self.sweep, metric=self.metric)

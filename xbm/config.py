@@ -27,7 +27,7 @@ AMP_MODES = ("off", "fp16", "bf16", "auto")
 COMPILE_MODES = ("off", "default", "max-autotune")  # torch.compile of the model (mode), or none
 SYNC_BN = ("auto", "on", "off")   # BatchNorm over the global batch of a data-parallel run (auto: on with workers > 1)
 # the values of augment / normalize (xbm.data.augment owns them; repeated here so config stays torch-free)
-AUGMENT = ("auto", "none", "shift", "metric", "randaugment")
+AUGMENT = ("auto", "none", "shift", "metric", "randaugment", "papers")
 NORMALIZE = ("auto", "imagenet", "dataset", "none")
 # the values of objective (xbm.objectives owns the registry; repeated here so config stays torch-free)
 OBJECTIVES = ("supervised", "instance", "moco", "neighbours")

@@ -38,7 +38,7 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
     (["--config", "/nonexistent/run.yaml"], "--config must name a readable YAML file"),
     (["--set", "dataset=sop", "--set", "data_root=/nonexistent"], "data set 'sop': missing"),
     (["--set", "augment=bogus"],
-     "augment must satisfy one of ['auto', 'none', 'shift', 'metric', 'randaugment'], but got 'bogus'"),
+     "augment must satisfy one of ['auto', 'none', 'shift', 'metric', 'randaugment', 'papers'], but got 'bogus'"),
     (["--set", "normalize=bogus"], "normalize must satisfy one of ['auto', 'imagenet', 'dataset', 'none'], but got 'bogus'"),
     (["--set", "num_workers=many"], "num_workers must satisfy 'auto' (the trial's CPUs minus one) or an integer >= 0"),
     (["--set", "objective=moco", "--set", "moco.momentum=1.0"], "moco.momentum must satisfy 0 <= momentum < 1"),

@@ -15,6 +15,9 @@ prefetcher does). Registry, one small class per preset:
                 paper (seed 002 §4.1) and Musgrave et al., "A Metric Learning Reality Check" (2020)
 ``randaugment`` timm's pipeline (random resized crop, flip, RandAugment m9 mstd0.5, then random erasing
                 0.2 on the normalised batch), evaluation as ``metric``: the thesis's (seed 000 §5.2)
+``papers``      the same augmentation built whole by ``timm.data.create_transform`` as the papers ran it
+                (AXBN paper §5.1: timm's defaults, ``rand-m9-mstd0.5``, reprob 0.2; thesis §5.2): random
+                erasing per sample after timm's own normalisation, so samples leave the workers as float
 ==============  =====================================================================================
 
 ``auto`` is the data set's preset (:class:`xbm.data.style.ImageStyle`). Statistics: ``imagenet`` (timm's
@@ -165,7 +168,32 @@ class BatchErasing:
         return self.erasing(x)
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (NoAugment(), Shift(), Metric(), RandAugment())}
+class Papers(RandAugment):
+    """timm's training transform exactly as ``create_transform`` composes it for the papers' flags (AXBN paper
+    §5.1: "Default data augmentations in the TIMM library ... RandAugment profile rand-m9-mstd0.5, reprob 0.2";
+    thesis §5.2): random resized crop, flip, RandAugment, to tensor, normalise, then ``RandomErasing(0.2,
+    mode="pixel")`` per sample, timm's order without its prefetcher. ``randaugment`` moves the erasing onto the
+    batch to keep uint8 samples; this preset keeps timm's own objects, so what ran is what the papers name.
+    Samples are float and already normalised with the run's statistics: :class:`InputNorm` passes them.
+    timm applies no colour jitter once RandAugment is on, though the thesis lists colour jitter among the defaults:
+    what timm does is what ran."""
+
+    name = "papers"
+    auto_augment = "rand-m9-mstd0.5"
+
+    def train(self, image_size, stats, channels):
+        from timm.data import create_transform
+
+        mean = tuple(stats.mean) if stats is not None else (0.0,) * channels   # None: inputs stay in [0, 1]
+        std = tuple(stats.std) if stats is not None else (1.0,) * channels
+        return create_transform(image_size, is_training=True, auto_augment=self.auto_augment, hflip=0.5,
+                                re_prob=self.erase_probability, re_mode="pixel", mean=mean, std=std)
+
+    def batch_train(self, stats):
+        return InputNorm(stats)   # float samples pass unchanged (erased and normalised per sample)
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in (NoAugment(), Shift(), Metric(), RandAugment(), Papers())}
 
 
 def preset(name: str, style: ImageStyle) -> Preset:

@@ -24,7 +24,8 @@ def test_auto_means_the_data_sets_preset_and_bogus_names_the_valid_ones():
     """Bug caught: augment=auto ignoring the data set (strokes flipped like photos), or a typo accepted."""
     assert preset("auto", DARK_STROKES).name == "shift" and preset("auto", PHOTO).name == "metric"
     assert preset("randaugment", STROKES).name == "randaugment"
-    with pytest.raises(ValueError, match=r"augment must be one of \['auto', 'none', 'shift', 'metric', 'randaugment'\]"):
+    names = r"\['auto', 'none', 'shift', 'metric', 'randaugment', 'papers'\]"
+    with pytest.raises(ValueError, match=f"augment must be one of {names}"):
         preset("bogus", PHOTO)
 
 
@@ -67,6 +68,31 @@ def test_randaugment_is_timms_pipeline_with_erasing_on_the_normalised_batch():
     out = p.batch_train(STATS)(batch)
     erased = ~torch.isclose(out, torch.tensor(1.5)).flatten(1).all(1)  # (1 - 0.25) / 0.5 = 1.5 where not erased
     assert 0 < int(erased.sum()) < 64
+
+
+def test_papers_is_timms_own_rand_m9_mstd05_with_random_erasing_02():
+    """Bug caught: the papers' augmentation (AXBN paper §5.1, thesis §5.2: timm's rand-m9-mstd0.5, reprob 0.2) built
+    with another magnitude, without its magnitude noise, with another erasing probability, or erasing raw pixels
+    (timm erases after normalising, with N(0, 1) noise)."""
+    from timm.data.auto_augment import RandAugment
+    from timm.data.random_erasing import RandomErasing
+
+    train = PRESETS["papers"].train(224, imagenet_stats(3), 3)
+    (rand_augment,) = [t for t in ops(train) if isinstance(t, RandAugment)]
+    assert rand_augment.num_layers == 2 and rand_augment.ops
+    assert {(op.magnitude, op.magnitude_std) for op in rand_augment.ops} == {(9, 0.5)}
+    (erasing,) = [t for t in ops(train) if isinstance(t, RandomErasing)]
+    assert erasing.probability == 0.2 and erasing.mode == "pixel"
+    names = kinds(train)
+    assert names.index("RandAugment") < names.index("Normalize") < names.index("RandomErasing") == len(names) - 1
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (300, 260, 3), dtype=np.uint8), "RGB")
+    torch.manual_seed(0)
+    out = train(image)
+    assert out.shape == (3, 224, 224) and out.dtype == torch.float32
+    (normalize,) = [t for t in ops(train) if type(t).__name__ == "Normalize"]   # the run's statistics, not timm's
+    assert torch.allclose(normalize.mean, torch.tensor(imagenet_stats(3).mean))
+    batch = out[None]
+    assert PRESETS["papers"].batch_train(imagenet_stats(3))(batch) is batch   # normalised once, per sample
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

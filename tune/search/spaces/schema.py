@@ -64,6 +64,18 @@ def parse_yaml(text: str, source: str) -> Any:
         loader.dispose()
 
 
+def header_comments(text: str) -> list[str]:
+    """The comment lines that open a space file, without their ``#``: where a space reproducing a paper's table
+    cites it and lists the paper's numbers (YAML drops comments, so ``show-space`` reads them from the text)."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            lines.append(line[1:].removeprefix(" ").rstrip())
+        elif line.strip():
+            break
+    return lines
+
+
 def read_space(text: str, source: str) -> RawSpace:
     """Parse and shape-check one file's text; ``source`` names it in errors."""
     data = parse_yaml(text, source)

@@ -23,6 +23,7 @@ import numpy as np
 
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Param
+from tune.search.spaces.schema import header_comments
 from tune.search.spaces.validation import DEFAULTS
 
 #: the searchers that sample through an Optuna study (define-by-run); ``optuna`` and ``tpe`` are TPE
@@ -142,6 +143,10 @@ class SearchSpace:
     def describe(self) -> str:
         """What ``xbm-tune show-space`` prints: the resolved, validated space."""
         lines = [f"space: {self.name}", f"file: {self.source}", f"description: {self.description or '-'}"]
+        header = header_comments(self.text)
+        if header:
+            lines += ["header (the file's opening comments: source, the paper's numbers, protocol):"]
+            lines += [f"  {line}" for line in header]
         if self.overrides:
             lines.append("overrides (--set): " + ", ".join(f"{k}={v!r}" for k, v in self.overrides.items()))
         lines.append("base (fixed; other keys keep their TrainConfig default):")
