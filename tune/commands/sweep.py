@@ -113,14 +113,6 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                          help="start the Ray dashboard on 127.0.0.1 and print its URL (default: on)")
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    cluster = parser.add_argument_group("cluster")
-    cluster.add_argument("--address", default=None,
-                         help="join a running cluster (auto, HOST:PORT, ray://HOST:10001); default: start local Ray")
-    cluster.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=True,
-                         help="start the Ray dashboard on 127.0.0.1 and print its URL (default: on)")
-
-
 def options_from(args: argparse.Namespace) -> SweepOptions:
     cluster = {"address": args.address, "dashboard": args.dashboard} if hasattr(args, "dashboard") else {}
     return SweepOptions(
