@@ -32,7 +32,7 @@ from pytorch_metric_learning.samplers import MPerClassSampler
 from xbm.config import TrainConfig
 from xbm.data import build_dataset
 from xbm.evaluate import retrieval_metrics
-from xbm.models import create_embedding_model
+from xbm.models import create_embedding_model, model_kwargs
 from xbm.trainer import Trainer
 from xbm.training.rng import seed_everything
 
@@ -76,7 +76,7 @@ def recall_at_1(model, x: torch.Tensor, y: torch.Tensor) -> float:
 def bare_run(cfg: TrainConfig, train, test, memory: bool) -> tuple[list[float], float]:
     seed_everything(cfg.seed)
     x_train, y_train = train
-    model = create_embedding_model(cfg, (1, 32, 32))
+    model = create_embedding_model(**model_kwargs(cfg), input_shape=(1, 32, 32))
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     loss = losses.SupConLoss(temperature=cfg.loss.temperature)
     miner = miners.PairMarginMiner(pos_margin=cfg.miner.pos_margin, neg_margin=cfg.miner.neg_margin)

@@ -28,7 +28,7 @@ from pytorch_metric_learning import losses, miners
 
 from xbm.config import TrainConfig
 from xbm.data import build_dataset
-from xbm.models import create_embedding_model
+from xbm.models import create_embedding_model, model_kwargs
 from xbm.trainer import Trainer
 from xbm.training.loaders import make_sampler, train_loader
 
@@ -71,7 +71,7 @@ def main() -> None:
     xbm = Trainer(TrainConfig.from_dict({**base, "memory.ratio": 0.5}), splits=splits)
 
     torch.manual_seed(0)
-    model = create_embedding_model(plain_cfg, tuple(splits.input_shape))
+    model = create_embedding_model(**model_kwargs(plain_cfg), input_shape=tuple(splits.input_shape))
     optimizer = torch.optim.AdamW(model.parameters(), lr=plain_cfg.lr, weight_decay=plain_cfg.weight_decay)
     loss_fn = losses.SupConLoss(temperature=plain_cfg.loss.temperature)
     miner = miners.PairMarginMiner(pos_margin=plain_cfg.miner.pos_margin, neg_margin=plain_cfg.miner.neg_margin)

@@ -49,13 +49,13 @@ def criterion(cfg, kind: str):
 
 
 def model_and_optimizer(cfg, device):
-    from xbm.models import create_embedding_model
-    from xbm.training.optim import main_optimizer
+    from xbm.models import create_embedding_model, model_kwargs
+    from xbm.training.optim import main_optimizer, optimizer_kwargs
 
-    model = create_embedding_model(cfg, (3, cfg.image_size, cfg.image_size)).to(device)
+    model = create_embedding_model(**model_kwargs(cfg), input_shape=(3, cfg.image_size, cfg.image_size)).to(device)
     if device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
-    return model, main_optimizer(model, cfg)
+    return model, main_optimizer(model, **optimizer_kwargs(cfg))
 
 
 def step(model, optimizer, loss_fn, x, y, autocast) -> None:

@@ -110,12 +110,12 @@ def load_embedder(folder: Union[str, Path], device: str = "auto") -> "ImageEmbed
     from safetensors.torch import load_file
 
     from xbm.config import TrainConfig
-    from xbm.models import create_embedding_model
+    from xbm.models import create_embedding_model, model_kwargs
 
     card = read_card(folder)
     cfg = TrainConfig.from_dict({"model": card["model"], "embedding_size": card["embedding_size"],
                                  "pretrained": False})
-    model = create_embedding_model(cfg, tuple(card["input_shape"]))
+    model = create_embedding_model(**model_kwargs(cfg), input_shape=tuple(card["input_shape"]))
     model.load_state_dict(load_file(str(Path(folder) / WEIGHTS)))
     return ImageEmbedder(model, Preprocessing.from_dict(card["preprocessing"]), device,
                          provenance=card.get("provenance") or {})

@@ -51,52 +51,64 @@ class MLPBackbone(nn.Module):
         return self.layers(x)
 
 
-def _mlp(cfg: TrainConfig, input_shape: tuple[int, ...]) -> nn.Module:
-    if cfg.pretrained:
-        raise ValueError("pretrained must be false for model 'mlp' (no published weights exist), but got "
-                         "pretrained=True; use pretrained_path=FILE to load a state dict saved from an mlp backbone")
+def _mlp(input_shape: tuple[int, ...]) -> nn.Module:
     return MLPBackbone(math.prod(input_shape))
 
 
-def _timm(cfg: TrainConfig, input_shape: tuple[int, ...]) -> nn.Module:
+def _timm(name: str, input_shape: tuple[int, ...], pretrained: bool) -> nn.Module:
     import timm
 
     if len(input_shape) != 3:
-        raise ValueError(f"model {cfg.model!r} is a timm image model and needs image inputs (C, H, W), but the "
-                         f"data set {cfg.dataset!r} gives inputs of shape {tuple(input_shape)}; use model=mlp")
+        raise ValueError(f"model {name!r} is a timm image model and needs image inputs (C, H, W), but the "
+                         f"data set gives inputs of shape {tuple(input_shape)}; use model=mlp")
     kwargs = dict(num_classes=0, in_chans=int(input_shape[0]))
-    if not cfg.pretrained or cfg.pretrained_path:
-        return timm.create_model(cfg.model, pretrained=False, **kwargs)
+    if not pretrained:
+        return timm.create_model(name, pretrained=False, **kwargs)
     try:
-        return timm.create_model(cfg.model, pretrained=True, **kwargs)
+        return timm.create_model(name, pretrained=True, **kwargs)
     except Exception as exc:  # noqa: BLE001 - any download/hub failure gets the same actionable message
         raise PretrainedWeightsError(
-            f"pretrained=True could not fetch timm's weights for model {cfg.model!r} ({type(exc).__name__}: "
+            f"pretrained=True could not fetch timm's weights for model {name!r} ({type(exc).__name__}: "
             f"{exc}). Offline machines: download the weights once elsewhere and set pretrained_path=FILE "
             "(a .pth/.bin/.safetensors state dict of the backbone), or set pretrained=false") from exc
 
 
-MODELS: dict[str, Callable[[TrainConfig, tuple[int, ...]], nn.Module]] = {"mlp": _mlp}
+#: our backbones by name (none has published weights): input_shape -> module with ``num_features``; any other
+#: name is timm's
+MODELS: dict[str, Callable[[tuple[int, ...]], nn.Module]] = {"mlp": _mlp}
 
 
-def create_backbone(cfg: TrainConfig, input_shape: tuple[int, ...]) -> nn.Module:
+def create_backbone(model: str, input_shape: tuple[int, ...], pretrained: bool = False) -> nn.Module:
     """The registry lookup: our names first, then timm's; the backbone has a ``num_features`` attribute."""
-    if cfg.model in MODELS:
-        return MODELS[cfg.model](cfg, tuple(input_shape))
+    if model in MODELS:
+        if pretrained:
+            raise ValueError(f"pretrained must be false for model {model!r} (no published weights exist), but got "
+                             f"pretrained=True; use pretrained_path=FILE to load a state dict saved from an {model} "
+                             "backbone")
+        return MODELS[model](tuple(input_shape))
     import timm
 
-    if not timm.is_model(cfg.model):
+    if not timm.is_model(model):
         raise ValueError(f"model must be one of {sorted(MODELS)} or a timm model name (timm.list_models()), "
-                         f"but got {cfg.model!r}")
-    return _timm(cfg, tuple(input_shape))
+                         f"but got {model!r}")
+    return _timm(model, tuple(input_shape), pretrained)
 
 
-def create_embedding_model(cfg: TrainConfig, input_shape: tuple[int, ...]) -> EmbeddingModel:
-    """Backbone from the registry (+ ``pretrained_path`` when set) with a head to ``cfg.embedding_size``."""
-    backbone = create_backbone(cfg, input_shape)
-    if cfg.pretrained_path:
-        load_backbone_weights(backbone, cfg.pretrained_path)
-    return EmbeddingModel(backbone, int(backbone.num_features), cfg.embedding_size)
+def create_embedding_model(model: str, input_shape: tuple[int, ...], embedding_size: int, pretrained: bool = False,
+                           pretrained_path: str = "") -> EmbeddingModel:
+    """Backbone from the registry (timm's weights with ``pretrained``, or the local file ``pretrained_path``,
+    which wins) with a head to ``embedding_size``. The run's config reaches it through :func:`model_kwargs`."""
+    # ours refuse pretrained outright; timm's skip the download when the local file gives the weights
+    backbone = create_backbone(model, input_shape, pretrained and (model in MODELS or not pretrained_path))
+    if pretrained_path:
+        load_backbone_weights(backbone, pretrained_path)
+    return EmbeddingModel(backbone, int(backbone.num_features), embedding_size)
+
+
+def model_kwargs(cfg: TrainConfig) -> dict:
+    """The config keys :func:`create_embedding_model` takes (timm's ``optimizer_kwargs`` pattern)."""
+    return dict(model=cfg.model, embedding_size=cfg.embedding_size, pretrained=cfg.pretrained,
+                pretrained_path=cfg.pretrained_path)
 
 
 # Config key ``compile`` -> torch.compile's mode. torch's "max-autotune" also replays the model as CUDA graphs,

@@ -34,7 +34,7 @@ from xbm.data import DatasetSplits, SampleDataset, build_dataset, recall_ks
 from xbm.data.images import configure_images
 from xbm.training.distributed import Ranks
 from xbm.losses.xbm_loss import XBMLoss
-from xbm.models import compile_model, create_embedding_model
+from xbm.models import compile_model, create_embedding_model, model_kwargs
 from xbm.normalisers import build_normaliser
 from xbm.normalisers.axbn import AXBN
 from xbm.objectives import build_objective
@@ -43,8 +43,8 @@ from xbm.losses.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, Embedder, check_shared_memory,
                                   eval_workers, resolve_workers, start_persistent_workers, train_loader)
-from xbm.training.optim import (load_optimizer_state, main_optimizer, main_scheduler, rescale_optimizer,
-                                warmup_optimizer)
+from xbm.training.optim import (load_optimizer_state, main_optimizer, main_scheduler, optimizer_kwargs,
+                                rescale_optimizer, scheduler_kwargs, warmup_optimizer)
 from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
 from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
@@ -101,15 +101,15 @@ class Trainer:
                 "CPU(s) for this run): every image would be decoded and augmented in the training process while "
                 "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
                 "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
-        self.model = create_embedding_model(cfg, tuple(self.splits.input_shape))
+        self.model = create_embedding_model(**model_kwargs(cfg), input_shape=tuple(self.splits.input_shape))
         if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
             self.model = convert_sync_batchnorm(self.model, self.runtime.device)
         self.model = self.model.to(self.runtime.device)
         self.parallel = DataParallel(ranks, self.runtime.device)
         if self.runtime.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.optimizer = main_optimizer(self.model, cfg)
-        self.scheduler = main_scheduler(self.optimizer, cfg)
+        self.optimizer = main_optimizer(self.model, **optimizer_kwargs(cfg))
+        self.scheduler = main_scheduler(self.optimizer, **scheduler_kwargs(cfg))
         self.warmup_optimizer = warmup_optimizer(self.model.head)
         self.scaler = self.runtime.grad_scaler()
         train = self.splits.train

@@ -5,7 +5,7 @@ import torch
 
 from xbm.config import TrainConfig
 from xbm.errors import PretrainedWeightsError
-from xbm.models import MODELS, create_embedding_model
+from xbm.models import MODELS, create_embedding_model, model_kwargs
 
 from .conftest import tiny_trainer
 
@@ -16,17 +16,31 @@ def cfg(**values):
     return TrainConfig.from_dict({"embedding_size": 16, **values})
 
 
+def build(input_shape, **values):
+    """The model a run with these config values builds (the trainer's path: ``model_kwargs(cfg)``)."""
+    return create_embedding_model(**model_kwargs(cfg(**values)), input_shape=input_shape)
+
+
+def test_the_factory_takes_plain_arguments_without_a_config():
+    """Bug caught: the model factory reaching into the whole TrainConfig, so a caller without one (an export, a
+    notebook) has to invent a config; and the head's size not the one asked for."""
+    model = create_embedding_model("mlp", (6,), embedding_size=8)
+    assert model(torch.randn(3, 6)).shape == (3, 8)
+    with pytest.raises(ValueError, match="pretrained must be false for model 'mlp'"):  # even with a local file
+        create_embedding_model("mlp", (6,), embedding_size=8, pretrained=True, pretrained_path="weights.pth")
+
+
 def test_mlp_embeds_vectors_and_flattened_images_on_the_unit_sphere():
-    model = create_embedding_model(cfg(model="mlp"), (40,))
+    model = build(model="mlp", input_shape=(40,))
     z = model(torch.randn(5, 40))
     assert z.shape == (5, 16)
     torch.testing.assert_close(z.norm(dim=1), torch.ones(5))
-    flat = create_embedding_model(cfg(model="mlp"), (3, 8, 8))
+    flat = build(model="mlp", input_shape=(3, 8, 8))
     assert flat(torch.randn(2, 3, 8, 8)).shape == (2, 16)
 
 
 def test_timm_backbone_has_no_classifier_and_a_linear_head():
-    model = create_embedding_model(cfg(model=TINY_TIMM, image_size=32), (3, 32, 32))
+    model = build(model=TINY_TIMM, image_size=32, input_shape=(3, 32, 32))
     assert model.backbone.num_classes == 0
     assert model.head.in_features == model.backbone.num_features
     z = model.eval()(torch.randn(2, 3, 32, 32))
@@ -35,11 +49,11 @@ def test_timm_backbone_has_no_classifier_and_a_linear_head():
 
 def test_unknown_model_and_wrong_input_kind_are_value_errors():
     with pytest.raises(ValueError, match=r"model must be one of \['mlp'\] or a timm model name"):
-        create_embedding_model(cfg(model="resnet5000"), (3, 32, 32))
+        build(model="resnet5000", input_shape=(3, 32, 32))
     with pytest.raises(ValueError, match="needs image inputs"):
-        create_embedding_model(cfg(model=TINY_TIMM), (40,))
+        build(model=TINY_TIMM, input_shape=(40,))
     with pytest.raises(ValueError, match="pretrained must be false for model 'mlp'"):
-        create_embedding_model(cfg(model="mlp", pretrained=True), (40,))
+        build(model="mlp", pretrained=True, input_shape=(40,))
     assert "mlp" in MODELS
 
 
@@ -53,7 +67,7 @@ def test_offline_pretrained_error_names_pretrained_path(monkeypatch):
     monkeypatch.setattr(builder, "load_state_dict_from_url", offline)
     monkeypatch.setattr(builder, "download_cached_file", offline)
     with pytest.raises(PretrainedWeightsError, match="pretrained_path") as info:
-        create_embedding_model(cfg(model=TINY_TIMM, pretrained=True), (3, 32, 32))
+        build(model=TINY_TIMM, pretrained=True, input_shape=(3, 32, 32))
     assert "no network" in str(info.value)
 
 
@@ -65,7 +79,7 @@ def test_pretrained_path_loads_a_local_file(tmp_path, pretrained, monkeypatch):
     source = timm.create_model(TINY_TIMM, num_classes=7)  # with a classifier, as published checkpoints are
     path = tmp_path / "weights.pth"
     torch.save(source.state_dict(), path)
-    model = create_embedding_model(cfg(model=TINY_TIMM, pretrained=pretrained, pretrained_path=str(path)), (3, 32, 32))
+    model = build(model=TINY_TIMM, pretrained=pretrained, pretrained_path=str(path), input_shape=(3, 32, 32))
     loaded = model.backbone.state_dict()
     for name, value in source.state_dict().items():
         if not name.startswith("fc."):
@@ -74,13 +88,13 @@ def test_pretrained_path_loads_a_local_file(tmp_path, pretrained, monkeypatch):
 
 def test_pretrained_path_of_another_architecture_or_missing_file_fails(tmp_path):
     path = tmp_path / "mlp.pth"
-    torch.save(create_embedding_model(cfg(model="mlp"), (40,)).backbone.state_dict(), path)
+    torch.save(build(model="mlp", input_shape=(40,)).backbone.state_dict(), path)
     with pytest.raises(ValueError, match="must hold this backbone's weights"):
-        create_embedding_model(cfg(model=TINY_TIMM, pretrained_path=str(path)), (3, 32, 32))
-    mlp = create_embedding_model(cfg(model="mlp", pretrained_path=str(path)), (40,))
+        build(model=TINY_TIMM, pretrained_path=str(path), input_shape=(3, 32, 32))
+    mlp = build(model="mlp", pretrained_path=str(path), input_shape=(40,))
     assert mlp.head.out_features == 16
     with pytest.raises(FileNotFoundError, match="pretrained_path"):
-        create_embedding_model(cfg(model="mlp", pretrained_path=str(tmp_path / "absent.pth")), (40,))
+        build(model="mlp", pretrained_path=str(tmp_path / "absent.pth"), input_shape=(40,))
 
 
 def test_compile_off_leaves_the_model_and_a_mode_keeps_its_state_dict_keys():
@@ -88,9 +102,9 @@ def test_compile_off_leaves_the_model_and_a_mode_keeps_its_state_dict_keys():
     ``_orig_mod.`` prefix (``torch.compile(model)`` wraps it), so a checkpoint saved compiled would not load
     into an uncompiled trainer or the other way round."""
     from xbm.models import compile_model
-    plain = create_embedding_model(TrainConfig.from_dict({"model": "mlp", "embedding_size": 8}), (6,))
+    plain = create_embedding_model("mlp", (6,), embedding_size=8)
     assert compile_model(plain, "off") is plain and plain._compiled_call_impl is None
-    compiled = create_embedding_model(TrainConfig.from_dict({"model": "mlp", "embedding_size": 8}), (6,))
+    compiled = create_embedding_model("mlp", (6,), embedding_size=8)
     assert compile_model(compiled, "max-autotune") is compiled and compiled._compiled_call_impl is not None
     assert list(compiled.state_dict()) == list(plain.state_dict())
     compiled.load_state_dict(plain.state_dict())   # loads either way
@@ -106,7 +120,7 @@ def test_compile_max_autotune_searches_kernels_without_cuda_graphs(monkeypatch):
     from xbm.models import compile_model
     modes = []
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kwargs: modes.append(kwargs["mode"]))
-    model = create_embedding_model(TrainConfig.from_dict({"model": "mlp", "embedding_size": 8}), (6,))
+    model = create_embedding_model("mlp", (6,), embedding_size=8)
     compile_model(model, "max-autotune")
     compile_model(model, "default")
     options = torch._inductor.list_mode_options(modes[0])

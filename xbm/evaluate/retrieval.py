@@ -40,7 +40,7 @@ def split_neighbours(payload: Mapping[str, Any], queries: int = 8, k: int = 5, d
     ``similarities`` [q, k], ``query_images`` / ``neighbour_images`` (uint8 [H, W, C] as the model saw them)."""
     from xbm.config import TrainConfig
     from xbm.data import build_dataset
-    from xbm.models import create_embedding_model
+    from xbm.models import create_embedding_model, model_kwargs
     from xbm.training.loaders import Embedder
     from xbm.training.runtime import Runtime
 
@@ -49,7 +49,7 @@ def split_neighbours(payload: Mapping[str, Any], queries: int = 8, k: int = 5, d
     prep = splits.preprocessing
     if prep is None:
         raise ValueError(f"the data set {cfg.dataset!r} holds vectors, not images: nothing to show")
-    model = create_embedding_model(cfg, tuple(splits.input_shape))
+    model = create_embedding_model(**model_kwargs(cfg), input_shape=tuple(splits.input_shape))
     model.load_state_dict(payload["model"])
     runtime = Runtime.from_config("cuda" if device == "auto" and torch.cuda.is_available() else
                                   ("cpu" if device == "auto" else device), "auto", True)

@@ -44,20 +44,28 @@ def warmup_optimizer(head: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=WARMUP_LR, momentum=WARMUP_MOMENTUM, fused=fused(params) or None)
 
 
-OPTIMIZERS: dict[str, Callable[[list[nn.Parameter], TrainConfig, bool | None], torch.optim.Optimizer]] = {
-    "adamw": lambda params, cfg, f: torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=f),
-    "adam": lambda params, cfg, f: torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, fused=f),
-    "sgd": lambda params, cfg, f: torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                                                  weight_decay=cfg.weight_decay, fused=f),
+#: name -> (params, lr, weight_decay, momentum, nesterov, fused) -> optimiser
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "adamw": lambda params, lr, wd, momentum, nesterov, f: torch.optim.AdamW(params, lr=lr, weight_decay=wd, fused=f),
+    "adam": lambda params, lr, wd, momentum, nesterov, f: torch.optim.Adam(params, lr=lr, weight_decay=wd, fused=f),
+    "sgd": lambda params, lr, wd, momentum, nesterov, f: torch.optim.SGD(params, lr=lr, momentum=momentum,
+                                                                         nesterov=nesterov, weight_decay=wd, fused=f),
 }
 
 
-def main_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """``cfg.optimizer`` over every parameter of the model."""
-    if cfg.optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, but got {cfg.optimizer!r}")
+def main_optimizer(model: nn.Module, optimizer: str, lr: float, weight_decay: float, momentum: float = 0.9,
+                   nesterov: bool = False) -> torch.optim.Optimizer:
+    """``optimizer`` over every parameter of the model (the run's config: :func:`optimizer_kwargs`)."""
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, but got {optimizer!r}")
     params = list(model.parameters())
-    return OPTIMIZERS[cfg.optimizer](params, cfg, fused(params) or None)
+    return OPTIMIZERS[optimizer](params, lr, weight_decay, momentum, nesterov, fused(params) or None)
+
+
+def optimizer_kwargs(cfg: TrainConfig) -> dict:
+    """The config keys :func:`main_optimizer` takes (timm's ``optimizer_kwargs`` -> ``create_optimizer_v2``)."""
+    return dict(optimizer=cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum,
+                nesterov=cfg.nesterov)
 
 
 @dataclass(frozen=True)
@@ -83,17 +91,25 @@ class LrFactor:
         return self.gamma ** (e // self.lr_step)
 
 
-def main_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LRScheduler:
-    """The schedule of the main phase, stepped once per main epoch. Today's default (``step`` without an lr
-    warm-up) stays torch's StepLR, so its numbers and checkpoints are unchanged; every other choice is a
-    ``LambdaLR`` over :class:`LrFactor`."""
-    if cfg.schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {list(SCHEDULES)}, but got {cfg.schedule!r}")
-    if cfg.schedule == "step" and cfg.warmup_lr_epochs == 0:
-        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.lr_step, gamma=cfg.lr_gamma)
-    factor = LrFactor(cfg.schedule, cfg.epochs, cfg.warmup_lr_epochs, cfg.lr_step, cfg.lr_gamma,
-                      parse_milestones(cfg.milestones) or (), cfg.min_lr / cfg.lr)
+def main_scheduler(optimizer: torch.optim.Optimizer, schedule: str, epochs: int, lr_step: int, lr_gamma: float,
+                   milestones: tuple[int, ...] = (), min_factor: float = 0.0,
+                   warmup_lr_epochs: int = 0) -> torch.optim.lr_scheduler.LRScheduler:
+    """The schedule of the main phase, stepped once per main epoch (the run's config: :func:`scheduler_kwargs`).
+    Today's default (``step`` without an lr warm-up) stays torch's StepLR, so its numbers and checkpoints are
+    unchanged; every other choice is a ``LambdaLR`` over :class:`LrFactor`."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {list(SCHEDULES)}, but got {schedule!r}")
+    if schedule == "step" and warmup_lr_epochs == 0:
+        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=lr_step, gamma=lr_gamma)
+    factor = LrFactor(schedule, epochs, warmup_lr_epochs, lr_step, lr_gamma, tuple(milestones), min_factor)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def scheduler_kwargs(cfg: TrainConfig) -> dict:
+    """The config keys :func:`main_scheduler` takes; ``min_factor`` = min_lr / lr."""
+    return dict(schedule=cfg.schedule, epochs=cfg.epochs, lr_step=cfg.lr_step, lr_gamma=cfg.lr_gamma,
+                milestones=parse_milestones(cfg.milestones) or (), min_factor=cfg.min_lr / cfg.lr,
+                warmup_lr_epochs=cfg.warmup_lr_epochs)
 
 
 def rescale_optimizer(optimizer: torch.optim.Optimizer, scheduler, lr: tuple[float, float],

@@ -11,7 +11,7 @@ from tune.plan import prepare
 from tune.results.record import sweep_record
 from tune.search.rungs import geometric_rungs, lr_drops, rung_epochs, straddle_warning
 from tune.search.spaces import load_space
-from xbm.training.optim import main_scheduler
+from xbm.training.optim import main_scheduler, scheduler_kwargs
 
 from ..conftest import run_toy_sweep
 
@@ -33,7 +33,7 @@ def torch_drops(**config) -> tuple[int, ...]:
     """Naive reference: step the trainer's own torch schedule and list the last epoch at each old rate."""
     cfg = train_config(config)
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg.lr)
-    scheduler, rates = main_scheduler(optimizer, cfg), []
+    scheduler, rates = main_scheduler(optimizer, **scheduler_kwargs(cfg)), []
     for _ in range(cfg.epochs):
         rates.append(optimizer.param_groups[0]["lr"])
         optimizer.step()

@@ -17,7 +17,7 @@ from PIL import Image
 from xbm.config import TrainConfig
 from xbm.data.preprocess import Preprocessing
 from xbm.embedder import write_export
-from xbm.models import create_embedding_model
+from xbm.models import create_embedding_model, model_kwargs
 
 SIDE = 4
 ROWS = [set(range(SIDE * r, SIDE * r + SIDE)) for r in range(SIDE)]  # four disjoint strokes: cosine 0 apart
@@ -27,7 +27,7 @@ def identity_export(folder: Path, invert: bool = True) -> Path:
     """An export folder whose embedding is the decoded drawing (module docstring); ``invert`` as recorded."""
     n = SIDE * SIDE
     cfg = TrainConfig.from_dict({"model": "mlp", "embedding_size": n, "pretrained": False})
-    model = create_embedding_model(cfg, (1, SIDE, SIDE))
+    model = create_embedding_model(**model_kwargs(cfg), input_shape=(1, SIDE, SIDE))
     state = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
     for key in ("backbone.layers.1.weight", "backbone.layers.3.weight", "head.weight"):
         state[key][:n, :n] = torch.eye(n)  # ReLU passes the non-negative pixels through unchanged

@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from xbm.training.optim import WARMUP_LR, WARMUP_MOMENTUM, main_scheduler, warmup_optimizer
+from xbm.training.optim import (WARMUP_LR, WARMUP_MOMENTUM, main_scheduler, scheduler_kwargs,
+                                warmup_optimizer)
 
 from ..conftest import needs_cuda, tiny_config
 
@@ -24,7 +25,7 @@ def test_main_scheduler_is_step_lr_with_the_configured_step_and_gamma():
     """Bug caught: a scheduler that ignores lr_step (e.g. the step size hard-coded)."""
     params = [torch.nn.Parameter(torch.zeros(1))]
     optimizer = torch.optim.AdamW(params, lr=1.0)
-    scheduler = main_scheduler(optimizer, tiny_config(lr_step=3, lr_gamma=0.1))
+    scheduler = main_scheduler(optimizer, **scheduler_kwargs(tiny_config(lr_step=3, lr_gamma=0.1)))
     rates = []
     for _ in range(7):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -137,12 +138,13 @@ def test_the_optimizer_key_builds_its_optimiser_over_every_parameter(tiny, value
 def test_one_sgd_step_with_momentum_and_weight_decay_is_the_hand_update():
     """Bug caught: the sgd entry built without weight decay or with dampening (a momentum buffer that starts
     at (1 - momentum) g): from zero momentum one step moves w by -lr (g + wd w)."""
-    from xbm.training.optim import main_optimizer
+    from xbm.training.optim import main_optimizer, optimizer_kwargs
 
     model = torch.nn.Linear(2, 1, bias=False)
     with torch.no_grad():
         model.weight.copy_(torch.tensor([[1.0, -2.0]]))
-    optimizer = main_optimizer(model, tiny_config(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.5))
+    config = tiny_config(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.5)
+    optimizer = main_optimizer(model, **optimizer_kwargs(config))
     model.weight.grad = torch.tensor([[0.5, 0.25]])
     optimizer.step()
     # w - 0.1 * (g + 0.5 w) = [1 - 0.1 (0.5 + 0.5), -2 - 0.1 (0.25 - 1)] = [0.9, -1.925]
@@ -153,7 +155,7 @@ def test_the_default_schedule_is_still_step_lr():
     """Bug caught: the default run moved to another scheduler (a resumed checkpoint's StepLR state would no
     longer load, and the numbers of earlier sweeps would change)."""
     params = [torch.nn.Parameter(torch.zeros(1))]
-    scheduler = main_scheduler(torch.optim.AdamW(params, lr=1.0), tiny_config())
+    scheduler = main_scheduler(torch.optim.AdamW(params, lr=1.0), **scheduler_kwargs(tiny_config()))
     assert type(scheduler) is torch.optim.lr_scheduler.StepLR
 
 
