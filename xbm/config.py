@@ -61,8 +61,8 @@ ON_BAD_IMAGE = ("stop", "skip")
 SAMPLERS = ("m_per_class", "random")
 # VehicleID's official test lists by their vehicles: small, medium, large (xbm.data.vehicleid reads them)
 VEHICLEID_TEST_SIZES = (800, 1600, 2400)
-# how the memory's rows are written (xbm.memory owns them; repeated so config stays torch-free): a ring of the newest
-# rows, or one row per training sample overwritten at the sample's index (XBM paper seed 002 §3.3)
+# how the memory's rows are written (xbm.losses.xbm_loss.MEMORIES owns them; repeated so config stays torch-free):
+# a ring of the newest rows, or one row per training sample overwritten at its index (XBM paper seed 002 §3.3)
 MEMORY_UPDATES = ("ring", "indexed")
 # objectives whose memory prefill is defined: the memory holds the trained model's rows labelled by class or image id
 PREFILL_OBJECTIVES = ("supervised", "instance")
@@ -127,7 +127,7 @@ class MemoryConfig:
     ``prefill``: fill the memory with the current model's embeddings of the training set before its first step
     (XBM paper seed 002 §3.3, :mod:`xbm.training.prefill`). ``update``: ``ring`` (the newest rows, PML's
     ``CrossBatchMemory``) or ``indexed`` (one row per training sample, overwritten at the sample's index;
-    :class:`xbm.memory.IndexedMemory`), which needs ``ratio`` 1.
+    :class:`xbm.indexed_memory.IndexedMemory`), which needs ``ratio`` 1.
     """
 
     enabled: bool = True

@@ -6,9 +6,13 @@ import torch
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor, nn
 
-from xbm.memory import MEMORIES
+from xbm.indexed_memory import IndexedMemory
+from xbm.memory import EmbeddingMemory
 from xbm.normalisers.base import Normaliser
 from xbm.losses.pair_masks import PairMasks, loss_from_masks, pair_masks, supports_masks
+
+#: ``memory.update`` -> the memory class (the names are ``MEMORY_UPDATES`` in the torch-free xbm.config)
+MEMORIES: dict[str, type[EmbeddingMemory]] = {"ring": EmbeddingMemory, "indexed": IndexedMemory}
 
 
 class XBMLoss(nn.Module):
@@ -34,8 +38,9 @@ class XBMLoss(nn.Module):
     and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
     kept), and fp16/bf16 embeddings are compared with the memory in fp32.
 
-    ``update``: ``ring`` (the above) or ``indexed`` (:class:`xbm.memory.IndexedMemory`: one row per training sample,
-    ``memory_size`` = the training set's size, overwritten at the sample's index; ``indices`` are then required).
+    ``update``: ``ring`` (the above) or ``indexed`` (:class:`xbm.indexed_memory.IndexedMemory`: one row per
+    training sample, ``memory_size`` = the training set's size, overwritten at the sample's index; ``indices`` are
+    then required).
 
     With our SupCon (:class:`xbm.losses.pair_masks.SupConLoss`) or PML's NT-Xent and a PairMarginMiner or none,
     steps 3-4 run on [B, N] pair masks instead of PML's index tuples (same pairs, same loss; no host read,
