@@ -91,8 +91,8 @@ def test_the_memory_warm_start_and_update_keys_take_strings_and_default_to_today
 @pytest.mark.parametrize("values, message", [
     ({"memory.update": "fifo"}, "memory.update must satisfy one of ['ring', 'indexed'], but got 'fifo'"),
     ({"memory.update": "indexed", "memory.ratio": 0.5},
-     "memory.ratio must satisfy 1.0 under memory.update=indexed (one row per training sample: the memory is the training "
-     "set's size), but got 0.5"),
+     "memory.ratio must satisfy 1.0 under memory.update=indexed (one row per training sample: the memory is the "
+     "training set's size), but got 0.5"),
     ({"memory.prefill": True, "objective": "moco", "batch_size": 32},
      "memory.prefill must satisfy false under objective=moco (prefill is defined for ['supervised', 'instance']"),
     ({"memory.prefill": True, "objective": "neighbours", "batch_size": 32, "neighbours.k": 3},

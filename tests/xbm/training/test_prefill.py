@@ -84,10 +84,10 @@ def test_the_first_memory_step_finds_the_memory_full_of_the_current_models_embed
     list(trainer.fit())
     *_, (before, empty, _), (start, rows, model) = seen   # after the warm-up's pass
     assert (before, start, len(empty.embeddings)) == (0, 1, 0)
-    size = trainer.xbm.memory.size
-    assert len(rows.embeddings) == size == (TINY_TRAIN_SAMPLES if "memory.update" in values else TINY_TRAIN_SAMPLES // 2)
-    assert rows.indices.tolist() == (sorted if "memory.update" in values else list)(
-        prefill_samples(TINY_TRAIN_SAMPLES, size, trainer.cfg.seed).tolist())
+    indexed, size = "memory.update" in values, trainer.xbm.memory.size
+    assert len(rows.embeddings) == size == (TINY_TRAIN_SAMPLES if indexed else TINY_TRAIN_SAMPLES // 2)
+    drawn = prefill_samples(TINY_TRAIN_SAMPLES, size, trainer.cfg.seed).tolist()
+    assert rows.indices.tolist() == (sorted(drawn) if indexed else drawn)   # indexed: row order
     want = trainer.splits.train.labels[rows.indices] if trainer.objective.uses_labels else rows.indices
     assert torch.equal(rows.labels, want)
     torch.testing.assert_close(rows.embeddings, _by_hand(model, trainer, rows.indices))
