@@ -102,3 +102,22 @@ def test_without_prefill_the_memory_starts_empty():
     trainer.xbm.register_forward_pre_hook(lambda module, args: seen.append(len(module.memory)))
     trainer.train_epoch(1)
     assert seen[0] == 0
+
+
+
+def test_two_workers_prefill_the_same_memory_as_one_worker():
+    """Bug caught: each rank prefilling from its own forward pass or its own draw (memories that differ between
+    ranks, which the data-parallel run requires bit-identical), or a rank left with an empty memory."""
+    from ..distributed_fixture import ALL_PAIRS, build, record, run_all, spawn
+
+    values = {"memory.prefill": True, "memory.start_epoch": 1, "epochs": 2, "normaliser.kind": "xbn", **ALL_PAIRS}
+    (two, ), (other, ) = spawn(run_all, 2, [values])
+    one = record(build(values))
+    first_memory_step = 6   # 6 global batches an epoch: the 7th step is the memory's first
+    assert len(one["steps"]) == len(two["steps"]) == 12 - first_memory_step
+    for a, b in zip(two["steps"], other["steps"]):
+        assert torch.equal(a, b)
+    z1, y1, i1 = one["memory"][-1]
+    z2, y2, i2 = two["memory"][-1]
+    assert torch.equal(y1, y2) and torch.equal(i1, i2) and len(i1) == TINY_TRAIN_SAMPLES // 2
+    torch.testing.assert_close(z2, z1, rtol=0, atol=1e-6)
