@@ -16,14 +16,16 @@ class IndexedMemory(EmbeddingMemory):
     ``valid()`` returns the written rows in row order; ``enqueue`` returns each batch row's position among them
     (its row once the memory is full), or -1 for a row whose index occurs again later in the batch (two views
     of one image): the later row is stored, as a ring stores the newest. Until every row is written, each
-    ``enqueue`` reads the fill from the device and ``valid()`` gathers a copy (one wait each); a full memory
-    (``memory.prefill``, or after a pass over the data) never reads the device and ``valid()`` returns views.
+    ``enqueue`` finds the written rows on the device (one wait per step; kept until the next write) and ``valid()``
+    gathers a copy of them; a full memory (``memory.prefill``, or after a pass over the data) never reads the
+    device and ``valid()`` returns views.
     ``pointer`` stays 0: nothing is written in order.
     """
 
     def __init__(self, size: int, dim: int, device: torch.device | str | None = None) -> None:
         super().__init__(size, dim, device)
         self.register_buffer("written", torch.zeros(size, dtype=torch.bool, device=device))
+        self._rows: Tensor | None = None   # the written rows while not full, found once per write (a device read)
 
     def enqueue(self, embeddings: Tensor, labels: Tensor, indices: Tensor | None = None,
                 iteration: int | Tensor | None = None) -> Tensor:
@@ -52,14 +54,21 @@ class IndexedMemory(EmbeddingMemory):
                 self.iterations.index_fill_(0, rows, -1 if iteration is None else iteration)
             self.written.index_fill_(0, rows, True)
             positions = rows
-            if self._filled < self.size:   # rows not yet written are left out of valid(): count them
-                self._filled = int(self.written.sum())
+            if self._filled < self.size:   # rows not yet written are left out of valid(): find them
+                self._rows = None
+                self._filled = len(self._written_rows())
                 self.filled.fill_(self._filled)
                 positions = (self.written.cumsum(0) - 1).index_select(0, rows)
         return torch.where(source == order, positions, torch.full_like(positions, -1))
 
     def _written_rows(self) -> Tensor:
-        return self.written.nonzero().squeeze(1)
+        if self._rows is None or self._rows.device != self.written.device:   # (moved by .to(): found again)
+            self._rows = self.written.nonzero().squeeze(1)
+        return self._rows
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._rows = None
 
     def valid(self) -> MemoryRows:
         """The written rows in row order: views when the memory is full, else a gathered copy."""
@@ -85,3 +94,4 @@ class IndexedMemory(EmbeddingMemory):
     def reset(self) -> None:
         super().reset()
         self.written.zero_()
+        self._rows = None
