@@ -133,4 +133,3 @@ class EmbeddingMemory(nn.Module):
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.dim}, filled={len(self)}"
-
