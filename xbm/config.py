@@ -42,6 +42,7 @@ MUTABLE_KEYS = ("lr", "weight_decay", "clip_grad", "normaliser.lambda_mu", "norm
 # why the keys most often asked for cannot change mid-run
 IMMUTABLE_REASONS = {
     "memory.ratio": "the memory is a preallocated ring buffer: its size is fixed for the run",
+    "memory.update": "the memory's layout (a ring, or one row per training sample) is fixed for the run",
     "model": "the weights belong to one architecture",
     "embedding_size": "the weights and the memory have one embedding width",
     "batch_size": "the sampler's batches and the memory's fill follow it",
@@ -60,6 +61,11 @@ ON_BAD_IMAGE = ("stop", "skip")
 SAMPLERS = ("m_per_class", "random")
 # VehicleID's official test lists by their vehicles: small, medium, large (xbm.data.vehicleid reads them)
 VEHICLEID_TEST_SIZES = (800, 1600, 2400)
+# how the memory's rows are written (xbm.losses.xbm_loss.MEMORIES owns them; repeated so config stays torch-free):
+# a ring of the newest rows, or one row per training sample overwritten at its index (XBM paper seed 002 §3.3)
+MEMORY_UPDATES = ("ring", "indexed")
+# objectives whose memory prefill is defined: the memory holds the trained model's rows labelled by class or image id
+PREFILL_OBJECTIVES = ("supervised", "instance")
 
 
 _check = checker()
@@ -117,15 +123,27 @@ class MemoryConfig:
 
     ``enabled=False`` is the no-memory baseline: plain in-batch SupCon (with the miner) in every epoch, the
     other memory fields being ignored.
+
+    ``prefill``: fill the memory with the current model's embeddings of the training set before its first step
+    (XBM paper seed 002 §3.3, :mod:`xbm.training.prefill`). ``update``: ``ring`` (the newest rows, PML's
+    ``CrossBatchMemory``) or ``indexed`` (one row per training sample, overwritten at the sample's index;
+    :class:`xbm.indexed_memory.IndexedMemory`), which needs ``ratio`` 1.
     """
 
     enabled: bool = True
     ratio: float = 0.5
     start_epoch: int = 0
     batch_loss_weight: float = 0.0
+    prefill: bool = False
+    update: str = "ring"
 
     def __post_init__(self) -> None:
         _check(0.0 < self.ratio <= 1.0, "memory.ratio", "0 < ratio <= 1", self.ratio)
+        _check(self.update in MEMORY_UPDATES, "memory.update", f"one of {list(MEMORY_UPDATES)}", self.update)
+        # refused rather than resized: a sweep's config.memory.ratio column must say the size the run had
+        _check(self.update != "indexed" or self.ratio == 1.0, "memory.ratio",
+               "1.0 under memory.update=indexed (one row per training sample: the memory is the training set's "
+               "size)", self.ratio)
         _check(self.start_epoch >= 0, "memory.start_epoch", ">= 0", self.start_epoch)
         _check(self.batch_loss_weight >= 0.0, "memory.batch_loss_weight", ">= 0", self.batch_loss_weight)
 
@@ -362,6 +380,10 @@ class TrainConfig:
 
     def _check_objective(self) -> None:
         _check(self.objective in OBJECTIVES, "objective", f"one of {list(OBJECTIVES)}", self.objective)
+        _check(not self.memory.prefill or self.objective in PREFILL_OBJECTIVES, "memory.prefill",
+               f"false under objective={self.objective} (prefill is defined for {list(PREFILL_OBJECTIVES)}: moco's "
+               "memory holds the key encoder's rows, the neighbours' rows their tuple's pseudo-label)",
+               self.memory.prefill)
         if self.objective == "supervised":
             _check(not self.loss.mines_itself or self.miner.kind == "none", "miner.kind",
                    "none when loss.kind=multi_similarity with loss.ms_mining=true (MS mines its own pairs); set "

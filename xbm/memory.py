@@ -1,4 +1,5 @@
-"""The cross-batch memory: a preallocated fp32 ring buffer of past embeddings (XBM, seed 002 §3)."""
+"""The cross-batch memory: a preallocated fp32 ring buffer of past embeddings (XBM, seed 002 §3); its
+index-addressed variant is :class:`xbm.indexed_memory.IndexedMemory`."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -114,6 +115,10 @@ class EmbeddingMemory(nn.Module):
                              f"{tuple(embeddings.shape)}")
         with torch.no_grad():
             self.embeddings[:n].copy_(embeddings.detach())
+
+    def store_adapted(self, rows: Tensor) -> None:
+        """Keep ``rows``, the ``valid()`` embeddings adapted in place: here they are views of the memory, so
+        nothing is left to do (a memory whose ``valid()`` copies writes them back)."""
 
     def reset(self) -> None:
         """Empty the memory."""

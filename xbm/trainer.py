@@ -46,6 +46,7 @@ from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, Emb
 from xbm.training.optim import (load_optimizer_state, main_optimizer, main_scheduler, optimizer_kwargs,
                                 rescale_optimizer, scheduler_kwargs, warmup_optimizer)
 from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
+from xbm.training.prefill import prefill
 from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_state, seed_everything, set_rng_state
 from xbm.training.runtime import Runtime
@@ -155,7 +156,16 @@ class Trainer:
         normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of, num_labels=num_labels)
         size = memory_size(cfg.memory.ratio, len(self.splits.train))
         return XBMLoss(pair_loss, cfg.embedding_size, size, miner=miner, normaliser=normaliser,
-                       batch_loss_weight=cfg.memory.batch_loss_weight).to(self.runtime.device)
+                       batch_loss_weight=cfg.memory.batch_loss_weight, update=cfg.memory.update).to(self.runtime.device)
+
+    def _prefill_memory(self) -> None:
+        """``memory.prefill`` (xbm.training.prefill): the current model's eval embeddings of the training set,
+        labelled as the pair loss sees them (classes; a label-free objective's image ids), computed on rank 0
+        and sent to every rank, so that all ranks' memories are equal bit for bit."""
+        embeddings = on_main(self.ranks, lambda: self._embed_training_set().cpu())
+        train = self.splits.train
+        labels = train.labels if self.objective.uses_labels else torch.arange(len(train))
+        prefill(self.xbm.memory, embeddings.to(self.runtime.device), labels, self.cfg.seed, self.xbm.iteration)
 
     # ---- training ------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -210,6 +220,8 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> EpochResult:
         """The training pass of main epoch ``epoch`` (1-based) alone: no scheduler step, no evaluation."""
+        if self.cfg.memory.prefill and self.criterion(epoch - 1) is self.xbm and len(self.xbm.memory) == 0:
+            self._prefill_memory()   # before the memory's first step (a resumed run's memory is not empty)
         self.model.train()
         step = Step(self.parallel.model(self.model), self.objective,
                     self.parallel.criterion(self.criterion(epoch - 1), self.objective.blocks), self.optimizer,

@@ -79,3 +79,28 @@ def test_sampler_random_lifts_only_the_whole_class_rules():
         TrainConfig.from_dict({"batch_size": 32, "samples_per_class": 16, "workers": 4})
     assert batch_split_problem(32, 4, "supervised", 16, 1, 1, "random") is None
     assert batch_split_problem(32, 4, "supervised", 16, 1, 1).unit == 16   # default m_per_class: whole classes
+
+
+def test_the_memory_warm_start_and_update_keys_take_strings_and_default_to_todays_memory():
+    """Bug caught: a default that changes every existing run (prefill on, or the indexed layout)."""
+    assert (TrainConfig().memory.prefill, TrainConfig().memory.update) == (False, "ring")
+    cfg = TrainConfig.from_dict({"memory.prefill": "true", "memory.update": "indexed", "memory.ratio": "1"})
+    assert (cfg.memory.prefill, cfg.memory.update, cfg.memory.ratio) == (True, "indexed", 1.0)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"memory.update": "fifo"}, "memory.update must satisfy one of ['ring', 'indexed'], but got 'fifo'"),
+    ({"memory.update": "indexed", "memory.ratio": 0.5},
+     "memory.ratio must satisfy 1.0 under memory.update=indexed (one row per training sample: the memory is the "
+     "training set's size), but got 0.5"),
+    ({"memory.prefill": True, "objective": "moco", "batch_size": 32},
+     "memory.prefill must satisfy false under objective=moco (prefill is defined for ['supervised', 'instance']"),
+    ({"memory.prefill": True, "objective": "neighbours", "batch_size": 32, "neighbours.k": 3},
+     "memory.prefill must satisfy false under objective=neighbours"),
+])
+def test_contradictory_memory_settings_are_refused_with_the_rule(values, message):
+    """Bug caught: an indexed memory silently resized while the sweep's config.memory.ratio column says 0.5, or a
+    prefill whose rows would not be what the objective's memory holds (MoCo's key encoder, tuple pseudo-labels)."""
+    with pytest.raises(ValueError) as info:
+        TrainConfig.from_dict(values)
+    assert message in str(info.value)

@@ -128,6 +128,15 @@ def _vehicleid_test_size(key, fx):
         assert len(trainer.splits.test.query) == len(listed(size)) and trainer.splits.test.gallery is None
 
 
+def _memory_prefill(key, fx):
+    trainer = tiny_trainer(**{"memory.prefill": True})
+    trainer.prepare()
+    first_step: list[int] = []
+    trainer.xbm.register_forward_pre_hook(lambda module, args: first_step.append(len(module.memory)))
+    trainer.train_epoch(1)
+    assert first_step[0] == trainer.xbm.memory.size   # full before the memory's first step (else empty)
+
+
 def _sampler(key, fx):
     trainer = tiny_trainer(sampler="random", batch_size=30)   # 30: no whole classes of samples_per_class=4
     assert type(trainer.loader.sampler.sampler).__name__ == "ShuffledIndices"
@@ -339,6 +348,9 @@ EFFECTS: dict[str, Any] = {
     "memory.start_epoch": Attribute(2, lambda t: (t.criterion(1) is t.batch_loss, t.criterion(2) is t.xbm),
                                     (True, True)),
     "memory.batch_loss_weight": Attribute(0.5, lambda t: t.xbm.batch_loss_weight),
+    "memory.prefill": Check(_memory_prefill),
+    "memory.update": Attribute("indexed", lambda t: (type(t.xbm.memory).__name__, t.xbm.memory.size),
+                               ("IndexedMemory", TINY_TRAIN_SAMPLES), extra={"memory.ratio": 1.0}),
     "normaliser.kind": Attribute("pcxbn", lambda t: (t.xbm.normaliser.kind, t.xbm.normaliser.cfg.kind),
                                  ("pcxbn", "pcxbn")),
     **{f"normaliser.{name}": Attribute(value, _normaliser_field(name)) for name, value in NORMALISER_VALUES.items()},

@@ -6,9 +6,13 @@ import torch
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor, nn
 
+from xbm.indexed_memory import IndexedMemory
 from xbm.memory import EmbeddingMemory
 from xbm.normalisers.base import Normaliser
 from xbm.losses.pair_masks import PairMasks, loss_from_masks, pair_masks, supports_masks
+
+#: ``memory.update`` -> the memory class (the names are ``MEMORY_UPDATES`` in the torch-free xbm.config)
+MEMORIES: dict[str, type[EmbeddingMemory]] = {"ring": EmbeddingMemory, "indexed": IndexedMemory}
 
 
 class XBMLoss(nn.Module):
@@ -34,6 +38,10 @@ class XBMLoss(nn.Module):
     and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
     kept), and fp16/bf16 embeddings are compared with the memory in fp32.
 
+    ``update``: ``ring`` (the above) or ``indexed`` (:class:`xbm.indexed_memory.IndexedMemory`: one row per
+    training sample, ``memory_size`` = the training set's size, overwritten at the sample's index; ``indices`` are
+    then required).
+
     With our SupCon (:class:`xbm.losses.pair_masks.SupConLoss`) or PML's NT-Xent and a PairMarginMiner or none,
     steps 3-4 run on [B, N] pair masks instead of PML's index tuples (same pairs, same loss; no host read,
     see :mod:`xbm.losses.pair_masks`); other losses take PML's index path.
@@ -48,16 +56,18 @@ class XBMLoss(nn.Module):
     """
 
     def __init__(self, loss: nn.Module, embedding_size: int, memory_size: int, miner: nn.Module | None = None,
-                 normaliser: Normaliser | None = None, batch_loss_weight: float = 0.0) -> None:
+                 normaliser: Normaliser | None = None, batch_loss_weight: float = 0.0, update: str = "ring") -> None:
         super().__init__()
         if isinstance(batch_loss_weight, bool) or not batch_loss_weight >= 0.0:
             raise ValueError(f"batch_loss_weight must be >= 0, but got {batch_loss_weight!r}")
+        if update not in MEMORIES:
+            raise ValueError(f"update must be one of {list(MEMORIES)}, but got {update!r}")
         self.loss = loss
         self.miner = miner
         self.normaliser = normaliser
         self.batch_loss_weight = float(batch_loss_weight)
         self.masks = supports_masks(loss, miner)   # pairs as masks: no host read (xbm.losses.pair_masks)
-        self.memory = EmbeddingMemory(memory_size, embedding_size)
+        self.memory = MEMORIES[update](memory_size, embedding_size)
         self.register_buffer("iteration", torch.zeros((), dtype=torch.long))
         self.last_stats: dict[str, float | Tensor] = {}
 
@@ -138,8 +148,8 @@ class XBMLoss(nn.Module):
         the pairs of every row are counted from the labels without a miner (all pairs); a batch larger than
         the memory (not all of it stored) or MoCo with a miner is mined a second time."""
         if enqueue_mask is None and len(rows) <= self.memory.size:
-            new = torch.zeros(n_refs, dtype=torch.bool, device=rows.device)
-            new.index_fill_(0, slots, True)
+            # slot -1 (an indexed memory stores only the last of a batch's rows with one index) marks nothing
+            new = torch.zeros(n_refs, device=rows.device).index_add_(0, slots.clamp_min(0), (slots >= 0).float()) > 0
             if isinstance(pairs, PairMasks):
                 return (pairs.pos & new).sum(), (pairs.neg & new).sum()
             return new[pairs[0]].sum(), new[pairs[1]].sum()
@@ -160,6 +170,7 @@ class XBMLoss(nn.Module):
         stored, stored_labels, _, _ = self.memory.valid()
         # In place (out=stored): a second [M, d] tensor per step would cost more than the arithmetic.
         self.normaliser(stored, stored_labels, embeddings.detach(), labels, epoch=epoch, out=stored)
+        self.memory.store_adapted(stored)
         return True
 
     def _pairs(self, queries: Tensor, labels: Tensor, refs: Tensor | None = None,

@@ -317,3 +317,16 @@ def test_a_space_sweeps_the_sampler_and_vehicleid_s_test_lists(tmp_path):
     load_space(write(tmp_path, params_yaml("batch_size: {grid: [16, 30]}", "sampler: random"), "random.yaml"))
     with pytest.raises(SpaceError, match="vehicleid_test_size"):
         load_space(write(tmp_path, params_yaml("vehicleid_test_size: {choice: [800, 1000]}"), "bad.yaml"))
+
+
+def test_a_space_sweeps_the_memory_warm_start_and_update(tmp_path):
+    """Bug caught: memory.prefill or memory.update unreachable from a space, or an indexed memory with another
+    memory.ratio (refused by TrainConfig) accepted before Ray starts, to fail in every such trial."""
+    text = params_yaml("memory.prefill: {grid: [false, true]}\nmemory.update: {grid: [ring, indexed]}",
+                       "memory.ratio: 1.0")
+    space = load_space(write(tmp_path, text))
+    assert space.params["memory.prefill"].possible_values() == [False, True]
+    assert space.params["memory.update"].possible_values() == ["ring", "indexed"]
+    with pytest.raises(SpaceError, match="memory.ratio"):
+        load_space(write(tmp_path, params_yaml("memory.update: {choice: [ring, indexed]}", "memory.ratio: 0.5"),
+                         "bad.yaml"))

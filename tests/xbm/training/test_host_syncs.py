@@ -156,6 +156,30 @@ def test_twenty_steps_of_every_kind_and_objective_read_the_device_only_for_the_c
     assert result.pairs["memory_pos_pairs"] > 0 and result.pairs["memory_neg_pairs"] > 0
 
 
+@pytest.mark.parametrize("objective", ["supervised", "instance"])
+def test_a_prefilled_indexed_memory_reads_the_device_only_for_the_check(objective):
+    """Bug caught: an indexed memory that reads its fill or gathers its written rows (``nonzero``) in every step
+    even when full: a prefilled memory is full from its first step, so its steps must wait as the ring's do."""
+    trainer = tiny_trainer(**{"normaliser.kind": "xbn", "memory.update": "indexed", "memory.ratio": 1.0,
+                              "memory.prefill": True, **OBJECTIVES[objective]})
+    trainer._prefill_memory()
+    steps, _ = _reads_per_step(trainer)
+    _assert_one_check_per_step(steps, HOST_WORK.get(objective, Counter()))
+    assert trainer.xbm.last_stats["memory_fill"] == 1.0 and trainer.xbm.last_stats["adapted"] == 1.0
+
+
+def test_a_partly_written_indexed_memory_finds_its_rows_once_a_step():
+    """Until every row is written the written rows have a data-dependent count: one read per step, in
+    ``enqueue``. Bug caught: ``valid()``, the adapted rows' write-back and the loss's ``valid()`` each finding
+    them again (four waits a step, seen before the rows were kept between writes)."""
+    trainer = tiny_trainer(**{"normaliser.kind": "xbn", "memory.update": "indexed", "memory.ratio": 1.0})
+    steps, _ = _reads_per_step(trainer)
+    found = Read("nonzero", "xbm/indexed_memory.py:IndexedMemory._written_rows")
+    assert [Counter(step)[found] for step in steps[1:-1]] == [1] * STEPS
+    assert all(set(step) <= {found, CHECK} for step in steps[1:-1])
+    assert trainer.xbm.last_stats["memory_fill"] < 1.0
+
+
 @pytest.mark.parametrize("values", [{"loss.kind": "contrastive"}, {"loss.kind": "contrastive", "miner.kind": "none"},
                                     {"loss.kind": "ntxent"}], ids=lambda v: ",".join(f"{k}={v[k]}" for k in v))
 def test_the_losses_on_pair_masks_read_the_device_only_for_the_check(values):
