@@ -126,7 +126,8 @@ def test_refit_stage_exports_the_refit_run_by_its_kept_epoch(sweep, tmp_path):
     best_<metric>: a refit keeps its last epoch's weights, so the epoch that ranks them must be that one."""
     _, _, trainer = sweep
     root, rows = tmp_path / "s", []
-    for trial, stage, best, final in [("sw", "sweep", 0.99, 0.99), ("r0", "refit", 0.9, 0.4), ("r1", "refit", 0.6, 0.6)]:
+    runs = [("sw", "sweep", 0.99, 0.99), ("r0", "refit", 0.9, 0.4), ("r1", "refit", 0.6, 0.6)]
+    for trial, stage, best, final in runs:
         path = root / trial / "best_weights.pt"
         path.parent.mkdir(parents=True)
         torch.save(weights_payload(trainer, epoch=5, value=final), path)
