@@ -40,7 +40,7 @@ ALWAYS_SUMMARISED = ("recall_at_1", "map_at_r")
 # ---- column types ---------------------------------------------------------------------------------
 #: counters: int64 wherever they appear (epoch rows and trials.parquet)
 INT_COLUMNS = frozenset({"epoch", "epochs_completed", "best_epoch", "seed", "retries", "collapsed_epochs",
-                         "skipped_images", "memory_bytes", "workers"})
+                         "skipped_images", "memory_bytes", "workers", "train_classes"})
 #: text columns (``sweep_dir`` and ``variant`` are added by ``analysis.load``, never written)
 STRING_COLUMNS = frozenset({"experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error",
                             "node_id", "gpu_ids", "git_sha", "package_version", "eval_split", "best_weights", "exploits",
@@ -57,8 +57,10 @@ KALMAN_GAIN = "kalman_gain"
 #: (null until reported; ``gpu_memory_peak_gib`` stays null on the CPU, ``kalman_gain`` without AXBN)
 EPOCH_DECLARED = (*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "skipped_images", "memory_bytes",
                   KALMAN_GAIN)
+#: the number of classes a run trained on (config ``train_on``: a refit's exceeds its sweep's); every epoch row
+TRAIN_CLASSES = "train_classes"
 #: trials.parquet values taken from the trial's latest epoch row that has one
-FROM_LAST_ROW = ("reference_raw_recall_at_1", SETUP_COLUMN, "best_weights")
+FROM_LAST_ROW = ("reference_raw_recall_at_1", SETUP_COLUMN, "best_weights", TRAIN_CLASSES)
 FLOAT_COLUMNS = frozenset({*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "train_fraction",
                            "wall_time_s", "gpu_hours", "reference_raw_recall_at_1", KALMAN_GAIN})
 
@@ -111,7 +113,8 @@ def trial_fields(metric: str, metric_types: Mapping[str, pa.DataType] | None = N
     head = ["experiment", "stage", "trial_id", "trial_name", "status", "stop_reason", "error", "epochs_completed",
             "collapsed_epochs"]
     tail = ["reference_raw_recall_at_1", "wall_time_s", "gpu_hours", *EPOCH_TIME_COLUMNS, SETUP_COLUMN,
-            "train_fraction", "best_weights", "exploits", "retries", "seed", "workers", "node_id", "gpu_ids", "git_sha", "package_version"]
+            "train_fraction", "best_weights", "exploits", "retries", "seed", "workers", TRAIN_CLASSES, "node_id",
+            "gpu_ids", "git_sha", "package_version"]
     return ([pa.field(n, column_type(n)) for n in head] + summary + [pa.field(n, column_type(n)) for n in tail])
 
 

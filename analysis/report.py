@@ -60,6 +60,7 @@ class _Report:
         for title, build in (("Leaderboard", self.leaderboard), ("Recall@K", self.recall_at_k),
                              ("Best per normaliser kind", self.best_per_kind),
                              ("Variant comparison", self.variants), ("Confirmation", self.confirmation),
+                             ("Refit", self.refit),
                              ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
                              ("ASHA survival", self.survival), ("One-parameter effects", self.effects),
                              ("The paper's table", self.paper_table),
@@ -203,6 +204,21 @@ class _Report:
                 f"`sweep_best`: the same configuration's best in the sweep.", "",
                 markdown.table(table.drop(columns=["config", "swept"])), "", "Configurations (swept values):", ""] + \
             [f"- **{v}**: `{self.short(c)}`" for v, c in zip(table["variant"], table["config"])]
+
+    def refit(self) -> list[str]:
+        """The refit stage (``analysis.refit``): test values per seed, their mean and t-interval."""
+        from analysis.refit import refit_groups
+
+        lines = [f"Test value: final `{self.metric}` on the held-out test classes (the last epoch: a refit has no "
+                 "validation classes to select on); `train_classes`: the classes each run trained on.", ""]
+        for group in refit_groups(self.sweep, self.metric):
+            iv, runs = group.interval, group.frame
+            about = (f"mean {iv.mean:.4f}, 95% t-interval [{iv.low:.4f}, {iv.high:.4f}] over {iv.n} completed run(s)"
+                     if iv.n else "no test value: trained on every class; measure it by the data set's external "
+                     "protocol (`xbm-tune export PATH --stage refit --best`, then e.g. `xbm-tune oneshot`)")
+            lines += [f"- `{self.short(group.config)}` on {runs['classes'].iloc[0]} classes: {about}", "",
+                      markdown.table(runs[["trial_id", "seed", "classes", "train_classes", "completed", "test"]]), ""]
+        return lines
 
     def importance(self) -> list[str]:
         at_epoch = importance.common_epoch(self.sweep)

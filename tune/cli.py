@@ -54,6 +54,7 @@ COMMANDS = {
     "status": "a sweep's trials as a table, from its Parquet",
     "train": "one training run (no Ray; --workers N: N data-parallel workers on a local Ray)",
     "confirm": "re-run the top configs over seeds into the same sweep folder",
+    "refit": "retrain the chosen config on train+val (or all) classes over seeds, as the sweep's refit stage",
     "export": "a trial's (or a train run's) best weights as an embedder folder",
     "embed": "embed a folder of images with an export folder, into Parquet",
     "retrieve": "top-k gallery images per query with an export folder",

@@ -53,6 +53,7 @@ IMMUTABLE_REASONS = {
     "samples_per_class": "a data key: the sampler's batches follow it",
     "sampler": "a data key: the sampler's batches follow it",
     "image_size": "a data key: the images and the decoded cache follow it",
+    "train_on": "a data key: the data, its splits and the memory's indices belong to one data set",
 }
 # what a file that cannot be decoded does (xbm.data.bad_images owns it; repeated so config stays torch-free)
 ON_BAD_IMAGE = ("stop", "skip")
@@ -66,6 +67,10 @@ VEHICLEID_TEST_SIZES = (800, 1600, 2400)
 MEMORY_UPDATES = ("ring", "indexed")
 # objectives whose memory prefill is defined: the memory holds the trained model's rows labelled by class or image id
 PREFILL_OBJECTIVES = ("supervised", "instance")
+# the classes a run trains on (xbm.data.splits.assemble): the training classes less the validation ones (a sweep),
+# with them (a refit after the search, as scikit-learn's refit=True), or every class, test ones included (a data
+# set whose test protocol is external, e.g. Omniglot's one-shot runs)
+TRAIN_ON = ("train", "train+val", "all")
 
 
 _check = checker()
@@ -266,11 +271,13 @@ class TrainConfig:
     ``warmup_epochs`` of head-only training. ``eval_every = k`` evaluates after every k-th main epoch and
     after the last (a sweep adds its scheduler's rung epochs); the other epochs report training figures only.
     ``eval_ks``: the K of the ``recall_at_K`` metrics, ``auto`` (the data set's papers' set) or a comma-separated
-    list such as ``1,5,10``."""
+    list such as ``1,5,10``. ``train_on`` (``TRAIN_ON``): the classes trained on; with ``train+val`` or ``all``
+    nothing is held out to select on, so a trial keeps its last epoch's weights (``tune.trial.loop``)."""
 
     dataset: str = "toy"
     data_root: str = ""
     val_fraction: float = 0.0
+    train_on: str = "train"
     evaluate_test: bool = False
     eval_every: int = 1
     eval_ks: str = "auto"
@@ -321,6 +328,7 @@ class TrainConfig:
             object.__setattr__(self, "miner", dataclasses.replace(
                 self.miner, kind=resolve_miner_kind(self.miner.kind, self.loss)))
         _check(0.0 <= self.val_fraction < 1.0, "val_fraction", "0 <= val_fraction < 1", self.val_fraction)
+        _check(self.train_on in TRAIN_ON, "train_on", f"one of {list(TRAIN_ON)}", self.train_on)
         for name in ("embedding_size", "image_size", "epochs", "batch_size", "samples_per_class", "lr_step",
                      "eval_every"):
             _check(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))

@@ -257,6 +257,7 @@ class Trainer:
                        gpu_memory_peak_gib=peak())
         metrics["skipped_images"] = self.splits.skipped_images  # on_bad_image=skip (xbm.data.bad_images)
         metrics["memory_bytes"] = self.xbm.memory.nbytes if self.xbm is not None else 0  # an objective's memory
+        metrics["train_classes"] = self.train_classes  # a refit trains on more classes than a sweep (train_on)
         metrics["kalman_gain"] = _kalman_gain(self.xbm)   # AXBN's gain K in use; None for other normalisers
         return metrics
 
@@ -274,6 +275,11 @@ class Trainer:
             splits.append(self.splits.test)
         sets = [part for split in splits for part in (split.query, split.gallery) if part is not None]
         return sets + ([] if self.objective.uses_labels else [self.splits.train])
+
+    @functools.cached_property
+    def train_classes(self) -> int:
+        """The number of classes in the training set (``train_on``; label-free objectives read no label)."""
+        return int(self.splits.train_labels.unique().numel())
 
     def _selection_split(self):
         return self.splits.val if self.splits.val is not None else self.splits.test
@@ -293,7 +299,9 @@ class Trainer:
     def _evaluate(self, epoch: int) -> dict[str, Any]:
         splits, superclass_of = self.splits, self.splits.superclass_of
         selection = self._selection_split()
-        metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else "test"}
+        # train_on=all trains on the test classes too: its retrieval metrics measure fit, not generalisation
+        held_out = "test" if self.cfg.train_on != "all" else "train"
+        metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else held_out}
         metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of, self.recall_ks))
         label_free = not self.objective.uses_labels
         bank = functools.cache(lambda: self.embed(self.model, self.train_view))  # one embedding for both splits

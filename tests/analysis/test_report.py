@@ -33,7 +33,9 @@ def test_full_report_with_confirm_stage(confirm_sweep):
     text = _check_links(path)
     for section in SECTIONS:
         assert section in text
-    assert "_Omitted" not in text.split("## One-parameter effects")[0]
+    head = text.split("## One-parameter effects")[0]
+    refit = head.split("## Refit")[1].split("## ")[0]  # this sweep has no refit stage: that section says so
+    assert "_Omitted" not in head.replace(refit, "") and "_Omitted: no refit stage" in refit
     assert "failed (" not in text
     confirmation = text.split("## Confirmation")[1].split("## ")[0]
     assert "final test_recall_at_1" in confirmation and "| pcxbn | 3 | 3 | 10, 11, 12 | 0.5867 |" in confirmation

@@ -35,7 +35,8 @@ def tiny_trainer(progress=None, **values) -> Trainer:
     cfg = tiny_config(**values)
     splits = None
     if cfg.dataset == "toy":
-        splits = assemble(make_toy(num_classes=48, samples_per_class=8), cfg.val_fraction, cfg.image_size)
+        splits = assemble(make_toy(num_classes=48, samples_per_class=8), cfg.val_fraction, cfg.image_size,
+                          cfg.train_on)
     return Trainer(cfg, splits=splits, progress=progress)
 
 

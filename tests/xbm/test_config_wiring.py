@@ -103,6 +103,17 @@ def _evaluate_test(key, fx):
     assert 0.0 <= with_test["test_recall_at_1"] <= 1.0 and "test_recall_at_1" not in without
 
 
+def _train_on(key, fx):
+    """The classes a run trains on reach the training set and its row's ``train_classes``; with nothing held out
+    the row says what it evaluated on (all: the trained-on test classes)."""
+    split = tiny_trainer(val_fraction=0.25)
+    rows = {on: list(tiny_trainer(val_fraction=0.25, train_on=on).fit())[0] for on in ("train", "train+val", "all")}
+    train, val = (len(s.labels.unique()) for s in (split.splits.train, split.splits.val.query))
+    assert rows["train"]["train_classes"] == train and rows["train+val"]["train_classes"] == train + val
+    assert rows["all"]["train_classes"] == split.splits.num_classes > train + val
+    assert [rows[on]["eval_split"] for on in ("train", "train+val", "all")] == ["val", "test", "train"]
+
+
 def _eval_every(key, fx):
     rows = list(tiny_trainer(epochs=4, eval_every=2).fit())
     assert ["recall_at_1" in r for r in rows] == [False, True, False, True]
@@ -292,6 +303,7 @@ EFFECTS: dict[str, Any] = {
     "val_fraction": Attribute(0.25, lambda t: (t.splits.val is not None, len(list(t.fit())) and t.epoch),
                               (True, 1)),
     "evaluate_test": Check(_evaluate_test),
+    "train_on": Check(_train_on),
     "eval_every": Check(_eval_every),
     "eval_ks": Check(_eval_ks),
     "vehicleid_test_size": Check(_vehicleid_test_size),

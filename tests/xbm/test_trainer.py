@@ -23,7 +23,7 @@ METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1",
            "intra_distance_mean", "superclass_top_k", "memory_neg_pairs", "batch_neg_pairs", "memory_fill",
            "memory_pos_pairs", "batch_pos_pairs", "loss_pos_pairs", "embedding_spread",
            "reference_untrained_recall_at_1", "reference_raw_recall_at_1", "skipped_images", "train_s",
-           "data_wait_s", "eval_s", "gpu_memory_peak_gib", "memory_bytes")
+           "data_wait_s", "eval_s", "gpu_memory_peak_gib", "memory_bytes", "train_classes")
 
 
 def config(**values):

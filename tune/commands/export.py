@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from analysis.contract import FINISHED_STATUSES
 from analysis.location import read_file_bytes
 
-STAGES = ("sweep", "confirm")
+STAGES = ("sweep", "confirm", "refit")
 RUN_WEIGHTS = ("best_weights.pt", "checkpoint.pt")
 
 
@@ -65,14 +65,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def pick_trial(trials, trial: str | None, stage: str, metric: str, mode: str) -> Mapping[str, Any]:
-    """The trials.parquet row of ``trial``, or the best finished trial of ``stage`` by ``best_<metric>``."""
+    """The trials.parquet row of ``trial``, or the best finished trial of ``stage`` by ``best_<metric>``
+    (``final_<metric>`` for ``refit``, whose weights are its last epoch's)."""
     if trial is not None:
         rows = trials[trials["trial_id"].astype(str) == trial] if "trial_id" in trials else trials.iloc[:0]
         if rows.empty:
             known = sorted(trials["trial_id"].astype(str))[:10] if "trial_id" in trials else []
             raise ValueError(f"--trial {trial!r} is not a trial of this sweep; its trials include {known}")
         return rows.iloc[0].to_dict()
-    column = f"best_{metric}"
+    # a refit run keeps its last epoch's weights (nothing held out to select on): ranked by that epoch's value
+    column = f"{'final' if stage == 'refit' else 'best'}_{metric}"
     stage_rows = trials[trials["stage"] == stage] if "stage" in trials else trials.iloc[:0]
     done = stage_rows[stage_rows["status"].isin(FINISHED_STATUSES)] if "status" in stage_rows else stage_rows.iloc[:0]
     if column in done:

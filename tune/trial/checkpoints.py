@@ -79,14 +79,15 @@ class BestWeights:
             return False
         return self.value is None or (value > self.value if self.mode == "max" else value < self.value)
 
-    def offer(self, epoch: int, value: Any, model, about: Mapping[str, Any]) -> bool:
-        """Keep ``model``'s weights if ``value`` beats the best so far; ``about`` (config, metric name) is
-        saved with them. Returns whether they were kept."""
-        if not self.better(value):
+    def offer(self, epoch: int, value: Any, model, about: Mapping[str, Any], always: bool = False) -> bool:
+        """Keep ``model``'s weights if ``value`` beats the best so far (or ``always``: the latest epoch, for a run
+        with nothing held out to select on); ``about`` (config, metric name) is saved with them. Returns whether
+        they were kept."""
+        if not (always or self.better(value)):
             return False
         weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         self.wait()  # one write at a time, in epoch order
-        self.value, self.epoch = float(value), int(epoch)
+        self.value, self.epoch = float(value) if finite(value) else math.nan, int(epoch)
         payload = {"model": weights, "epoch": self.epoch, "value": self.value, **about}
         writer = threading.Thread(target=self._write, args=(payload,), daemon=True, name="best-weights")
         with self._lock:

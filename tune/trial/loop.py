@@ -103,8 +103,10 @@ class TrialLoop:
             print(live.epoch_line(self.trial_id, metrics, cfg.epochs, metric, self.mode,
                                   live.published_best(self.sweep)), flush=True)
             begun = time.perf_counter()
+            # train_on=train+val|all (a refit) holds out nothing to select on: its product is the last epoch's
             self.best.offer(epoch, metrics[metric], model, {"config": cfg.to_dict(), "metric": metric,
-                                                            "preprocessing": trainer.preprocessing_dict()})
+                                                            "preprocessing": trainer.preprocessing_dict()},
+                            always=cfg.train_on != "train")
             if self.best_before_report:
                 self.best.wait()
             row = {**metrics, **self.where, **setup, BEST_WEIGHTS_KEY: self.best.uri}

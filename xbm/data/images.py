@@ -78,7 +78,7 @@ def configure_images(splits: DatasetSplits, cfg) -> None:
     elif kind == "dataset":
         bare = chosen.eval(cfg.image_size)
         train = splits.train
-        stats = kept(("stats", key, chosen.name, cfg.image_size, cfg.val_fraction), lambda: dataset_stats(
+        stats = kept(("stats", key, chosen.name, cfg.image_size, cfg.val_fraction, cfg.train_on), lambda: dataset_stats(
             lambda i: splits.transforms.images(int(train.indices[i])), len(train), bare))
     else:
         stats = None

@@ -37,8 +37,12 @@ def pick_val_classes(train_classes: np.ndarray, val_fraction: float, dataset: st
     return np.sort(rng.permutation(np.sort(train_classes))[:n_val])
 
 
-def assemble(raw: RawData, val_fraction: float, image_size: int) -> DatasetSplits:
-    """Relabel, carve the validation classes, drop queries that cannot be answered, wrap in datasets."""
+def assemble(raw: RawData, val_fraction: float, image_size: int, train_on: str = "train") -> DatasetSplits:
+    """Relabel, carve the validation classes, drop queries that cannot be answered, wrap in datasets.
+
+    ``train_on`` (``xbm.config.TRAIN_ON``): ``train`` trains on the training classes less the validation
+    ones; ``train+val`` on all training classes (no validation split; the test split stays held out);
+    ``all`` on every sample of every class, test ones included (the test split is then no held-out split)."""
     labels = np.asarray(raw.labels, dtype=np.int64)
     if len(labels) != len(raw.source):
         raise ValueError(f"{raw.name}: labels must have one entry per sample, but got {len(labels)} "
@@ -54,10 +58,14 @@ def assemble(raw: RawData, val_fraction: float, image_size: int) -> DatasetSplit
         raise ValueError(f"{raw.name}: the training and query parts must be non-empty, but got "
                          f"{len(train_part)} training and {len(query)} answerable query samples")
     train_keys = np.unique(labels[train_part])
-    val_keys = pick_val_classes(train_keys, val_fraction, raw.name)
+    # a refit trains on the validation classes too: none carved
+    val_keys = pick_val_classes(train_keys, val_fraction if train_on == "train" else 0.0, raw.name)
     train_keys = np.setdiff1d(train_keys, val_keys)
     eval_idx = query if gallery_part is None else np.concatenate([query, gallery_part])
-    other_keys = np.setdiff1d(np.unique(labels[eval_idx]), np.concatenate([train_keys, val_keys]))
+    # train_on=all trains on every sample of the parts: an unanswerable query's class gets an id too
+    every = np.unique(np.concatenate([train_part, np.asarray(raw.query, dtype=np.int64), eval_idx]))
+    labelled = every if train_on == "all" else eval_idx
+    other_keys = np.setdiff1d(np.unique(labels[labelled]), np.concatenate([train_keys, val_keys]))
     order = np.concatenate([train_keys, val_keys, other_keys])
     lookup = np.full(int(labels.max()) + 1, -1, dtype=np.int64)
     lookup[order] = np.arange(len(order))
@@ -70,7 +78,10 @@ def assemble(raw: RawData, val_fraction: float, image_size: int) -> DatasetSplit
         return SampleDataset(raw.source, indices, glabels[indices], transforms, role)
 
     in_val = np.isin(labels[train_part], val_keys)
-    train = dataset(train_part[~in_val], "train")
+    train_idx = train_part[~in_val]
+    if train_on == "all":  # every sample joins training (the data set's test protocol is external)
+        train_idx = every
+    train = dataset(train_idx, "train")
     val = EvalSplit(dataset(train_part[in_val], "eval")) if len(val_keys) else None
     gallery = None if gallery_part is None else dataset(gallery_part, "eval")
     test = EvalSplit(dataset(query, "eval"), gallery)

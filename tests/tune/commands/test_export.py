@@ -119,3 +119,24 @@ def test_run_exports_the_runs_best_epoch(tmp_path, capsys):
     (run / "checkpoint.pt").unlink()
     assert main(["export", "--run", str(run), "--out", str(tmp_path / "f")]) == 2
     assert "no weights" in capsys.readouterr().err
+
+
+def test_refit_stage_exports_the_refit_run_by_its_kept_epoch(sweep, tmp_path):
+    """Bug: export --stage refit refused (not a stage), a sweep row exported for it, or its runs ranked by
+    best_<metric>: a refit keeps its last epoch's weights, so the epoch that ranks them must be that one."""
+    _, _, trainer = sweep
+    root, rows = tmp_path / "s", []
+    runs = [("sw", "sweep", 0.99, 0.99), ("r0", "refit", 0.9, 0.4), ("r1", "refit", 0.6, 0.6)]
+    for trial, stage, best, final in runs:
+        path = root / trial / "best_weights.pt"
+        path.parent.mkdir(parents=True)
+        torch.save(weights_payload(trainer, epoch=5, value=final), path)
+        rows.append({"experiment": "fake", "stage": stage, "trial_id": trial, "status": "completed",
+                     "best_recall_at_1": best, "final_recall_at_1": final, "best_weights": str(path)})
+    (root / "results").mkdir()
+    pd.DataFrame(rows).to_parquet(root / "results" / "trials.parquet")
+    (root / "results" / "sweep.json").write_text(json.dumps({"version": 1, "experiment": "fake",
+                                                             "metric": "recall_at_1", "mode": "max"}))
+    assert main(["export", str(root), "--stage", "refit", "--best", "--out", str(tmp_path / "e")]) == 0
+    card, _ = exported(tmp_path / "e")
+    assert card["provenance"]["trial"] == "r1" and card["provenance"]["stage"] == "refit"

@@ -53,7 +53,7 @@ def test_the_best_weights_on_storage_are_the_epoch_the_rows_say(tmp_path, before
         seen.append((row["epoch"], on_disk, state))
 
     best = BestWeights(SlowStorage(str(tmp_path / "trial")), str(tmp_path / "trial"), "max")
-    cfg = SimpleNamespace(epochs=3, to_dict=dict)
+    cfg = SimpleNamespace(epochs=3, to_dict=dict, train_on="train")
     loop = TrialLoop("t1", cfg, "recall_at_1", "max", TrialPolicy(checkpoint_period_s=2.0), None, {}, best,
                      Reporter(send, lambda folder: folder), time.perf_counter(), best_before_report=before_report)
     loop.run(EpochsTrainer())
@@ -63,3 +63,23 @@ def test_the_best_weights_on_storage_are_the_epoch_the_rows_say(tmp_path, before
     assert [on_disk for _, on_disk, state in seen if state is not None] == [2, 3]
     if before_report:
         assert [on_disk for _, on_disk, _ in seen] == [1, 2, 3]
+
+
+class FallingTrainer(EpochsTrainer):
+    """Three epochs whose metric falls: a sweep trial would keep epoch 1."""
+
+    def fit(self):
+        for epoch in (1, 2, 3):
+            yield {"epoch": epoch, "recall_at_1": 0.4 - 0.1 * epoch, "epoch_time_s": 1.0}
+
+
+def test_a_refit_keeps_its_last_epoch_not_the_best_on_the_test_classes(tmp_path):
+    """Bug: a refit (train_on=train+val: no validation classes, its metric measured on the test classes) kept the
+    epoch with the best test value: its product, and the values reported for it, selected on the test set."""
+    best = BestWeights(Storage(str(tmp_path / "trial")), str(tmp_path / "trial"), "max")
+    cfg = SimpleNamespace(epochs=3, to_dict=dict, train_on="train+val")
+    loop = TrialLoop("t1", cfg, "recall_at_1", "max", TrialPolicy(checkpoint_period_s=100.0), None, {}, best,
+                     Reporter(lambda row, checkpoint=None: None, lambda folder: folder), time.perf_counter())
+    loop.run(FallingTrainer())
+    best.wait()
+    assert torch.load(tmp_path / "trial" / BEST_WEIGHTS, weights_only=True)["epoch"] == 3 and best.epoch == 3

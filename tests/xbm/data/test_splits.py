@@ -76,3 +76,23 @@ def test_empty_parts_are_rejected():
 def test_negative_class_ids_are_rejected():
     with pytest.raises(ValueError, match=">= 0"):
         assemble(raw([0, 0, -1, -1], train=[0, 1], query=[2, 3]), 0.0, 8)
+
+
+def test_train_plus_val_trains_on_the_validation_classes(config):
+    """Bug: a refit (train_on=train+val) still held out the validation classes: its training set must hold the
+    training and validation classes together, and the test classes stay out of it."""
+    split = build_dataset(config(dataset="toy", val_fraction=0.25))
+    refit = build_dataset(config(dataset="toy", val_fraction=0.25, train_on="train+val"))
+    held_out = len(split.train_labels.unique()) + len(split.val.query.labels.unique())
+    assert refit.val is None and len(refit.train_labels.unique()) == held_out == 200
+    assert sorted(refit.train.indices) == sorted(np.concatenate([split.train.indices, split.val.query.indices]))
+    assert np.array_equal(refit.test.query.indices, split.test.query.indices)
+    assert np.intersect1d(refit.train.indices, refit.test.query.indices).size == 0
+
+
+def test_train_on_all_leaves_no_class_or_sample_out():
+    """Bug: train_on=all left a class out (the test-only ones, or a query whose class the gallery lacks)."""
+    data = raw([0, 0, 1, 1, 2, 2, 3, 4, 4], train=[0, 1, 2, 3], query=[4, 6, 7], gallery=[5, 8])
+    splits = assemble(data, 0.5, 8, train_on="all")
+    assert splits.val is None and sorted(splits.train.indices) == list(range(9))
+    assert splits.train_labels.min() >= 0 and len(splits.train_labels.unique()) == splits.num_classes == 5
