@@ -76,7 +76,7 @@ class FallingTrainer(EpochsTrainer):
 def test_a_refit_keeps_its_last_epoch_not_the_best_on_the_test_classes(tmp_path):
     """Bug: a refit (train_on=train+val: no validation classes, its metric measured on the test classes) kept the
     epoch with the best test value: its product, and the values reported for it, selected on the test set."""
-    best = BestWeights(Storage(str(tmp_path / "trial")), str(tmp_path / "trial"), "max")
+    best = BestWeights(Folder(str(tmp_path / "trial")), str(tmp_path / "trial"), "max")
     cfg = SimpleNamespace(epochs=3, to_dict=dict, train_on="train+val")
     loop = TrialLoop("t1", cfg, "recall_at_1", "max", TrialPolicy(checkpoint_period_s=100.0), None, {}, best,
                      Reporter(lambda row, checkpoint=None: None, lambda folder: folder), time.perf_counter())
