@@ -1,8 +1,8 @@
 """Every plot function draws headless (Agg, no pyplot) and writes a PNG."""
 import pytest
 
-from analysis import (asha_survival, compare_variants, drift_staleness, learning_curves, leaderboard, load,
-                      memory_ratio_curve, paired_differences, parallel_coordinates, param_effect, param_heatmap,
+from analysis import (asha_survival, compare_variants, drift_staleness, kalman_r_curve, learning_curves, leaderboard,
+                      load, memory_ratio_curve, paired_differences, parallel_coordinates, param_effect, param_heatmap,
                       param_importance)
 from analysis import plots
 
@@ -79,7 +79,9 @@ def test_reference_drawn_on_its_own_axis(sweep):
     fig = plots.plot_param_effect(param_effect(sweep, "normaliser.lambda_mu"))
     assert len(fig.axes) == 2  # the paper's points never share the sweep's y axis
     assert "CIFAR-100" in fig.axes[1].get_ylabel()
-    assert len(plots.plot_param_effect(memory_ratio_curve(sweep)).axes) == 1
+    ratio = plots.plot_param_effect(memory_ratio_curve(sweep))
+    assert len(ratio.axes) == 2 and "SOP" in ratio.axes[1].get_ylabel()  # XBM Table 2's points
+    assert len(plots.plot_param_effect(kalman_r_curve(sweep)).axes) == 1  # no paper gives points for r alone
 
 
 def test_parallel_lines_skip_absent_axes_but_reach_the_metric(sweep):

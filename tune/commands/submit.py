@@ -13,11 +13,12 @@ Token authentication: like ``ray.init`` and ``ray start``, a token in ``~/.ray/a
 """
 from __future__ import annotations
 
+import argparse
 import shlex
 import time
 from typing import Sequence
 
-from tune.options import SweepInputError
+from tune.options import SweepInputError, bad_input
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 #: how long to wait for a head (or its job agent) that is still starting
