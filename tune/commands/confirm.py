@@ -114,6 +114,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                       help="change a config value for every run (e.g. data_root=/data, device=cuda)")
     what.add_argument("--dry-run", action="store_true", help="print the selection and run nothing")
+    add_rerun_arguments(parser)
+
+
+def add_rerun_arguments(parser: argparse.ArgumentParser) -> None:
+    """The resource flags of a stage that re-runs a sweep's configurations (confirm, refit)."""
     ray = parser.add_argument_group("resources")
     ray.add_argument("--max-concurrent", type=int, default=None, help="trials at once (default: as resources allow)")
     ray.add_argument("--cpus-per-trial", type=float, default=None, help="default: the sweep's")
@@ -121,6 +126,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--address", default=None, help="join a running Ray cluster (default: start a local one)")
     ray.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=True,
                      help="start Ray's dashboard on 127.0.0.1 (default on)")
+
+
+def rerun_options(record: SweepRecord, args: argparse.Namespace):
+    """The sweep's recorded options for a stage that re-runs its configurations, with this command's resources
+    and no warm start."""
+    from tune.options import SweepOptions
+
+    changes = {k: getattr(args, k) for k in ("cpus_per_trial", "gpus_per_trial", "address")
+               if getattr(args, k) is not None}
+    return SweepOptions.from_record(record.options).replace(
+        metric=record.metric, mode=record.mode, max_concurrent=args.max_concurrent, dashboard=args.dashboard,
+        warm_start=None, **changes)
 
 
 @dataclass
@@ -169,7 +186,6 @@ def plan(args: argparse.Namespace) -> ConfirmPlan:
 
 def run(args: argparse.Namespace, **init_kwargs) -> int:
     """Select, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
-    from tune.options import SweepOptions
     from tune.results.record import record_paths
     from tune.sweep import run_configs
     from xbm.inputs import RELOCATABLE_KEYS
@@ -186,12 +202,8 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
     # the sweep's data is there now: a later resume or confirm reads it there too
     moved = {k: v for k, v in p.overrides.items() if k in RELOCATABLE_KEYS and k not in swept}
     record_paths(p.uri, p.record, {**p.record.paths, **moved})
-    options = SweepOptions.from_record(p.record.options)
-    changes = {k: getattr(args, k) for k in ("cpus_per_trial", "gpus_per_trial", "address")
-               if getattr(args, k) is not None}
-    options = options.replace(metric=metric, mode=mode, max_concurrent=args.max_concurrent,
-                              dashboard=args.dashboard, warm_start=None, **changes)
-    outcome = run_configs(p.configs, options, f"{p.uri}/{RESULTS}", stage="confirm", **init_kwargs)
+    outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage="confirm",
+                          **init_kwargs)
     print(summary(p.uri, metric))
     if outcome.interrupted:  # Ctrl-C: Ray's Tuner.fit returned early (tune.sweep.fit); `resume` does not continue these
         sys.stdout.flush()

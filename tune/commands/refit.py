@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from analysis.contract import SweepRecord
+from tune.commands.confirm import add_rerun_arguments, rerun_options
 from tune.options import SweepInputError
 
 STAGE = "refit"
@@ -82,13 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                       help="change a config value for every run (e.g. epochs=80, data_root=/data)")
     what.add_argument("--dry-run", action="store_true", help="print the runs and run nothing")
-    ray = parser.add_argument_group("resources")
-    ray.add_argument("--max-concurrent", type=int, default=None, help="trials at once (default: as resources allow)")
-    ray.add_argument("--cpus-per-trial", type=float, default=None, help="default: the sweep's")
-    ray.add_argument("--gpus-per-trial", type=float, default=None, help="default: the sweep's (fractions allowed)")
-    ray.add_argument("--address", default=None, help="join a running Ray cluster (default: start a local one)")
-    ray.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=True,
-                     help="start Ray's dashboard on 127.0.0.1 (default on)")
+    add_rerun_arguments(parser)
 
 
 @dataclass
@@ -160,7 +155,6 @@ def held_out_notes(trial: Mapping[str, Any], config: Mapping[str, Any], classes:
 
 def run(args: argparse.Namespace, **init_kwargs) -> int:
     """Plan, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
-    from tune.options import SweepOptions
     from tune.results.parquet import RESULTS
     from tune.sweep import run_configs
 
@@ -168,12 +162,8 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
     print(describe(p, args.classes))
     if args.dry_run:
         return 0
-    options = SweepOptions.from_record(p.record.options)
-    changes = {k: getattr(args, k) for k in ("cpus_per_trial", "gpus_per_trial", "address")
-               if getattr(args, k) is not None}
-    options = options.replace(metric=p.record.metric, mode=p.record.mode, max_concurrent=args.max_concurrent,
-                              dashboard=args.dashboard, warm_start=None, **changes)
-    outcome = run_configs(p.configs, options, f"{p.uri}/{RESULTS}", stage=STAGE, **init_kwargs)
+    outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage=STAGE,
+                          **init_kwargs)
     print(summary(p.uri, p.record.metric))
     if outcome.interrupted:
         sys.stdout.flush()
