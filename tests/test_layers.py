@@ -12,7 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LINT = Path(sys.executable).with_name("lint-imports")
 PACKAGES = ("xbm", "tune", "analysis", "search_spaces")
-pytestmark = pytest.mark.skipif(not LINT.exists(), reason="import-linter (the dev extra) runs the contracts")
 
 
 def lint(root: Path, contract: str | None = None) -> subprocess.CompletedProcess:
