@@ -48,11 +48,10 @@ def mlp_weights(path: Path) -> Path:
     """A state dict of the mlp backbone the SPACE's trials build (3x8x8 inputs)."""
     import torch
 
-    from xbm.config import TrainConfig
     from xbm.models import create_backbone
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(create_backbone(TrainConfig(model="mlp"), (1, 8, 8)).state_dict(), path)  # omniglot: one grey channel
+    torch.save(create_backbone("mlp", (1, 8, 8)).state_dict(), path)  # omniglot: one grey channel
     return path
 
 

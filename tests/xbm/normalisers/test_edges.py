@@ -144,7 +144,7 @@ def test_the_package_resolves_its_lazy_names_at_use_time():
     registry, stats, base = (importlib.import_module(f"xbm.normalisers.{m}") for m in ("registry", "stats", "base"))
     assert package.build_normaliser is registry.build_normaliser and package.NORMALISERS is registry.NORMALISERS
     assert package.Moments is stats.Moments and package.Normaliser is base.Normaliser
-    with pytest.raises(AttributeError, match="^module 'xbm.normalisers' has no attribute 'bogus'$"):
+    with pytest.raises(AttributeError, match=r"xbm\.normalisers.*bogus"):
         package.bogus
     assert not hasattr(package, "bogus")
 
