@@ -20,7 +20,7 @@ BASE = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 32,
         "lr": 1e-3, "batch_size": 64, "samples_per_class": 4, "seed": 3}
 METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1", "recall_at_10", "map_at_r",
            "r_precision", "eval_split", "drift_mean", "drift_max", "staleness_mean", "inter_distance_mean",
-           "intra_distance_mean", "superclass_top_k", "memory_neg_pairs", "batch_neg_pairs", "memory_fill",
+           "intra_distance_mean", "superclass_neighbour_share", "memory_neg_pairs", "batch_neg_pairs", "memory_fill",
            "memory_pos_pairs", "batch_pos_pairs", "loss_pos_pairs", "embedding_spread",
            "reference_untrained_recall_at_1", "reference_raw_recall_at_1", "skipped_images", "train_s",
            "data_wait_s", "eval_s", "gpu_memory_peak_gib", "memory_bytes")
