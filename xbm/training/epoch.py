@@ -35,8 +35,10 @@ from xbm.training.runtime import Runtime
 
 # Pair counts per iteration (the criterion's ``last_stats``): mined against the memory, within the batch,
 # and the positive pairs that entered the loss. An epoch whose loss saw no positive pair has collapsed:
-# SupCon without positives is exactly 0 and teaches nothing.
-STAT_NAMES = ("memory_pos_pairs", "memory_neg_pairs", "batch_pos_pairs", "batch_neg_pairs", "loss_pos_pairs")
+# SupCon without positives is exactly 0 and teaches nothing. Then the valid negatives (XBM paper Fig. 4: those
+# with a non-zero gradient, xbm.losses.valid_negatives) from the memory and from the batch.
+STAT_NAMES = ("memory_pos_pairs", "memory_neg_pairs", "batch_pos_pairs", "batch_neg_pairs", "loss_pos_pairs",
+              "valid_neg_memory", "valid_neg_batch")
 
 
 @dataclass
