@@ -79,6 +79,8 @@ class Step:
     prepare: Callable = lambda x: x  # the batch on its device -> the model's input (e.g. uint8 -> normalised)
     # after backward, before clipping: a data-parallel step outside DDP averages its gradients over the ranks
     sync_grads: Optional[Callable[[], None]] = None
+    # after the step, between steps: e.g. drift at Δt iterations (xbm.evaluate.step_drift), which embeds a probe
+    on_step: Optional[Callable[[], None]] = None
 
 
 def skips_on_device(step: Step) -> bool:
@@ -156,6 +158,8 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
                 del step.optimizer.found_inf
         step.scaler.update()
         step.objective.after_step(step.model)
+        if step.on_step is not None:
+            step.on_step()
         sums.add("loss", loss)
         images += len(y)
         stats = step.criterion.last_stats

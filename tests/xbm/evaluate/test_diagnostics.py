@@ -151,5 +151,6 @@ def test_cuda_tensors_match_cpu():
 def test_public_names():
     assert sorted(diagnostics.__all__) == sorted(["feature_drift", "memory_staleness", "mean_inter_distance",
                                                   "mean_distances",
-                                                  "mean_intra_distance", "superclass_neighbour_share", "superclass_mean_top_k",
+                                                  "mean_intra_distance", "superclass_neighbour_share",
+                                                  "superclass_mean_top_k",
                                                   "count_pairs"])
