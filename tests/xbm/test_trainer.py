@@ -12,6 +12,7 @@ from xbm.errors import NonFiniteLossError
 from xbm.evaluate import retrieval_metrics
 from xbm.signals import collapsed
 from xbm.normalisers import NormaliserConfig
+from xbm.evaluate.step_drift import drift_names
 from xbm.trainer import TIMING_KEYS as TIMINGS, Trainer
 
 from .conftest import needs_cuda, same
@@ -23,7 +24,8 @@ METRICS = ("epoch", "loss", "lr", "epoch_time_s", "images_per_s", "recall_at_1",
            "intra_distance_mean", "superclass_neighbour_share", "memory_neg_pairs", "batch_neg_pairs", "memory_fill",
            "memory_pos_pairs", "batch_pos_pairs", "loss_pos_pairs", "embedding_spread",
            "reference_untrained_recall_at_1", "reference_raw_recall_at_1", "skipped_images", "train_s",
-           "data_wait_s", "eval_s", "gpu_memory_peak_gib", "memory_bytes")
+           "data_wait_s", "eval_s", "gpu_memory_peak_gib", "memory_bytes", "nmi", "valid_neg_memory", "valid_neg_batch",
+           *(f"superclass_top_{k}" for k in range(1, 6)), *drift_names())
 
 
 def config(**values):
@@ -44,6 +46,12 @@ def test_toy_recall_rises_and_every_contract_metric_is_reported():
     assert history[-1]["recall_at_1"] > history[0]["recall_at_1"] + 0.03, [m["recall_at_1"] for m in history]
     assert history[-1]["memory_fill"] == 1.0 and history[-1]["memory_neg_pairs"] > history[-1]["batch_neg_pairs"]
     assert history[0]["staleness_mean"] > 0
+    # the papers' metrics (issue 32 item 4): 25 steps per epoch, so drift over 100 steps from epoch 4 on
+    assert history[0]["drift_10_mean"] > 0 and history[2]["drift_100_mean"] is None
+    assert history[-1]["drift_100_max"] >= history[-1]["drift_100_mean"] > 0 and history[-1]["drift_1000_mean"] is None
+    last = history[-1]
+    assert 0 < last["nmi"] <= 1 and 0 < last["superclass_top_1"] <= last["superclass_top_5"] <= 1
+    assert last["valid_neg_memory"] > last["valid_neg_batch"] > 0
 
 
 _RUNS: dict = {}
