@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from analysis.contract import PAPER_METRICS
 from xbm.config import TrainConfig
 from xbm.data import build_dataset
 from xbm.errors import NonFiniteLossError
@@ -52,6 +53,7 @@ def test_toy_recall_rises_and_every_contract_metric_is_reported():
     last = history[-1]
     assert 0 < last["nmi"] <= 1 and 0 < last["superclass_top_1"] <= last["superclass_top_5"] <= 1
     assert last["valid_neg_memory"] > last["valid_neg_batch"] > 0
+    assert set(PAPER_METRICS) <= set(last)   # the contract's names are the trainer's
 
 
 _RUNS: dict = {}

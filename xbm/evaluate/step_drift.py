@@ -8,9 +8,10 @@ main epoch, over the Δt iterations that end there: the latest complete measurem
 iterations have run. ``drift_mean`` / ``drift_max`` (:func:`xbm.evaluate.diagnostics.feature_drift`) stay the
 between-epoch measure.
 
-Cost: the probe is embedded only where a measurement needs it, at an epoch's end E and at E - Δt for each Δt,
-at most ``len(deltas) + 1`` probe passes per epoch, never inside a step (the hook runs between steps; the device
-is read once per epoch, with the epoch's sums). Snapshots for a Δt longer than an epoch are planned from the
+Cost: the probe is embedded only where a measurement needs it, at an epoch's end E and at E - Δt for each Δt:
+at most ``len(deltas) + 1`` probe passes per epoch (eval mode, the evaluation's ``Embedder``), between steps, never
+inside one; the other steps do nothing but count, and the measurements are read from the device once, by
+``metrics()`` after the epoch. The probe passes count in the epoch's ``train_s``. Snapshots for a Δt longer than an epoch are planned from the
 current epoch's length; an epoch of another length finds no snapshot at E - Δt and reports None, never a drift
 over another gap.
 """
