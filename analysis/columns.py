@@ -22,6 +22,7 @@ SEED_COLUMNS = ("seed", "config.seed")
 KEY = ["sweep_dir", "trial_id"]  # a trial's identity: trial ids are only unique inside one sweep
 # Metrics where lower is better; every other metric (recalls, MAP@R, ...) is maximised.
 LOWER_IS_BETTER = ("loss", "epoch_time_s", "drift_mean", "drift_max", "staleness_mean",
+                   *(f"drift_{d}_{s}" for d in (10, 100, 1000) for s in ("mean", "max")),
                    "intra_distance_mean", "wall_time_s", "gpu_hours", *EPOCH_TIME_COLUMNS, SETUP_COLUMN,
                    "gpu_memory_peak_gib", "skipped_images")
 

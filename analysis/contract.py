@@ -53,16 +53,23 @@ EPOCH_TIME_COLUMNS = ("train_s", "data_wait_s", "eval_s", "checkpoint_s")
 SETUP_COLUMN = "setup_s"
 #: AXBN's Kalman gain K in use at the epoch's end (AXBN paper Algorithm 1, line 2); null for other normalisers
 KALMAN_GAIN = "kalman_gain"
+#: the papers' metrics under their definitions (docs/ARCHITECTURE.md), float64 and null where not measured: NMI;
+#: true super-class among the k nearest super-class means, k = 1..5 (thesis Table 5.16), and the 10-NN super-class
+#: share (both null without super-classes); drift over 10, 100, 1000 iterations (XBM Eq. 2, Fig. 3; null until
+#: that many have run); valid negatives per iteration, from the memory and the batch (XBM Fig. 4)
+PAPER_METRICS = ("nmi", *(f"superclass_top_{k}" for k in range(1, 6)), "superclass_neighbour_share",
+                 *(f"drift_{d}_{s}" for d in (10, 100, 1000) for s in ("mean", "max")),
+                 "valid_neg_memory", "valid_neg_batch")
 #: the epoch columns declared ahead of the code that reports them, so that every epoch file has them
 #: (null until reported; ``gpu_memory_peak_gib`` stays null on the CPU, ``kalman_gain`` without AXBN)
 EPOCH_DECLARED = (*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "skipped_images", "memory_bytes",
-                  KALMAN_GAIN)
+                  KALMAN_GAIN, *PAPER_METRICS)
 #: the number of classes a run trained on (config ``train_on``: a refit's exceeds its sweep's); every epoch row
 TRAIN_CLASSES = "train_classes"
 #: trials.parquet values taken from the trial's latest epoch row that has one
 FROM_LAST_ROW = ("reference_raw_recall_at_1", SETUP_COLUMN, "best_weights", TRAIN_CLASSES)
 FLOAT_COLUMNS = frozenset({*EPOCH_TIME_COLUMNS, SETUP_COLUMN, "gpu_memory_peak_gib", "train_fraction",
-                           "wall_time_s", "gpu_hours", "reference_raw_recall_at_1", KALMAN_GAIN})
+                           "wall_time_s", "gpu_hours", "reference_raw_recall_at_1", KALMAN_GAIN, *PAPER_METRICS})
 
 def column_type(name: str, value: Any = None) -> pa.DataType:
     """A column's Arrow type: declared by name (``INT_COLUMNS``, ``STRING_COLUMNS``, ``FLOAT_COLUMNS``);

@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis import compare, curves, effects, importance, markdown, plots, references, schedules, tables
 from analysis.columns import key_values, param_name, varying_columns
-from analysis.contract import TRIALS_FILE
+from analysis.contract import PAPER_METRICS, TRIALS_FILE
 from analysis.costs import time_line
 from analysis.errors import NotApplicable
 from analysis.loader import Sweep, load
@@ -289,9 +289,15 @@ class _Report:
 
     def drift(self) -> list[str]:
         table = curves.drift_staleness(self.sweep)
-        last = table.sort_values("epoch").groupby(["variant", "quantity"]).tail(1).sort_values(["quantity", "variant"])
-        return ["At each variant's last epoch:", "", markdown.table(last.reset_index(drop=True)), "",
-                self.figure(plots.plot_drift_staleness(table), "drift_staleness", "drift and staleness")]
+        lines = ["At each variant's last epoch:", "", markdown.table(_last_epoch(table)), "",
+                 self.figure(plots.plot_drift_staleness(table), "drift_staleness", "drift and staleness")]
+        try:   # the papers' metrics, where the trials report them
+            paper = curves.drift_staleness(self.sweep, quantities=PAPER_METRICS)
+        except NotApplicable:
+            return lines
+        return lines + ["", "The papers' metrics at each variant's last epoch (NMI; super-class among the k nearest "
+                        "super-class means; drift over Δt iterations; valid negatives per iteration):", "",
+                        markdown.table(_last_epoch(paper))]
 
     def parallel(self) -> list[str]:
         coords = effects.parallel_coordinates(self.sweep, self.metric)
@@ -307,6 +313,12 @@ class _Report:
         grid = best_trial_grid(self.sweep, self.neighbours)
         return [f"{grid.title}. Borders: green, a neighbour of the query's class; red, another class.", "",
                 self.figure(plots.plot_retrieval_grid(grid), "retrieval_examples", "retrieval examples")]
+
+
+def _last_epoch(table):
+    """Each (variant, quantity)'s row at its last epoch, by quantity then variant."""
+    last = table.sort_values("epoch").groupby(["variant", "quantity"]).tail(1).sort_values(["quantity", "variant"])
+    return last.reset_index(drop=True)
 
 
 def _number(text: str):

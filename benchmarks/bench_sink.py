@@ -54,7 +54,7 @@ BASE = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs":
 KINDS = ("none", "xbn", "axbn", "pcxbn", "scxbn", "ema")
 #: the trainer's per-epoch metrics (README "Parquet results"), as floats
 METRICS = ("loss", "lr", "recall_at_1", "recall_at_10", "map_at_r", "r_precision", "drift_mean", "drift_max",
-           "staleness_mean", "inter_distance_mean", "intra_distance_mean", "superclass_top_k",
+           "staleness_mean", "inter_distance_mean", "intra_distance_mean", "superclass_neighbour_share",
            "memory_neg_pairs", "batch_neg_pairs", "memory_fill", "epoch_time_s", "images_per_s")
 
 

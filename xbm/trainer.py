@@ -39,6 +39,7 @@ from xbm.normalisers import build_normaliser
 from xbm.normalisers.axbn import AXBN
 from xbm.objectives import build_objective
 from xbm.evaluate import epoch as evaluation
+from xbm.evaluate.step_drift import StepDrift
 from xbm.losses.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, Embedder, check_shared_memory,
@@ -139,6 +140,8 @@ class Trainer:
         # The training samples seen through the eval transform: drift and staleness probes.
         self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
         self.probe = evaluation.probe_indices(len(train), cfg.seed)
+        # drift at Δt iterations on the same probe (XBM Eq. 2, Fig. 3)
+        self.step_drift = StepDrift(lambda: self.embed(self.model, self.train_view, self.probe)[0])
         self.recall_ks = cfg.recall_ks(recall_ks(cfg.dataset))   # recall_at_K for each (eval_ks or the data set's)
         self.previous_probe: Optional[torch.Tensor] = None
         self.references: Optional[dict[str, float]] = None
@@ -225,8 +228,10 @@ class Trainer:
         self.model.train()
         step = Step(self.parallel.model(self.model), self.objective,
                     self.parallel.criterion(self.criterion(epoch - 1), self.objective.blocks), self.optimizer,
-                    self.scaler, list(self.model.parameters()), self.cfg.clip_grad, self.prepare_train)
+                    self.scaler, list(self.model.parameters()), self.cfg.clip_grad, self.prepare_train,
+                    on_step=self.step_drift.after_step)
         batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}", epoch_index=epoch - 1)
+        self.step_drift.begin_epoch(len(self.loader))
         result = run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)
         share_buffers(self.ranks, (self.model, self.objective))   # e.g. per-rank BatchNorm statistics
         return result
@@ -247,6 +252,7 @@ class Trainer:
         if self.evaluates(epoch):
             metrics.update(self._evaluate_on_main(epoch))
         metrics.update(result.pairs, memory_fill=result.memory_fill)
+        metrics.update(self.step_drift.metrics())
         metrics.update(self.objective.epoch_metrics())
         metrics.update(self.references)
         self.epoch = epoch
@@ -340,6 +346,7 @@ class Trainer:
             "references": self.references,
             "rng": rng_state(),
             "previous_probe": self.previous_probe,
+            "step_drift": self.step_drift.state_dict(),
             # how evaluation fed the model (None for vectors): an export of these weights needs it
             "preprocessing": self.preprocessing_dict(),
         }
@@ -385,6 +392,8 @@ class Trainer:
         set_rng_state(state["rng"])
         probe = state["previous_probe"]
         self.previous_probe = None if probe is None else probe.cpu()
+        if "step_drift" in state:   # absent from checkpoints older than drift at Δt: it starts afresh
+            self.step_drift.load_state_dict(state["step_drift"])
         self.epoch = int(state["epoch"])
         self.warmup_done = bool(state["warmup_done"])
 

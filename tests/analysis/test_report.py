@@ -113,3 +113,22 @@ def test_a_two_objective_report_draws_the_front_and_a_single_objective_one_says_
     assert listed == set(front.trial_id.astype(str).head(10))
     single = _check_links(write_report(b["write_sweep"](tmp_path / "one", *b["finished_rows"]())))
     assert "## Pareto front\n\n_Omitted: one objective" in single
+
+
+def test_the_drift_section_lists_the_papers_metrics_at_each_variants_last_epoch(build_sweep, tmp_path):
+    """Bug caught: the papers' metrics (nmi, superclass_top_k, drift at Δt, valid negatives) reported by the
+    trials but shown nowhere in the report, or a null drift at Δt (before Δt iterations) taken as the last value."""
+    from analysis import load
+    from analysis.report import _Report
+
+    cfg = build_sweep["config"]("xbn", 0.5, 1)
+    rows = build_sweep["epoch_rows"]("t0", cfg, 0.6, 3)
+    for row in rows:
+        row.update(nmi=0.1 * row["epoch"], drift_10_mean=None if row["epoch"] < 3 else 0.25,
+                   drift_1000_mean=None, valid_neg_memory=100.0 * row["epoch"])
+    trials = [build_sweep["trial_row"]("t0", cfg, rows, "completed")]
+    folder = build_sweep["write_sweep"](tmp_path / "paper", trials, rows)
+    text = "\n".join(_Report(load(folder), "recall_at_1").drift())
+    paper = text.split("The papers' metrics")[1]
+    assert "| xbn | 3 | nmi | 0.3 |" in paper and "| xbn | 3 | drift_10_mean | 0.25 |" in paper
+    assert "| xbn | 3 | valid_neg_memory | 300 |" in paper and "drift_1000_mean" not in paper

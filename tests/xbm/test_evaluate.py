@@ -215,16 +215,16 @@ def test_invalid_arguments_say_what_is_wrong(kwargs, message):
 
 
 @pytest.mark.parametrize("leave_one_out", [True, False])
-def test_superclass_top_k_from_the_same_search_matches_the_diagnostic(leave_one_out):
-    from xbm.evaluate.diagnostics import superclass_top_k
+def test_superclass_neighbour_share_from_the_same_search_matches_the_diagnostic(leave_one_out):
+    from xbm.evaluate.diagnostics import superclass_neighbour_share
 
     q, ql = clustered(60, 6, 10, seed=11)
     g, gl = (None, None) if leave_one_out else clustered(45, 6, 10, seed=12)
     superclass_of = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 3, 3])
     out = retrieval_metrics(q, ql, g, gl, ks=(1,), superclass_of=superclass_of, superclass_k=15)
-    expected = superclass_top_k(q, ql, superclass_of, k=15, gallery=g, gallery_labels=gl)
-    assert out["superclass_top_k"] == pytest.approx(expected, abs=1e-12)
-    assert_metrics_close({k: v for k, v in out.items() if k != "superclass_top_k"},
+    expected = superclass_neighbour_share(q, ql, superclass_of, k=15, gallery=g, gallery_labels=gl)
+    assert out["superclass_neighbour_share"] == pytest.approx(expected, abs=1e-12)
+    assert_metrics_close({k: v for k, v in out.items() if k != "superclass_neighbour_share"},
                          retrieval_metrics(q, ql, g, gl, ks=(1,)))
     with pytest.raises(ValueError, match=r"query_labels must be integer class ids in \[0, 3\)"):
         retrieval_metrics(q, ql, g, gl, superclass_of=superclass_of[:3])

@@ -4,8 +4,9 @@
   set's papers' unless ``eval_ks`` says otherwise, MAP@R, R-precision),
   plus the distance diagnostics on the same embeddings (``embedding_spread``: mean distance over all
   pairs, near 0 when the embedding collapses; ``inter_distance_mean``: over pairs of different classes;
-  ``intra_distance_mean``: to the class mean) and, when super-classes exist, the super-class top-k
-  proportion (thesis Table 5.16).
+  ``intra_distance_mean``: to the class mean), ``nmi`` (k-means with as many clusters as classes) and, when
+  super-classes exist, ``superclass_top_1`` .. ``_5`` (true super-class among the k nearest super-class
+  means, thesis Table 5.16) and ``superclass_neighbour_share`` (of the 10 nearest neighbours).
 - References computed once, before training (:func:`references`): Recall@1 of the untrained model and
   of nearest neighbours on the raw inputs. A trained model below them is broken, not a finding.
 - ``knn_accuracy`` for label-free objectives (:func:`knn`): weighted 20-NN classification of the split's
@@ -28,19 +29,21 @@ from torch import nn
 from xbm.evaluate import diagnostics
 from xbm.data import EvalSplit
 from xbm.evaluate import knn_accuracy, retrieval_metrics
+from xbm.evaluate.metrics import nmi
 from xbm.memory import EmbeddingMemory
 from xbm.training.loaders import Embedder
 
 KNN_K, KNN_TEMPERATURE = 20, 0.1  # the issue's k = 20; MoCo's CIFAR demo's temperature
 PROBE_SIZE = 256
+SUPERCLASS_KS = (1, 2, 3, 4, 5)  # superclass_top_1 .. _5 (thesis Table 5.16)
 NAN = math.nan
 
 
 def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder, superclass_of: Optional[torch.Tensor],
                    ks: tuple[int, ...], with_diagnostics: bool = True) -> dict[str, float]:
     """Retrieval metrics of ``split`` (query vs gallery, or leave-one-out; ``recall_at_K`` for each K of ``ks``;
-    a K beyond the gallery counts the whole gallery) and, with ``with_diagnostics``,
-    the distance and super-class diagnostics of its embeddings (query and gallery together)."""
+    a K beyond the gallery counts the whole gallery) and, with ``with_diagnostics``, ``nmi`` and the distance
+    diagnostics of its embeddings (query and gallery together) and the super-class measures."""
     query, query_labels = embed(model, split.query)
     gallery, gallery_labels = embed(model, split.gallery) if split.gallery is not None else (None, None)
     # One k-NN search serves Recall@K, MAP@R and the super-class top-k proportion.
@@ -52,6 +55,10 @@ def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder, supercla
     every_labels = query_labels if gallery is None else torch.cat([query_labels, gallery_labels])
     metrics["embedding_spread"], metrics["inter_distance_mean"] = diagnostics.mean_distances(every, every_labels)
     metrics["intra_distance_mean"] = float(diagnostics.mean_intra_distance(every, every_labels))
+    metrics["nmi"] = nmi(every, every_labels)
+    if superclass_of is not None:
+        metrics.update(diagnostics.superclass_mean_top_k(query, query_labels, superclass_of, SUPERCLASS_KS,
+                                                         gallery=gallery, gallery_labels=gallery_labels))
     return metrics
 
 

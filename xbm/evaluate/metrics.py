@@ -31,7 +31,7 @@ from typing import Callable, Iterable
 import torch
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.utils import accuracy_calculator as pml_acc
-from pytorch_metric_learning.utils.inference import CustomKNN, FaissKNN
+from pytorch_metric_learning.utils.inference import CustomKNN, FaissKMeans, FaissKNN
 
 from xbm.evaluate import knn as knn_search
 
@@ -111,14 +111,14 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, ks
         knn: the k-NN backend, "auto", "faiss" or "torch" (see ``xbm.evaluate.knn``); all find the same
             neighbours up to ties, "auto" the fastest way.
         superclass_of: optional (C,) super-class of each class id (labels must then be ids in [0, C)):
-            adds ``superclass_top_k``, the share of each query's ``superclass_k`` nearest neighbours in its
-            super-class, averaged over all queries, from the same search (``xbm.evaluate.diagnostics.superclass_top_k``
-            computes the same value with a search of its own).
+            adds ``superclass_neighbour_share``, the share of each query's ``superclass_k`` nearest neighbours
+            in its super-class, averaged over all queries, from the same search
+            (``xbm.evaluate.diagnostics.superclass_neighbour_share`` computes it with a search of its own).
 
     Returns:
         ``{"recall_at_<k>": ..., "map_at_r": ..., "r_precision": ...}`` as floats in [0, 1], averaged over
         the queries that have at least one other same-class item in the gallery (see the module docstring);
-        NaN when there is none. Plus ``superclass_top_k`` when ``superclass_of`` is given.
+        NaN when there is none. Plus ``superclass_neighbour_share`` when ``superclass_of`` is given.
     """
     ks = _check_ks(ks)
     leave_one_out = gallery is None and gallery_labels is None
@@ -169,8 +169,32 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, ks
     out = {name: float(mean[name]) for name in calc.recall_names()}
     out.update({ours: float(mean[pml]) for ours, pml in _PML_METRICS.items()})
     if superclass_of is not None:
-        out["superclass_top_k"] = same_super_sum / len(query)
+        out["superclass_neighbour_share"] = same_super_sum / len(query)
     return out
+
+
+NMI_SEED = 0  # k-means' seed: the same clustering of the same embeddings in every epoch and run
+
+
+def nmi(embeddings, labels, seed: int = NMI_SEED) -> float:
+    """``nmi``: normalised mutual information between the classes and a k-means clustering of ``embeddings``
+    into as many clusters as there are classes (the NMI of metric learning, e.g. Song et al. 2016;
+    Musgrave et al. 2020 Sec. 3.2), computed by PML's ``AccuracyCalculator`` ("NMI": faiss k-means, then
+    scikit-learn's ``normalized_mutual_info_score``, arithmetic normalisation). ``seed`` seeds k-means.
+    Without faiss, scikit-learn's k-means (same k, same seed) clusters instead."""
+    x = _check_embeddings("embeddings", embeddings, device=None).cpu()
+    y = torch.as_tensor(labels).cpu()
+    if y.shape != (len(x),):
+        raise ValueError(f"labels must have shape ({len(x)},) to match the embeddings, but got {tuple(y.shape)}")
+    kmeans = FaissKMeans(seed=seed) if knn_search.faiss is not None else functools.partial(_sklearn_kmeans, seed=seed)
+    calc = pml_acc.AccuracyCalculator(include=("NMI",), kmeans_func=kmeans, device=torch.device("cpu"))
+    return float(calc.get_accuracy(x, y, include=("NMI",))["NMI"])
+
+
+def _sklearn_kmeans(x: torch.Tensor, clusters: int, seed: int) -> torch.Tensor:
+    from sklearn.cluster import KMeans
+
+    return torch.as_tensor(KMeans(clusters, random_state=seed, n_init=1).fit_predict(x.cpu().numpy()))
 
 
 def _relabel_by_class_size(knn_labels: torch.Tensor, labels: torch.Tensor, class_size: torch.Tensor):

@@ -10,6 +10,7 @@ from xbm.indexed_memory import IndexedMemory
 from xbm.memory import EmbeddingMemory
 from xbm.normalisers.base import Normaliser
 from xbm.losses.pair_masks import PairMasks, loss_from_masks, pair_masks, supports_masks
+from xbm.losses.valid_negatives import valid_negatives
 
 #: ``memory.update`` -> the memory class (the names are ``MEMORY_UPDATES`` in the torch-free xbm.config)
 MEMORIES: dict[str, type[EmbeddingMemory]] = {"ring": EmbeddingMemory, "indexed": IndexedMemory}
@@ -52,7 +53,9 @@ class XBMLoss(nn.Module):
     in-batch loss's own mining when w > 0, else the memory mining's pairs with this batch's rows, no
     second mining), ``loss_pos_pairs`` (positive pairs that entered the loss: the memory's, plus the
     batch's when w > 0), ``memory_fill`` (filled fraction), ``batch_loss`` (a tensor; NaN when w = 0) and
-    ``adapted`` (1.0 when the normaliser changed the memory).
+    ``adapted`` (1.0 when the normaliser changed the memory), ``valid_neg_memory`` and ``valid_neg_batch``
+    (negative pairs with a non-zero gradient, :mod:`xbm.losses.valid_negatives`: in the memory loss, and among
+    them those against this batch's rows; with w > 0 the in-batch loss's own; NaN off the mask path).
     """
 
     def __init__(self, loss: nn.Module, embedding_size: int, memory_size: int, miner: nn.Module | None = None,
@@ -90,9 +93,12 @@ class XBMLoss(nn.Module):
         slots = self.memory.enqueue(keys, key_labels, key_indices, iteration=self.iteration)
         self.iteration += 1
         refs, ref_labels, _, _ = self.memory.valid()
+        valid_memory = valid_batch = float("nan")   # valid negatives: on masks only (xbm.losses.valid_negatives)
         if self.masks:
             memory_loss, memory_pos, memory_neg, in_batch_pairs = self._masked_loss(
                 queries, query_labels, refs, ref_labels, slots, enqueue_mask)
+            valid = valid_negatives(self.loss, self.miner, queries, refs, in_batch_pairs)
+            valid_memory, valid_batch = valid.sum(), (valid & _slots_mask(slots, len(refs))).sum()
         else:
             pairs = self._pairs(queries, query_labels, refs, ref_labels)
             if enqueue_mask is None:  # queries are in the memory too: not their own positives
@@ -102,7 +108,7 @@ class XBMLoss(nn.Module):
             in_batch_pairs = (pairs[1], pairs[3])
         total, batch_loss = memory_loss, float("nan")
         if self.batch_loss_weight > 0:
-            in_batch, batch_pos, batch_neg = self._in_batch_loss(rows, labels)
+            in_batch, batch_pos, batch_neg, valid_batch = self._in_batch_loss(rows, labels)
             total = memory_loss + self.batch_loss_weight * in_batch
             batch_loss = in_batch.detach()   # a tensor: float() here would wait for the device
         else:
@@ -113,6 +119,8 @@ class XBMLoss(nn.Module):
             "batch_pos_pairs": batch_pos,
             "batch_neg_pairs": batch_neg,
             "loss_pos_pairs": memory_pos + (batch_pos if self.batch_loss_weight > 0 else 0.0),
+            "valid_neg_memory": valid_memory,
+            "valid_neg_batch": valid_batch,
             "memory_fill": len(self.memory) / self.memory.size,
             "batch_loss": batch_loss,
             "adapted": float(adapted),
@@ -132,12 +140,14 @@ class XBMLoss(nn.Module):
         return loss, masks.pos.sum(), masks.neg.sum(), masks
 
     def _in_batch_loss(self, rows: Tensor, labels: Tensor):
-        """The plain in-batch loss (w > 0) with its positive and negative pair counts."""
+        """The plain in-batch loss (w > 0) with its positive and negative pair counts and valid negatives."""
         if self.masks:
             masks = pair_masks(self.miner, rows, labels)
-            return loss_from_masks(self.loss, rows, None, masks), masks.pos.sum(), masks.neg.sum()
+            valid = valid_negatives(self.loss, self.miner, rows, None, masks).sum()
+            return loss_from_masks(self.loss, rows, None, masks), masks.pos.sum(), masks.neg.sum(), valid
         batch_pairs = self._pairs(rows, labels)
-        return self.loss(rows, labels, batch_pairs), float(len(batch_pairs[0])), float(len(batch_pairs[2]))
+        return (self.loss(rows, labels, batch_pairs), float(len(batch_pairs[0])), float(len(batch_pairs[2])),
+                float("nan"))
 
     def _batch_counts(self, rows: Tensor, labels: Tensor, pairs, slots: Tensor,
                       enqueue_mask: Tensor | None, n_refs: int) -> tuple[Tensor | float, Tensor | float]:
@@ -191,6 +201,13 @@ def split_rows(enqueue_mask: Tensor, device: torch.device) -> tuple[Tensor, Tens
     mask = enqueue_mask.cpu().numpy().astype(bool)
     # non_blocking: a pageable copy is staged at once, no wait for the device
     return tuple(torch.from_numpy(np.flatnonzero(m)).to(device, non_blocking=True) for m in (mask, ~mask))
+
+
+def _slots_mask(slots: Tensor, n_refs: int) -> Tensor:
+    """[1, n_refs] bool: the memory rows this batch was written to (slot -1, a row overwritten within the
+    batch, marks none). A sum, not a scatter: duplicate slots need no write order, and nothing is read."""
+    hits = torch.zeros(n_refs, device=slots.device).index_add_(0, slots.clamp_min(0), (slots >= 0).float())
+    return (hits > 0)[None, :]
 
 
 def _drop_self_pairs(pairs: tuple[Tensor, ...], slots: Tensor) -> tuple[Tensor, ...]:

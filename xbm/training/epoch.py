@@ -35,8 +35,10 @@ from xbm.training.runtime import Runtime
 
 # Pair counts per iteration (the criterion's ``last_stats``): mined against the memory, within the batch,
 # and the positive pairs that entered the loss. An epoch whose loss saw no positive pair has collapsed:
-# SupCon without positives is exactly 0 and teaches nothing.
-STAT_NAMES = ("memory_pos_pairs", "memory_neg_pairs", "batch_pos_pairs", "batch_neg_pairs", "loss_pos_pairs")
+# SupCon without positives is exactly 0 and teaches nothing. Then the valid negatives (XBM paper Fig. 4: those
+# with a non-zero gradient, xbm.losses.valid_negatives) from the memory and from the batch.
+STAT_NAMES = ("memory_pos_pairs", "memory_neg_pairs", "batch_pos_pairs", "batch_neg_pairs", "loss_pos_pairs",
+              "valid_neg_memory", "valid_neg_batch")
 
 
 @dataclass
@@ -77,6 +79,8 @@ class Step:
     prepare: Callable = lambda x: x  # the batch on its device -> the model's input (e.g. uint8 -> normalised)
     # after backward, before clipping: a data-parallel step outside DDP averages its gradients over the ranks
     sync_grads: Optional[Callable[[], None]] = None
+    # after the step, between steps: e.g. drift at Δt iterations (xbm.evaluate.step_drift), which embeds a probe
+    on_step: Optional[Callable[[], None]] = None
 
 
 def skips_on_device(step: Step) -> bool:
@@ -154,6 +158,8 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
                 del step.optimizer.found_inf
         step.scaler.update()
         step.objective.after_step(step.model)
+        if step.on_step is not None:
+            step.on_step()
         sums.add("loss", loss)
         images += len(y)
         stats = step.criterion.last_stats

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from xbm.evaluate import diagnostics
-from xbm.evaluate.diagnostics import (count_pairs, feature_drift, mean_distances, mean_inter_distance, mean_intra_distance,
-                             memory_staleness, superclass_top_k)
+from xbm.evaluate.diagnostics import (count_pairs, feature_drift, mean_distances, mean_inter_distance,
+                                     mean_intra_distance, memory_staleness, superclass_neighbour_share)
 
 from ..conftest import needs_cuda
 
@@ -99,26 +99,26 @@ def test_mean_intra_distance_leaves_singletons_out():
     assert math.isnan(mean_intra_distance(x[:3], torch.tensor([0, 1, 2])))
 
 
-def test_superclass_top_k_leave_one_out_against_a_loop():
+def test_superclass_neighbour_share_leave_one_out_against_a_loop():
     x, y = randn(40, 5, seed=7), torch.arange(40) % 8
     superclass_of = torch.tensor([0, 0, 1, 1, 1, 2, 2, 3])
     d = torch.cdist(x.double(), x.double()).fill_diagonal_(float("inf"))
     expected = np.mean([(superclass_of[y[d[i].argsort()[:3]]] == superclass_of[y[i]]).double().mean()
                         for i in range(40)])
-    assert superclass_top_k(x, y, superclass_of, k=3) == pytest.approx(expected)
-    assert superclass_top_k(x, y, superclass_of, k=3, knn="torch") == pytest.approx(expected)
+    assert superclass_neighbour_share(x, y, superclass_of, k=3) == pytest.approx(expected)
+    assert superclass_neighbour_share(x, y, superclass_of, k=3, knn="torch") == pytest.approx(expected)
 
 
-def test_superclass_top_k_with_gallery_and_bounds():
+def test_superclass_neighbour_share_with_gallery_and_bounds():
     query = torch.tensor([[0.0], [10.0]])
     gallery = torch.tensor([[0.1], [0.2], [9.0], [30.0]])
     superclass_of = [0, 0, 1]
     # query 0 (super 0): neighbours 0.1 (class 1, super 0), 0.2 (class 2, super 1); query 1: 9.0, 0.2
-    out = superclass_top_k(query, torch.tensor([0, 2]), superclass_of, k=2, gallery=gallery,
+    out = superclass_neighbour_share(query, torch.tensor([0, 2]), superclass_of, k=2, gallery=gallery,
                            gallery_labels=torch.tensor([1, 2, 2, 0]))
     assert out == pytest.approx((0.5 + 1.0) / 2)
     with pytest.raises(ValueError, match=r"class ids in \[0, 3\).*\[0, 5\]"):
-        superclass_top_k(query, torch.tensor([0, 5]), superclass_of, gallery=gallery,
+        superclass_neighbour_share(query, torch.tensor([0, 5]), superclass_of, gallery=gallery,
                          gallery_labels=torch.tensor([1, 2, 2, 0]))
 
 
@@ -142,7 +142,7 @@ def test_cuda_tensors_match_cpu():
     x, y = randn(64, 8, seed=9), torch.arange(64) % 6
     sup = torch.tensor([0, 0, 1, 1, 2, 2])
     for fn, args in [(feature_drift, (x, x * 0.9)), (mean_inter_distance, (x,)), (mean_intra_distance, (x, y)),
-                     (superclass_top_k, (x, y, sup))]:
+                     (superclass_neighbour_share, (x, y, sup))]:
         cpu = fn(*args)
         gpu = fn(*[a.cuda() for a in args])
         assert gpu == pytest.approx(cpu, rel=1e-4), fn.__name__
@@ -151,4 +151,6 @@ def test_cuda_tensors_match_cpu():
 def test_public_names():
     assert sorted(diagnostics.__all__) == sorted(["feature_drift", "memory_staleness", "mean_inter_distance",
                                                   "mean_distances",
-                                                  "mean_intra_distance", "superclass_top_k", "count_pairs"])
+                                                  "mean_intra_distance", "superclass_neighbour_share",
+                                                  "superclass_mean_top_k",
+                                                  "count_pairs"])

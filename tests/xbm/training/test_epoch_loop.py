@@ -85,7 +85,8 @@ def test_the_result_holds_the_mean_loss_and_pair_counts_the_images_and_the_last_
     assert result.iterations == 3 and result.images == 6
     assert result.loss == pytest.approx(sum(losses) / 3, rel=1e-6)
     assert result.pairs == pytest.approx({"memory_pos_pairs": 2.0, "memory_neg_pairs": 5.0, "batch_pos_pairs": 4 / 3,
-                                          "batch_neg_pairs": 8 / 3, "loss_pos_pairs": 8 / 3})
+                                          "batch_neg_pairs": 8 / 3, "loss_pos_pairs": 8 / 3,
+                                          "valid_neg_memory": 0.0, "valid_neg_batch": 0.0})
     assert set(result.pairs) == set(STAT_NAMES)
     assert result.memory_fill == 0.75 and isinstance(result.memory_fill, float)
     assert [c[2] for c in criterion.calls] == [2, 2, 2]
