@@ -7,6 +7,7 @@ import glob
 import json
 import struct
 import sys
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -80,6 +81,18 @@ def read_wandb_run(path: str) -> tuple[str, dict, dict[int, dict]]:
     return run_id, config, steps
 
 
+def offline_runs(pattern: str, count: int, timeout_s: float = 60.0):
+    """The offline run files and their contents, once ``count`` files each hold their run record: W&B's writer
+    process may still be flushing when the sweep returns (seen on a loaded machine: a file without its run)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        files = sorted(glob.glob(pattern))
+        runs = [read_wandb_run(f) for f in files]
+        if (len(files) == count and all(run_id for run_id, _, _ in runs)) or time.monotonic() > deadline:
+            return files, runs
+        time.sleep(1.0)
+
+
 @pytest.mark.slow
 def test_wandb_offline_and_mlflow_hold_every_trials_epochs_and_config(ray_session, tmp_path, monkeypatch):
     """Bugs caught: a logger that misses epochs or trials (e.g. logs only the last result, or a run per
@@ -108,9 +121,9 @@ def test_wandb_offline_and_mlflow_hold_every_trials_epochs_and_config(ray_sessio
             history = [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, metric)]
             assert history == list(zip(rows.epoch, rows[metric])), metric
 
-    files = glob.glob(f"{plan.experiment_uri}/wandb/offline-run-*/run-*.wandb")
+    files, runs = offline_runs(f"{plan.experiment_uri}/wandb/offline-run-*/run-*.wandb", 2)
     assert len(files) == 2, files
-    logged = {run_id: (config, steps) for run_id, config, steps in map(read_wandb_run, files)}
+    logged = {run_id: (config, steps) for run_id, config, steps in runs}
     assert set(logged) == set(trials.trial_id)
     for trial_id, (config, steps) in logged.items():
         row, rows = trials[trials.trial_id == trial_id].iloc[0], epochs[trial_id]
