@@ -30,7 +30,8 @@ THESIS = {**{k: v for k, v in AXBN.items() if not k.startswith("normaliser.kalma
 # with weight decay 5e-4, PK batches of 64, cosine similarities, no separate miner, the memory after ~1k iterations.
 XBM = {"pretrained": True, "embedding_size": 512, "image_size": 224, "augment": "metric", "warmup_epochs": 0,
        "sampler": "m_per_class", "optimizer": "adam", "weight_decay": 5e-4, "loss.distance": "cosine",
-       "miner.kind": "none", "memory.start_epoch": 1, "memory.batch_loss_weight": 0.0, "normaliser.kind": "none",
+       "miner.kind": "none", "memory.start_epoch": 1, "memory.prefill": True, "memory.batch_loss_weight": 0.0,
+       "normaliser.kind": "none",
        "eval_ks": "1,10,100,1000", "dataset": "sop"}
 
 AXBN_TABLE1 = "AXBN paper (Ajanthan et al. 2023, seed 001), Table 1"
