@@ -150,15 +150,32 @@ class ConfirmPlan:
     overrides: dict[str, Any]  # --set, paths made absolute
 
 
-def plan(args: argparse.Namespace) -> ConfirmPlan:
-    """Read and check everything before Ray starts; any bad input raises SweepInputError (exit 2)."""
+def rerun_seeds_and_overrides(args: argparse.Namespace, record: SweepRecord) -> tuple[list[int], dict[str, Any]]:
+    """A re-running stage's seeds (``--seeds`` from ``--seed-start``, else after the sweep's seed) and its ``--set``
+    values, paths made absolute here."""
     from pathlib import Path
 
-    from tune.options import SweepInputError, parse_overrides
-    from tune.plan import check_data
-    from tune.results.record import read_record
-    from tune.options import train_config
+    from tune.options import parse_overrides
     from xbm.inputs import absolute_paths
+
+    start = args.seed_start if args.seed_start is not None else int(record.option("seed", 0)) + 1
+    return list(range(start, start + args.seeds)), absolute_paths(parse_overrides(args.overrides), Path.cwd())
+
+
+def check_configs(configs: Sequence[Mapping[str, Any]]) -> None:
+    """Every config a valid TrainConfig (a bad ``--set`` fails here) and its data readable on this machine."""
+    from tune.options import train_config
+    from tune.plan import check_data
+
+    for config in configs:
+        train_config(config)
+    check_data(configs)
+
+
+def plan(args: argparse.Namespace) -> ConfirmPlan:
+    """Read and check everything before Ray starts; any bad input raises SweepInputError (exit 2)."""
+    from tune.options import SweepInputError
+    from tune.results.record import read_record
 
     if args.top < 1 or args.seeds < 1:
         raise SweepInputError(f"--top and --seeds must be >= 1, but got --top {args.top} --seeds {args.seeds}")
@@ -170,13 +187,9 @@ def plan(args: argparse.Namespace) -> ConfirmPlan:
         if not candidates:
             raise SweepInputError(f"nothing to confirm in {uri}: no completed or early-stopped sweep trial has "
                                   f"a finite best_{metric}")
-        start = args.seed_start if args.seed_start is not None else int(record.option("seed", 0)) + 1
-        seeds = list(range(start, start + args.seeds))
-        overrides = absolute_paths(parse_overrides(args.overrides), Path.cwd())
+        seeds, overrides = rerun_seeds_and_overrides(args, record)
         configs = confirm_configs(candidates, seeds, {**record.paths, **overrides})
-        for config in configs:
-            train_config(config)  # a bad --set fails here
-        check_data(configs)
+        check_configs(configs)
     except SweepInputError:
         raise
     except ValueError as exc:

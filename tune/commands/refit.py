@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from analysis.contract import SweepRecord
-from tune.commands.confirm import add_rerun_arguments, rerun_options
+from tune.commands.confirm import add_rerun_arguments, check_configs, rerun_options, rerun_seeds_and_overrides
 from tune.options import SweepInputError
 
 STAGE = "refit"
@@ -98,13 +98,8 @@ class RefitPlan:
 
 def plan(args: argparse.Namespace) -> RefitPlan:
     """Read and check everything before Ray starts; any bad input raises SweepInputError (exit 2)."""
-    from pathlib import Path
-
-    from tune.options import parse_overrides, train_config
-    from tune.plan import check_data
     from tune.results.record import read_record
     from tune.search.warm_start import read_trials
-    from xbm.inputs import absolute_paths
 
     if args.seeds < 1:
         raise SweepInputError(f"--seeds must be >= 1, but got --seeds {args.seeds}")
@@ -112,16 +107,12 @@ def plan(args: argparse.Namespace) -> RefitPlan:
     try:
         record = read_record(uri)
         trial = pick(read_trials(uri), record, args.trial)
-        start = args.seed_start if args.seed_start is not None else int(record.option("seed", 0)) + 1
-        seeds = list(range(start, start + args.seeds))
-        overrides = absolute_paths(parse_overrides(args.overrides), Path.cwd())
+        seeds, overrides = rerun_seeds_and_overrides(args, record)
         for key in ("train_on", "seed"):
             if key in overrides:
                 raise SweepInputError(f"--set {key}=... is the refit's own: use --classes and --seed-start")
         configs = refit_configs(trial, seeds, args.classes, {**record.paths, **overrides})
-        for config in configs:
-            train_config(config)  # a bad --set fails here
-        check_data(configs)
+        check_configs(configs)
     except SweepInputError:
         raise
     except ValueError as exc:
