@@ -166,15 +166,21 @@ def window(root: str, held: int, trials: list[FakeTrial], epochs: int, concurren
 
 
 def sink_at(rev: str, folder: str) -> type:
-    """``ParquetSink`` as of git revision ``rev``: its tune/results/sink.py and tune/results/parquet.py written to a package
-    ``tune_at_rev`` under ``folder`` (the rest of ``tune`` and ``xbm`` is this checkout's)."""
+    """``ParquetSink`` as of git revision ``rev``: its sink.py and parquet.py (under tune/results/, or tune/ before the
+    layout moved) written to a package ``tune_at_rev`` under ``folder`` (the rest of ``tune`` and ``xbm`` is this
+    checkout's, so a revision from before the layout move fails on its old imports)."""
     package = Path(folder) / "tune_at_rev"
     package.mkdir()
     (package / "__init__.py").write_text("")
     for name in ("sink", "parquet"):
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:tune/{name}.py"], capture_output=True,
-                              text=True, check=True).stdout
-        (package / f"{name}.py").write_text(text.replace("from tune.results.parquet import", "from tune_at_rev.parquet import"))
+        shown = [subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{home}/{name}.py"], capture_output=True,
+                                text=True) for home in ("tune/results", "tune")]
+        text = next((run.stdout for run in shown if run.returncode == 0), None)
+        if text is None:
+            raise SystemExit(f"revision {rev} has no tune/results/{name}.py nor tune/{name}.py")
+        for old in ("tune.results.parquet", "tune.parquet"):
+            text = text.replace(f"from {old} import", "from tune_at_rev.parquet import")
+        (package / f"{name}.py").write_text(text)
     sys.path.insert(0, folder)
     return importlib.import_module("tune_at_rev.sink").ParquetSink
 
