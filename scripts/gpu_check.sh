@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh OUT_DIR [--wheels DIR] [--work DIR]: the first command on a CUDA machine.
+# scripts/gpu_check.sh OUT_DIR [--wheels DIR] [--work DIR] [--parts LIST]: the first command on a CUDA machine.
 #
 #   bash scripts/gpu_check.sh gpu_check                 # a machine with the project installed (.venv) or its deps
 #   bash scripts/gpu_check.sh $OUT --wheels .whl        # an air-gapped image with torch and timm (scripts/gpu_wheels.sh)
+#   bash scripts/gpu_check.sh $OUT --parts tests,sweep  # a short lease: these parts (and wheels, env) only
 #
 # Runs its parts in this order, each under `timeout` (its cap) so one slow part cannot eat the rest, each
 # writing OUT_DIR/<part>.log as it goes (phases, tables flushed line by line), then OUT_DIR/summary.md last:
@@ -29,7 +30,9 @@
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick, a
 # CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip; caps doubled): about 3.5 minutes on 2
 # cores, exit status 0.
-# Caps can be changed: CAP_TESTS=150 bash scripts/gpu_check.sh OUT (CAP_WHEELS, CAP_ENV, CAP_TESTS,
+# --parts takes a comma-separated subset of tests (cuda-tests and cuda-rerun), normalisers, bench (bench-gpu) and
+# sweep; the others are listed as skipped. Two short leases can split the check, or a rerun after a fix take
+# only the part it fixed. Caps can be changed: CAP_TESTS=150 bash scripts/gpu_check.sh OUT (CAP_WHEELS, CAP_ENV, CAP_TESTS,
 # CAP_RERUN, CAP_NORMALISERS, CAP_BENCH, CAP_SWEEP).
 #
 # Python: $PYTHON if set, else the clone's .venv/bin/python if present, else python3. PYTHONPATH starts
@@ -41,7 +44,7 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: $0 OUT_DIR [--wheels DIR] [--work DIR]" >&2
+  echo "usage: $0 OUT_DIR [--wheels DIR] [--work DIR] [--parts tests,normalisers,bench,sweep]" >&2
   exit 2
 }
 [ $# -ge 1 ] && [[ "$1" != -* ]] || usage
@@ -49,13 +52,21 @@ OUT=$1
 shift
 WHEELS=""
 WORK=${XBM_CHECK_WORK:-/tmp/xbm-gpu-check}
+ALL_PARTS=tests,normalisers,bench,sweep
+PARTS=$ALL_PARTS
 while [ $# -gt 0 ]; do
   case $1 in
     --wheels) [ $# -ge 2 ] || usage; WHEELS=$(cd "$2" && pwd) || exit 2; shift 2 ;;
     --work) [ $# -ge 2 ] || usage; WORK=$2; shift 2 ;;
+    --parts) [ $# -ge 2 ] || usage; PARTS=$2; shift 2 ;;
     *) usage ;;
   esac
 done
+
+for part in ${PARTS//,/ }; do
+  [[ ",$ALL_PARTS," == *",$part,"* ]] || { echo "--parts: unknown part '$part' (choose from $ALL_PARTS)" >&2; exit 2; }
+done
+wanted() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT" "$WORK" || exit 2
@@ -125,31 +136,45 @@ has pytest_timeout && PYTEST+=(--timeout 60)
 PARALLEL=()
 has xdist && PARALLEL=(-n auto)
 # a file that fails to import is reported (ERROR) and the other files still run
-run_part cuda-tests "$CAP_TESTS" TERM "${PYTEST[@]}" -v -rfE --continue-on-collection-errors "${PARALLEL[@]}" \
-  -m cuda "${TEST_FILES[@]}"
-mapfile -t FAILED < <(grep -oE '^(\[gw[0-9]+\] \[ *[0-9]+%\] )?(FAILED|ERROR) tests/[^ ]+' "$OUT/cuda-tests.log" \
-                      | grep -oE 'tests/[^ ]+' | sort -u)
-if [ ${#FAILED[@]} -gt 0 ]; then
-  run_part cuda-rerun "$CAP_RERUN" TERM "${PYTEST[@]}" -v --tb=long -m cuda "${FAILED[@]}"
+if wanted tests; then
+  run_part cuda-tests "$CAP_TESTS" TERM "${PYTEST[@]}" -v -rfE --continue-on-collection-errors "${PARALLEL[@]}" \
+    -m cuda "${TEST_FILES[@]}"
+  mapfile -t FAILED < <(grep -oE '^(\[gw[0-9]+\] \[ *[0-9]+%\] )?(FAILED|ERROR) tests/[^ ]+' "$OUT/cuda-tests.log" \
+                        | grep -oE 'tests/[^ ]+' | sort -u)
+  if [ ${#FAILED[@]} -gt 0 ]; then
+    run_part cuda-rerun "$CAP_RERUN" TERM "${PYTEST[@]}" -v --tb=long -m cuda "${FAILED[@]}"
+  else
+    skip_part cuda-rerun "no test failed"
+  fi
 else
-  skip_part cuda-rerun "no test failed"
+  skip_part cuda-tests "not in --parts"
+  skip_part cuda-rerun "not in --parts"
 fi
 
 # ---- benchmarks ------------------------------------------------------------------------------------------
 if [ $CUDA = 1 ]; then
-  run_part normalisers "$CAP_NORMALISERS" TERM "$PY" benchmarks/bench_normalisers.py
+  NORMALISERS=("$PY" benchmarks/bench_normalisers.py)
   BENCH=(--images 4000 --epochs 1 --row-timeout 60)
   CUB=(--images 4000)
 else
   # one thread: two threads spinning on 2 busy cores ran this 15x slower (35 s against 2.5 s)
-  run_part normalisers "$CAP_NORMALISERS" TERM env OMP_NUM_THREADS=1 "$PY" benchmarks/bench_normalisers.py --quick
+  NORMALISERS=(env OMP_NUM_THREADS=1 "$PY" benchmarks/bench_normalisers.py --quick)
   BENCH=(--quick --shares 1,2 --row-timeout 120)  # K=4 on a laptop's few cores measures nothing
   CUB=(--images 960 --classes 24 --size 80 60)  # bench_gpu.py's QUICK tree, reused
 fi
+if wanted normalisers; then
+  run_part normalisers "$CAP_NORMALISERS" TERM "${NORMALISERS[@]}"
+else
+  skip_part normalisers "not in --parts"
+fi
 # XBM_BENCH_ARGS: more bench_gpu.py flags (later ones win), e.g. --rows and --shares for a short lease
-# shellcheck disable=SC2086
-run_part bench-gpu "$CAP_BENCH" TERM "$PY" benchmarks/bench_gpu.py "${BENCH[@]}" --keep "$WORK/bench" \
-  --json "$OUT/bench_gpu.jsonl" ${XBM_BENCH_ARGS:-}
+if wanted bench; then
+  # shellcheck disable=SC2086
+  run_part bench-gpu "$CAP_BENCH" TERM "$PY" benchmarks/bench_gpu.py "${BENCH[@]}" --keep "$WORK/bench" \
+    --json "$OUT/bench_gpu.jsonl" ${XBM_BENCH_ARGS:-}
+else
+  skip_part bench-gpu "not in --parts"
+fi
 
 # ---- a real sweep through Ray: two trials sharing the GPU ------------------------------------------------
 NAME=gpu-check-$(date -u +%Y%m%d-%H%M%S)
@@ -170,7 +195,9 @@ SIZES+=(--time-budget "$((BUDGET > 10 ? BUDGET : 10))s")
 SWEEP_CMD=("$PY" -m tune.cli sweep quickstart --set dataset=cub200 --set "data_root=$WORK/bench/data"
            --set "image_cache=$WORK/bench/cache" --set warmup_epochs=0 "${SIZES[@]}" --scheduler asha
            --grace-period 1 --storage "$WORK/sweeps" --name "$NAME" --no-dashboard)
-if "$PY" benchmarks/cub_fixture.py "$WORK/bench/data" "${CUB[@]}" > "$OUT/sweep-data.log" 2>&1; then
+if ! wanted sweep; then
+  skip_part sweep "not in --parts"
+elif "$PY" benchmarks/cub_fixture.py "$WORK/bench/data" "${CUB[@]}" > "$OUT/sweep-data.log" 2>&1; then
   run_part sweep "$CAP_SWEEP" INT "$PY" scripts/gpu_check_sweep.py run --out "$OUT" --sweep "$WORK/sweeps/$NAME" \
     --gpus-per-trial "$GPUS" -- "${SWEEP_CMD[@]}"
 else

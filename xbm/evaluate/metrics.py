@@ -52,10 +52,7 @@ class RetrievalAccuracyCalculator(pml_acc.AccuracyCalculator):
         for k in self.ks:
             setattr(self, f"calculate_recall_at_{k}", functools.partial(self._recall_at, k=k))
         include = (*_PML_METRICS.values(), *self.recall_names())
-        if knn_func is None:  # PML's default needs faiss; fall back to its torch k-NN (Euclidean, as here)
-            knn_func = FaissKNN() if knn_search.faiss is not None else CustomKNN(
-                LpDistance(normalize_embeddings=False), batch_size=knn_search.MAX_BLOCK_ROWS)
-        super().__init__(include=include, k="max_bin_count", knn_func=knn_func, device=device)
+        super().__init__(include=include, k="max_bin_count", knn_func=knn_func or default_knn(), device=device)
 
     def determine_k(self, bin_counts, num_reference_embeddings, ref_includes_query):
         """PML searches max-bin-count neighbours (R, for MAP@R); Recall@K needs at least max K of them."""
@@ -173,6 +170,16 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, ks
     return out
 
 
+def default_knn() -> Callable:
+    """PML's k-NN: its faiss one where faiss is installed, else its torch one (Euclidean, as here).
+
+    Always pass one to ``AccuracyCalculator``: its default, ``FaissKNN()``, is built even for metrics that
+    search nothing (NMI) and fails with ``NameError: name 'faiss' is not defined`` where faiss is absent."""
+    if knn_search.faiss is not None:
+        return FaissKNN()
+    return CustomKNN(LpDistance(normalize_embeddings=False), batch_size=knn_search.MAX_BLOCK_ROWS)
+
+
 NMI_SEED = 0  # k-means' seed: the same clustering of the same embeddings in every epoch and run
 
 
@@ -187,7 +194,8 @@ def nmi(embeddings, labels, seed: int = NMI_SEED) -> float:
     if y.shape != (len(x),):
         raise ValueError(f"labels must have shape ({len(x)},) to match the embeddings, but got {tuple(y.shape)}")
     kmeans = FaissKMeans(seed=seed) if knn_search.faiss is not None else functools.partial(_sklearn_kmeans, seed=seed)
-    calc = pml_acc.AccuracyCalculator(include=("NMI",), kmeans_func=kmeans, device=torch.device("cpu"))
+    calc = pml_acc.AccuracyCalculator(include=("NMI",), kmeans_func=kmeans, knn_func=default_knn(),
+                                      device=torch.device("cpu"))
     return float(calc.get_accuracy(x, y, include=("NMI",))["NMI"])
 
 

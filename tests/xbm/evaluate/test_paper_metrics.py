@@ -48,3 +48,25 @@ def test_nmi_is_sklearns_score_of_the_same_seeded_clustering():
     assert nmi(x, labels, seed=3) == pytest.approx(normalized_mutual_info_score(labels.numpy(), clusters), abs=1e-12)
     assert nmi(x, labels, seed=3) == nmi(x, labels, seed=3)
     assert 0.0 < nmi(x, labels) <= 1.0
+
+
+def test_nmi_and_recall_work_where_faiss_is_not_installed(monkeypatch):
+    """Bug caught (seen on the H100 image, which has no faiss): ``nmi`` built PML's ``AccuracyCalculator``
+    without a k-NN, so PML built its default ``FaissKNN()`` and every evaluation with diagnostics died with
+    ``NameError: name 'faiss' is not defined``. Here faiss is hidden from PML and from xbm as it is there."""
+    import pytorch_metric_learning.utils.inference as pml_inference
+    from sklearn.cluster import KMeans
+
+    import xbm.evaluate.knn as knn_module
+    from xbm.evaluate.metrics import retrieval_metrics
+
+    monkeypatch.setattr(knn_module, "faiss", None)
+    monkeypatch.delattr(pml_inference, "faiss", raising=False)
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.arange(60) % 5
+    x = torch.randn(5, 8, generator=generator)[labels] + 0.8 * torch.randn(60, 8, generator=generator)
+    clusters = KMeans(5, random_state=3, n_init=1).fit_predict(x.numpy())  # the fallback's clustering
+    assert nmi(x, labels, seed=3) == pytest.approx(normalized_mutual_info_score(labels.numpy(), clusters), abs=1e-12)
+    recall = retrieval_metrics(x, labels, ks=(1,), knn="torch")["recall_at_1"]
+    assert recall == pytest.approx(float(((x[:, None] - x[None]).norm(dim=2).fill_diagonal_(float("inf"))
+                                          .argmin(1).remainder(5) == labels).float().mean()))
