@@ -198,7 +198,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="CPU toy size (also what a machine without CUDA runs)")
     parser.add_argument("--epochs", type=int, default=None, help="timed epochs per row (default 2)")
     parser.add_argument("--images", type=int, default=None, help=f"photos to write (default {CUB_IMAGES}, as CUB)")
-    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: " + ", ".join(ROWS))
+    parser.add_argument("--rows", default=",".join(ROWS),
+                        help="comma-separated subset of: " + ", ".join(ROWS) + " (_ for a space)")
     parser.add_argument("--shares", default="1,2,4", help="K values of the GPU-sharing part ('' skips it)")
     parser.add_argument("--keep", metavar="DIR", help="write the data, cache and checkpoints in DIR and keep them")
     parser.add_argument("--json", metavar="FILE", help="append each row's result to FILE as a JSON line when it ends")
@@ -222,7 +223,7 @@ def main() -> None:
     epochs = args.epochs or 2
     if epochs < 1:
         raise SystemExit(f"--epochs must be >= 1 (timed epochs per row), but got {epochs}")
-    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    rows = [r.strip().replace("_", " ") for r in args.rows.split(",") if r.strip()]  # trainer_XBN: a shell word
     unknown = sorted(set(rows) - set(ROWS))
     if unknown:
         raise SystemExit(f"--rows must name rows among {list(ROWS)}, but got {unknown}")
@@ -250,7 +251,8 @@ def main() -> None:
               f"size {load}: about {decoded / 2**30:.2f} GiB against an in-memory budget of "
               f"{(budget or MEMORY_BUDGET) / 2**30:.2f} GiB{lowered}", flush=True)
         common = {"cpus": cores, "epochs": epochs, "work": str(work), "budget": budget, "timm_root": str(timm_root),
-                  "batches_per_epoch": len(splits.train) // sizes["batch_size"]}
+                  "batches_per_epoch": len(splits.train) // sizes["batch_size"],
+                  "stack_every": 0.45 * args.row_timeout}  # two stack dumps from a row that will be cut
         context = mp.get_context("spawn")
         print(f"{sizes['model']} at {sizes['image_size']} px, batch {sizes['batch_size']}, "
               f"{'fp32 on the CPU' if cpu else 'bf16, channels_last on ' + torch.cuda.get_device_name()}, "

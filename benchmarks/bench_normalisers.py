@@ -10,6 +10,7 @@ one-hot product on a GPU, ``xbm.normalisers.stats.group_sums``).
 
     python benchmarks/bench_normalisers.py            # full size
     python benchmarks/bench_normalisers.py --quick    # 6,000-row memory, 3 repeats: a sanity run
+    python benchmarks/bench_normalisers.py --profile xbn,pcxbn   # then where each kind's time goes
 """
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="6,000-row memory, 3 repeats")
+    parser.add_argument("--profile", default="", metavar="KINDS",
+                        help="comma-separated kinds whose out= call is then profiled (torch.profiler, 5 calls): "
+                             "the ops and kernels that take its time")
     args = parser.parse_args(argv)
     if args.quick:
         args.memory, args.classes, args.repeats = 6_000, 1_100, 3
@@ -107,7 +111,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"targets (out=): xbn <= 1.0x loss step: {xbn / loss_ms:.2f}x ({'met' if xbn <= loss_ms else 'MISSED'}); "
           f"pcxbn, scxbn <= {limit}x xbn on {device.type}: {worst / xbn:.2f}x "
           f"({'met' if worst <= limit * xbn else 'MISSED'})")
+    for kind in filter(None, args.profile.split(",")):
+        profile(kind, fns[(kind, False, "out")], device)
     return 0
+
+
+def profile(kind: str, fn: Callable[[], object], device: torch.device, calls: int = 5) -> None:
+    """Where ``kind``'s time goes: torch.profiler's table of ops (and, on CUDA, kernels) over ``calls`` calls,
+    sorted by their own device time (CPU time on the CPU)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    fn()
+    with torch_profile(activities=activities) as prof:
+        for _ in range(calls):
+            fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(f"\nprofile of {kind} (out=), {calls} calls, by {sort}:")
+    print(prof.key_averages().table(sort_by=sort, row_limit=15, max_name_column_width=60))
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ memory, cuDNN autotuner and per-process image readers).
 
 Every row reports its phases as they happen (``gpu_phases.Phases``: data, cache, model, references,
 warm-up, each epoch's start, first batch and end) and its ``first_batch_s``, the seconds from its start to
-its first timed batch.
+its first timed batch. A row that runs longer than ``spec["stack_every"]`` seconds writes every thread's stack
+to its stderr (``faulthandler``), then again each interval: a row cut by ``--row-timeout`` shows where it hung.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import time
 import traceback
@@ -268,6 +270,8 @@ def child(kind: str, spec: dict, queue, barrier=None) -> None:
     (``("result", index, result)``) after its phases (:class:`gpu_phases.Phases`)."""
     phases = Phases(queue, spec.get("index", 0), spec.get("started", time.time()))
     phases(f"process up, torch imported, {len(spec['cpus'])} cores")
+    if spec.get("stack_every"):
+        faulthandler.dump_traceback_later(spec["stack_every"], repeat=True)
     try:
         os.sched_setaffinity(0, spec["cpus"])
         # the CPU toy run: one thread per process, or its loader worker and the other rows' leftovers
@@ -295,4 +299,5 @@ def child(kind: str, spec: dict, queue, barrier=None) -> None:
         result = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
         if barrier is not None:
             barrier.abort()
+    faulthandler.cancel_dump_traceback_later()
     queue.put(("result", spec.get("index", 0), result))

@@ -153,7 +153,7 @@ fi
 
 # ---- benchmarks ------------------------------------------------------------------------------------------
 if [ $CUDA = 1 ]; then
-  NORMALISERS=("$PY" benchmarks/bench_normalisers.py)
+  NORMALISERS=("$PY" benchmarks/bench_normalisers.py --profile xbn,pcxbn)  # then where their time goes
   BENCH=(--images 4000 --epochs 1 --row-timeout 60)
   CUB=(--images 4000)
 else
