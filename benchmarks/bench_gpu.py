@@ -252,7 +252,7 @@ def main() -> None:
               f"{(budget or MEMORY_BUDGET) / 2**30:.2f} GiB{lowered}", flush=True)
         common = {"cpus": cores, "epochs": epochs, "work": str(work), "budget": budget, "timm_root": str(timm_root),
                   "batches_per_epoch": len(splits.train) // sizes["batch_size"],
-                  "stack_every": 0.45 * args.row_timeout}  # two stack dumps from a row that will be cut
+                  "stack_at": max(1.0, args.row_timeout - 5)}  # where a row about to be cut is stuck
         context = mp.get_context("spawn")
         print(f"{sizes['model']} at {sizes['image_size']} px, batch {sizes['batch_size']}, "
               f"{'fp32 on the CPU' if cpu else 'bf16, channels_last on ' + torch.cuda.get_device_name()}, "

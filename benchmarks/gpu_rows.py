@@ -12,8 +12,8 @@ memory, cuDNN autotuner and per-process image readers).
 
 Every row reports its phases as they happen (``gpu_phases.Phases``: data, cache, model, references,
 warm-up, each epoch's start, first batch and end) and its ``first_batch_s``, the seconds from its start to
-its first timed batch. A row that runs longer than ``spec["stack_every"]`` seconds writes every thread's stack
-to its stderr (``faulthandler``), then again each interval: a row cut by ``--row-timeout`` shows where it hung.
+its first timed batch. A row still running ``spec["stack_at"]`` seconds after its start (5 s before
+``--row-timeout`` cuts it) writes every thread's stack to its stderr (``faulthandler``): where it hung.
 """
 from __future__ import annotations
 
@@ -270,8 +270,8 @@ def child(kind: str, spec: dict, queue, barrier=None) -> None:
     (``("result", index, result)``) after its phases (:class:`gpu_phases.Phases`)."""
     phases = Phases(queue, spec.get("index", 0), spec.get("started", time.time()))
     phases(f"process up, torch imported, {len(spec['cpus'])} cores")
-    if spec.get("stack_every"):
-        faulthandler.dump_traceback_later(spec["stack_every"], repeat=True)
+    if spec.get("stack_at"):
+        faulthandler.dump_traceback_later(max(1.0, spec["stack_at"] - (time.time() - phases.started)))
     try:
         os.sched_setaffinity(0, spec["cpus"])
         # the CPU toy run: one thread per process, or its loader worker and the other rows' leftovers

@@ -83,15 +83,21 @@ def uses_dense_sums(device: torch.device) -> bool:
 
 
 def group_counts(group: Tensor, n_groups: int, dtype: torch.dtype = torch.float32,
-                 dense: Optional[bool] = None) -> Tensor:
+                 dense: Optional[bool] = None, hot: Optional[Tensor] = None) -> Tensor:
     """Rows per group [G] of the ids ``group`` [n] in [0, G), on the device, without a host read (whole
     numbers: exact in any order). ``dense`` (default: off the CPU) counts with one-hot row sums instead of
     ``index_add_``, whose atomics on one address serialise on a GPU (PC-XBN's spare slot holds almost every
-    memory row)."""
-    counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
+    memory row); ``hot``, the one-hot matrix of ``group`` when already built (:func:`one_hot_once`)."""
+    if hot is not None:
+        return hot.sum(dim=1, dtype=dtype)
     if not (uses_dense_sums(group.device) if dense is None else dense):
+        counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
         return counts.index_add_(0, group, torch.ones(group.shape, dtype=dtype, device=group.device))
-    for ids in group.split(_dense_rows(n_groups, group.shape[0])):
+    step = _dense_rows(n_groups, group.shape[0])
+    if step >= group.shape[0]:
+        return _one_hot(group, n_groups).sum(dim=1, dtype=dtype)
+    counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
+    for ids in group.split(step):
         counts += _one_hot(ids, n_groups).sum(dim=1, dtype=dtype)
     return counts
 
@@ -101,14 +107,25 @@ def _one_hot(ids: Tensor, n_groups: int) -> Tensor:
     return ids.unsqueeze(0) == torch.arange(n_groups, device=ids.device).unsqueeze(1)
 
 
+def one_hot_once(group: Tensor, n_groups: int, dtype: torch.dtype) -> Optional[Tensor]:
+    """The [G, n] one-hot matrix of ``group`` as ``dtype``, built once for every pass over the same groups
+    (counts, sums, squares), when it fits one block of :data:`DENSE_ELEMENTS`; None when it does not (each
+    pass then builds its blocks). On an H100 PC-XBN was bound by its launches, not its arithmetic (1.1 ms of
+    GPU time in 2.96 ms, 2026-11-26): each one-hot built again cost 5 launches and a [G, n] write."""
+    if _dense_rows(n_groups, group.shape[0]) < group.shape[0]:
+        return None
+    return _one_hot(group, n_groups).to(dtype)
+
+
 def _dense_rows(n_groups: int, n: int) -> int:
     """Rows per one-hot chunk: a [G, rows] block of at most :data:`DENSE_ELEMENTS`."""
     return max(1, min(n, DENSE_ELEMENTS // max(1, n_groups)))
 
 
 def _add_by_group(out: Tensor, x: Tensor, group: Tensor, term: Callable[[Tensor, Tensor], Tensor],
-                  dense: bool) -> Tensor:
-    """``out[g] += sum of term(rows, their ids) over the rows of x in group g``, in a fixed order (below)."""
+                  dense: bool, hot: Optional[Tensor] = None) -> Tensor:
+    """``out[g] += sum of term(rows, their ids) over the rows of x in group g``, in a fixed order (below);
+    ``hot``: the one-hot matrix of all of ``group`` (:func:`one_hot_once`), if built."""
     if not dense:   # the CPU's index_add_ adds the rows one after another, in index order
         step = chunks(x)
         for part, ids in zip(x.split(step), group.split(step)):
@@ -118,6 +135,8 @@ def _add_by_group(out: Tensor, x: Tensor, group: Tensor, term: Callable[[Tensor,
     # would round x to 10 bits) and outside autocast (which would take the product to bf16).
     plain = torch.amp.is_autocast_available(x.device.type)   # not on "meta", the tests' stand-in GPU
     with full_fp32_matmul(), torch.autocast(x.device.type, enabled=False) if plain else nullcontext():
+        if hot is not None:
+            return out.addmm_(hot, term(x, group))
         step = _dense_rows(out.shape[0], x.shape[0])
         for part, ids in zip(x.split(step), group.split(step)):
             out.addmm_(_one_hot(ids, out.shape[0]).to(x.dtype), term(part, ids))
@@ -139,11 +158,12 @@ def group_sums(x: Tensor, group: Tensor, n_groups: int, with_std: bool = True,
       G n d multiply-adds whatever the groups' sizes (PC-XBN's B + 1 = 65 slots x 60,000 x 512: 4 GFLOP,
       a fraction of a millisecond), so it is meant for few groups, as PC-XBN's B + 1 slots are."""
     dense = uses_dense_sums(x.device) if dense is None else dense
-    counts = group_counts(group, n_groups, x.dtype, dense).unsqueeze(1)
-    sums = _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group, lambda part, ids: part, dense)
+    hot = one_hot_once(group, n_groups, x.dtype) if dense else None
+    counts = group_counts(group, n_groups, x.dtype, dense, hot).unsqueeze(1)
+    sums = _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group, lambda part, ids: part, dense, hot)
     mean = sums.div_(counts.clamp_min(1))
     if not with_std:
         return GroupSums(counts, mean, None)
     m2 = _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group,
-                       lambda part, ids: (part - mean.index_select(0, ids)).square_(), dense)
+                       lambda part, ids: (part - mean.index_select(0, ids)).square_(), dense, hot)
     return GroupSums(counts, mean, m2)
