@@ -10,6 +10,9 @@
 # TBXLoggerCallback) and the dependencies of these that such an image lacks (the list below), plus
 # typing-extensions 4.16: pydantic-core (imported by ray.tune) needs its Sentinel, which older images lack;
 # scripts/install_wheels.py installs a carried wheel only where the image's version is missing or older.
+# faiss-cpu (an 18 MB wheel) is left out: the wheelhouse would pass the 64 MiB a call carries. The check then
+# runs the paths of an install without faiss (torch's k-NN, scikit-learn's k-means), which is how such an
+# install was found broken on 2026-11-26 (nmi's PML calculator built a FaissKNN).
 # Ray's wheel is repacked without ray/jars (31 MB of Java for Java workers, which Python sweeps never start),
 # its RECORD entries dropped with the files. Versions: constraints.txt where it pins them, else PINS below
 # (the versions the project's .venv is tested with). The total must stay under LIMIT_MIB (the wheelhouse

@@ -122,20 +122,23 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
 
 def check_metric(space, metric: str) -> None:
     """A ``recall_at_K`` metric (or ``test_recall_at_K``) must be one the trials report: K in the data set's
-    K set, or in ``eval_ks``, for every data set and ``eval_ks`` the space can give. Otherwise every epoch
-    would report it as NaN and the scheduler would rank trials on nothing."""
+    K set, or in ``eval_ks``, for every data set and ``eval_ks`` the space can give; ``nmi`` needs ``eval_nmi``.
+    Otherwise every epoch would report it as NaN and the scheduler would rank trials on nothing."""
     import re
 
     from xbm.data import recall_ks
 
-    match = re.fullmatch(r"(?:test_)?recall_at_(\d+)", metric)
-    if match is None:
-        return
-    k = int(match.group(1))
     def values(key):
         if key in space.params:
             return space.params[key].possible_values() or [space.base.get(key)]
         return [space.base.get(key)]
+    if metric == "nmi" and False in values("eval_nmi"):
+        raise SweepInputError("--metric nmi is never reported where eval_nmi is false: set eval_nmi=true (the "
+                              "default) or choose another --metric")
+    match = re.fullmatch(r"(?:test_)?recall_at_(\d+)", metric)
+    if match is None:
+        return
+    k = int(match.group(1))
     for dataset in values("dataset"):
         for eval_ks in values("eval_ks"):
             chosen = {key: v for key, v in (("dataset", dataset), ("eval_ks", eval_ks)) if v is not None}

@@ -308,7 +308,8 @@ class Trainer:
         # train_on=all trains on the test classes too: its retrieval metrics measure fit, not generalisation
         held_out = "test" if self.cfg.train_on != "all" else "train"
         metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else held_out}
-        metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of, self.recall_ks))
+        metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of, self.recall_ks,
+                                                 with_nmi=self.cfg.eval_nmi))
         label_free = not self.objective.uses_labels
         bank = functools.cache(lambda: self.embed(self.model, self.train_view))  # one embedding for both splits
         if label_free:

@@ -87,3 +87,6 @@ def test_a_recall_metric_outside_the_runs_k_set_is_refused_before_ray_starts():
     check_metric(load_space("losses"), "recall_at_1000")   # SOP: 1, 10, 100, 1000
     with pytest.raises(SweepInputError, match="dataset 'sop'"):
         check_metric(load_space("losses"), "recall_at_2")
+    check_metric(load_space("omniglot_small"), "nmi")   # eval_nmi defaults to true
+    with pytest.raises(SweepInputError, match="--metric nmi is never reported where eval_nmi is false"):
+        check_metric(load_space("omniglot_small", overrides={"eval_nmi": False}), "nmi")

@@ -119,6 +119,12 @@ def _eval_every(key, fx):
     assert ["recall_at_1" in r for r in rows] == [False, True, False, True]
 
 
+def _eval_nmi(key, fx):
+    """``eval_nmi=false`` leaves out the k-means (minutes a evaluation at SOP scale without faiss)."""
+    on, off = (list(tiny_trainer(eval_nmi=flag).fit())[0] for flag in (True, False))
+    assert 0.0 <= on["nmi"] <= 1.0 and "nmi" not in off and off["recall_at_1"] == on["recall_at_1"]
+
+
 def _eval_ks(key, fx):
     default = list(tiny_trainer(val_fraction=0.25, evaluate_test=True).fit())[0]   # toy: (1, 10)
     row = list(tiny_trainer(val_fraction=0.25, evaluate_test=True, eval_ks="1,3,40").fit())[0]
@@ -306,6 +312,7 @@ EFFECTS: dict[str, Any] = {
     "train_on": Check(_train_on),
     "eval_every": Check(_eval_every),
     "eval_ks": Check(_eval_ks),
+    "eval_nmi": Check(_eval_nmi),
     "vehicleid_test_size": Check(_vehicleid_test_size),
     "model": Attribute("test_resnet", lambda t: t.model.backbone.pretrained_cfg["architecture"],
                        extra={"dataset": "digits", "image_size": 16, "batch_size": 20}),

@@ -40,10 +40,10 @@ NAN = math.nan
 
 
 def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder, superclass_of: Optional[torch.Tensor],
-                   ks: tuple[int, ...], with_diagnostics: bool = True) -> dict[str, float]:
+                   ks: tuple[int, ...], with_diagnostics: bool = True, with_nmi: bool = True) -> dict[str, float]:
     """Retrieval metrics of ``split`` (query vs gallery, or leave-one-out; ``recall_at_K`` for each K of ``ks``;
-    a K beyond the gallery counts the whole gallery) and, with ``with_diagnostics``, ``nmi`` and the distance
-    diagnostics of its embeddings (query and gallery together) and the super-class measures."""
+    a K beyond the gallery counts the whole gallery) and, with ``with_diagnostics``, the distance diagnostics
+    of its embeddings (query and gallery together), the super-class measures and (``with_nmi``) ``nmi``."""
     query, query_labels = embed(model, split.query)
     gallery, gallery_labels = embed(model, split.gallery) if split.gallery is not None else (None, None)
     # One k-NN search serves Recall@K, MAP@R and the super-class top-k proportion.
@@ -55,7 +55,8 @@ def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder, supercla
     every_labels = query_labels if gallery is None else torch.cat([query_labels, gallery_labels])
     metrics["embedding_spread"], metrics["inter_distance_mean"] = diagnostics.mean_distances(every, every_labels)
     metrics["intra_distance_mean"] = float(diagnostics.mean_intra_distance(every, every_labels))
-    metrics["nmi"] = nmi(every, every_labels)
+    if with_nmi:
+        metrics["nmi"] = nmi(every, every_labels)
     if superclass_of is not None:
         metrics.update(diagnostics.superclass_mean_top_k(query, query_labels, superclass_of, SUPERCLASS_KS,
                                                          gallery=gallery, gallery_labels=gallery_labels))
