@@ -84,3 +84,13 @@ def test_nmi_without_faiss_at_scale_says_what_to_do(monkeypatch):
     x = torch.randn(60, 8, generator=torch.Generator().manual_seed(0))
     with pytest.warns(UserWarning, match="60 embeddings into 5 clusters without faiss.*eval_nmi=false"):
         nmi(x, labels)
+
+
+@pytest.mark.skipif(__import__("xbm.evaluate.knn", fromlist=["faiss"]).faiss is None, reason="needs faiss")
+def test_nmi_prints_nothing_with_few_samples_per_class(capfd):
+    """Bug caught: faiss's "please provide at least 39 x k training points" printed to stdout at every
+    evaluation (retrieval classes have a handful of samples each), flooding every trial's log."""
+    labels = torch.arange(60) % 20
+    nmi(torch.randn(60, 8, generator=torch.Generator().manual_seed(0)), labels)
+    out, err = capfd.readouterr()
+    assert "WARNING" not in out + err
