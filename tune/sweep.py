@@ -27,6 +27,7 @@ from ray.tune.schedulers import FIFOScheduler
 
 from analysis.location import absolute
 from tune.trial.checkpoints import KeepLatestCheckpoint
+from tune import moved
 from tune.cluster import ray_session
 from tune.results.live import SweepBest
 from tune.search.optuna_study import journal_storage
@@ -249,6 +250,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     set is checked before Ray starts either way."""
     uri = absolute(path)
     record = read_record(uri)
+    moved.install()  # Tune's pickles of a sweep started before the layout of issue 31 name the old modules
     if not ray_tune.Tuner.can_restore(uri):
         raise SweepInputError(f"resume needs a sweep folder with Tune's experiment state, but {uri!r} has none "
                               f"(the driver died before Tune saved it): start the sweep again with a new --name")
