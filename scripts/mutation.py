@@ -27,11 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "normalisers": (["xbm/normalisers/*.py"], ["tests/xbm/normalisers"]),
     "memory": (["xbm/memory.py"], ["tests/xbm/test_memory.py"]),
-    "loss": (["xbm/losses/xbm_loss.py"], ["tests/xbm/losses/test_xbm_loss.py"]),
+    # the loss folder: the valid negatives and the indexed memory test XBMLoss in their own files
+    "loss": (["xbm/losses/xbm_loss.py"], ["tests/xbm/losses"]),
     # the trainer tests that reach the loop are slow (full toy epochs): only the NaN-check one is selected
     "training": (["xbm/training/epoch.py", "xbm/training/optim.py"],
                  ["tests/xbm/training/test_epoch.py", "tests/xbm/training/test_epoch_loop.py",
-                  "tests/xbm/training/test_optim.py",
+                  "tests/xbm/training/test_optim.py", "tests/xbm/test_trainer_mutable.py",  # rescale_optimizer
                   "tests/xbm/test_config_wiring.py",
                   "tests/xbm/test_trainer.py::test_non_finite_loss_names_epoch_and_iteration_before_any_step_uses_it"]),
     "objectives": (["xbm/objectives/*.py"], ["tests/xbm/objectives"]),

@@ -234,3 +234,33 @@ def test_a_checkpoint_of_other_parameter_groups_is_refused():
     saved = torch.optim.AdamW([{"params": [a]}, {"params": [b], "lr": 0.5}]).state_dict()
     with pytest.raises(ValueError, match="2 parameter groups, this run's 1"):
         load_optimizer_state(torch.optim.AdamW([c]), saved)
+
+
+def test_the_factories_defaults_are_the_configs_and_a_bad_name_lists_the_choices():
+    """Bugs caught: a plain-argument factory's default drifting from TrainConfig's (a caller that leaves
+    ``momentum``, ``nesterov``, ``min_factor`` or ``warmup_lr_epochs`` out trains otherwise than the same run
+    from a config: momentum 0.9 and no Nesterov, a schedule down to 0 with no lr warm-up); and an unknown
+    optimiser or schedule refused without naming the choices."""
+    import inspect
+
+    from xbm.config import TrainConfig
+    from xbm.training.optim import main_optimizer, main_scheduler
+
+    cfg, model = TrainConfig(), torch.nn.Linear(2, 2)
+    defaults = inspect.signature(main_optimizer).parameters
+    assert (defaults["momentum"].default, defaults["nesterov"].default) == (cfg.momentum, cfg.nesterov)
+    group = main_optimizer(model, "sgd", 0.1, 0.0).param_groups[0]
+    assert (group["momentum"], group["nesterov"]) == (0.9, False)
+    schedule = inspect.signature(main_scheduler).parameters
+    assert schedule["min_factor"].default == cfg.min_lr / cfg.lr == 0.0
+    assert schedule["warmup_lr_epochs"].default == cfg.warmup_lr_epochs
+    cosine = main_scheduler(main_optimizer(model, "sgd", 1.0, 0.0), "cosine", epochs=4, lr_step=1, lr_gamma=1.0)
+    assert cosine.get_last_lr() == [1.0]   # no lr warm-up: the first epoch at the full lr
+    for _ in range(4):
+        cosine.optimizer.step()
+        cosine.step()
+    assert cosine.get_last_lr() == [pytest.approx(0.0, abs=1e-12)]   # down to min_factor 0
+    with pytest.raises(ValueError, match=r"optimizer must be one of \['adam', 'adamw', 'sgd'\], but got 'lamb'"):
+        main_optimizer(model, "lamb", 0.1, 0.0)
+    with pytest.raises(ValueError, match=r"schedule must be one of \[.*'cosine'.*\], but got 'linear'"):
+        main_scheduler(main_optimizer(model, "sgd", 0.1, 0.0), "linear", epochs=4, lr_step=1, lr_gamma=1.0)
