@@ -493,3 +493,25 @@ def test_a_two_worker_trial_is_one_row_billing_both_workers_gpus(tmp_path):
     sink.on_trial_complete(0, [], one)
     rows = {r["trial_id"]: r for r in pq.read_table(tmp_path / "trials.parquet").to_pylist()}
     assert rows["t1"]["workers"] == 1 and rows["t1"]["gpu_hours"] == pytest.approx(2.0 * 1.0 / 3600)
+
+
+def test_the_trial_row_carries_its_training_fraction_and_its_exploits(tmp_path):
+    """Bugs caught (before, only slow Ray sweeps checked them): ``train_fraction`` not the epochs' summed
+    ``train_s`` over the trial's wall time, or left empty; population-based training's exploits (donor@epoch,
+    in order) not joined into the trial's ``exploits`` cell, or put in another trial's row; a summary that
+    ignores the sink's extra metrics."""
+    exploits = {"t1": ["t0@2", "t3@4"]}
+    sink = make_sink(tmp_path, exploits=exploits, extra={"loss": "min"})
+    trial, other = FakeTrial("t1", {**BASE, "epochs": 2}), FakeTrial("t2", {**BASE, "epochs": 2})
+    for t in (trial, other):
+        sink.on_trial_start(0, [], t)
+        for epoch in (1, 2):
+            res = result(epoch, 0.1 * epoch, train_s=1.5 * epoch)
+            t.last_result = res
+            sink.on_trial_result(0, [], t, res)
+        sink.on_trial_complete(0, [], t)
+    rows = {row["trial_id"]: row for row in pq.read_table(tmp_path / "trials.parquet").to_pylist()}
+    assert rows["t1"]["train_s"] == 4.5 and rows["t1"]["wall_time_s"] == 4.0
+    assert rows["t1"]["train_fraction"] == pytest.approx(4.5 / 4.0)
+    assert rows["t1"]["exploits"] == "t0@2; t3@4" and rows["t2"]["exploits"] is None
+    assert rows["t1"]["best_loss"] == 0.5 and rows["t1"]["status"] == "completed"
