@@ -87,3 +87,32 @@ def test_xbm_loss_and_batch_loss_report_valid_negatives_of_memory_and_batch():
     triplet = XBMLoss(losses.TripletMarginLoss(), 4, 20)
     triplet(emb, labels)
     assert math.isnan(triplet.last_stats["valid_neg_memory"]) and math.isnan(triplet.last_stats["valid_neg_batch"])
+
+
+def test_valid_negatives_of_a_wrapped_batch_and_of_the_mined_in_batch_loss():
+    """Bugs caught (mutants that lived): the batch's share losing the rows written to slot 0 (a memory that
+    wrapped puts the batch at slots 0 .. 5), the in-batch loss (``batch_loss_weight > 0``) reporting no count
+    or counting without its miner, and the memory's count ignoring the miner."""
+    torch.manual_seed(1)
+    miner = miners.PairMarginMiner(pos_margin=0.5, neg_margin=0.0, distance=distances.CosineSimilarity())
+    loss = losses.ContrastiveLoss(neg_margin=-0.5, distance=distances.CosineSimilarity())
+    crit = XBMLoss(loss, 4, 18, miner=miner, batch_loss_weight=0.5)
+    for _ in range(4):   # 3 batches fill slots 0 .. 17; the 4th wraps to 0 .. 5
+        emb, labels = torch.randn(6, 4), torch.randint(0, 3, (6,))
+        crit(emb, labels)
+    stats = crit.last_stats
+    refs, ref_labels, _, _ = crit.memory.valid()
+    exclude = torch.zeros(6, 18, dtype=torch.bool)
+    exclude[torch.arange(6), torch.arange(6)] = True   # each query's own stored copy
+    memory = valid_negatives(loss, miner, emb, refs, pair_masks(miner, emb, labels, refs, ref_labels, exclude))
+    unmined = valid_negatives(loss, None, emb, refs, pair_masks(None, emb, labels, refs, ref_labels, exclude))
+    assert float(stats["valid_neg_memory"]) == int(memory.sum()) != int(unmined.sum())
+    in_batch = valid_negatives(loss, miner, emb, None, pair_masks(miner, emb, labels))
+    assert float(stats["valid_neg_batch"]) == int(in_batch.sum()) > 0
+    no_weight = XBMLoss(loss, 4, 18, miner=miner)
+    for _ in range(4):
+        no_weight(torch.randn(6, 4), torch.randint(0, 3, (6,)))
+    refs, ref_labels, _, _ = no_weight.memory.valid()
+    emb, labels = refs[:6], ref_labels[:6]   # the last batch, as stored (fp32, no normaliser)
+    valid = valid_negatives(loss, miner, emb, refs, pair_masks(miner, emb, labels, refs, ref_labels, exclude))
+    assert float(no_weight.last_stats["valid_neg_batch"]) == int(valid[:, :6].sum()) > 0
