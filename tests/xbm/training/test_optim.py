@@ -264,3 +264,28 @@ def test_the_factories_defaults_are_the_configs_and_a_bad_name_lists_the_choices
         main_optimizer(model, "lamb", 0.1, 0.0)
     with pytest.raises(ValueError, match=r"schedule must be one of \[.*'cosine'.*\], but got 'linear'"):
         main_scheduler(main_optimizer(model, "sgd", 0.1, 0.0), "linear", epochs=4, lr_step=1, lr_gamma=1.0)
+
+
+def test_rescale_optimizer_moves_every_lr_the_schedule_reads_and_sets_the_weight_decay():
+    """Bugs caught (mutants that lived with the fast tests): population-based training's new lr applied to the
+    group but not to ``initial_lr`` or the schedule's ``base_lrs`` (the next step jumps back to the old lr),
+    ``get_last_lr`` left at the old value, the ratio inverted, or the new weight decay not set."""
+    from xbm.training.optim import rescale_optimizer
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    for _ in range(2):
+        optimizer.step()
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.025)   # two decays down from 0.1
+    rescale_optimizer(optimizer, scheduler, lr=(0.1, 0.4), weight_decay=(0.0, 0.01))
+    group = optimizer.param_groups[0]
+    assert group["lr"] == pytest.approx(0.1) and group["initial_lr"] == pytest.approx(0.4)
+    assert scheduler.base_lrs == [pytest.approx(0.4)] and scheduler.get_last_lr() == [pytest.approx(0.1)]
+    assert group["weight_decay"] == 0.01
+    optimizer.step()
+    scheduler.step()
+    assert group["lr"] == pytest.approx(0.05)   # the schedule goes on from the new lr: 0.4 x 0.5^3
+    rescale_optimizer(optimizer, scheduler, lr=(0.4, 0.4), weight_decay=(0.01, 0.01))
+    assert (group["lr"], group["weight_decay"]) == (pytest.approx(0.05), 0.01)
