@@ -88,16 +88,14 @@ def group_counts(group: Tensor, n_groups: int, dtype: torch.dtype = torch.float3
     numbers: exact in any order). ``dense`` (default: off the CPU) counts with one-hot row sums instead of
     ``index_add_``, whose atomics on one address serialise on a GPU (PC-XBN's spare slot holds almost every
     memory row); ``hot``, the one-hot matrix of ``group`` when already built (:func:`one_hot_once`)."""
-    if hot is not None:
-        return hot.sum(dim=1, dtype=dtype)
-    if not (uses_dense_sums(group.device) if dense is None else dense):
+    if hot is None and not (uses_dense_sums(group.device) if dense is None else dense):
         counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
         return counts.index_add_(0, group, torch.ones(group.shape, dtype=dtype, device=group.device))
-    step = _dense_rows(n_groups, group.shape[0])
-    if step >= group.shape[0]:
-        return _one_hot(group, n_groups).sum(dim=1, dtype=dtype)
+    hot = hot if hot is not None else one_hot_once(group, n_groups, torch.bool)   # bool: the sum counts, no cast
+    if hot is not None:
+        return hot.sum(dim=1, dtype=dtype)
     counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
-    for ids in group.split(step):
+    for ids in group.split(_dense_rows(n_groups, group.shape[0])):
         counts += _one_hot(ids, n_groups).sum(dim=1, dtype=dtype)
     return counts
 
