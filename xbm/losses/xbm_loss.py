@@ -159,7 +159,7 @@ class XBMLoss(nn.Module):
         the memory (not all of it stored) or MoCo with a miner is mined a second time."""
         if enqueue_mask is None and len(rows) <= self.memory.size:
             # slot -1 (an indexed memory stores only the last of a batch's rows with one index) marks nothing
-            new = torch.zeros(n_refs, device=rows.device).index_add_(0, slots.clamp_min(0), (slots >= 0).float()) > 0
+            new = _slots_mask(slots, n_refs)[0]
             if isinstance(pairs, PairMasks):
                 return (pairs.pos & new).sum(), (pairs.neg & new).sum()
             return new[pairs[0]].sum(), new[pairs[1]].sum()
