@@ -26,7 +26,7 @@ from tune.search.optuna_study import live_journal
 from analysis.location import Folder
 from tune.options import GEOMETRIC_RUNGS, SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions, train_config
 from tune.results.parquet import RESULTS, check_storage
-from tune.search.rungs import rung_epochs, straddle_warning
+from tune.search.rungs import recorded_rungs, rung_epochs, straddle_warning
 from tune.search.schedulers import build_scheduler
 from tune.search.searchers import build_searcher, check_search_options
 from tune.search.spaces.space import OPTUNA_SEARCHES
@@ -107,7 +107,8 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     # the study stays in memory until the sweep's folder exists (tune.sweep.start keeps it in the journal)
     searcher, swept_space = build_searcher(space, options, max_epochs, warm)
     stop_reasons: dict[str, str] = {}
-    scheduler = build_scheduler(options, max_epochs, stop_reasons, space)
+    # the rungs placed above, listed: --rungs schedule enumerates the space's drops once, not again here
+    scheduler = build_scheduler(recorded_rungs(options, rungs), max_epochs, stop_reasons, space)
     experiment = options.experiment_name(space.name)
     options = options.replace(name=experiment)
     check_storage(options.storage_path())  # a missing bucket or rejected credentials: one error, now

@@ -143,8 +143,9 @@ def _probe(space, key: str) -> list[Any]:
 
 
 def recorded_rungs(options, rungs: tuple[int, ...] | None):
-    """``options`` for rebuilding a sweep's scheduler from its sweep.json (``resume``, which has no space to place
-    ``--rungs schedule`` from): the recorded ``rungs`` listed; other options as they are."""
+    """``options`` with ``--rungs schedule`` replaced by ``rungs``, the epochs already placed, listed: for building
+    the scheduler at planning time (placed once) and at ``resume`` (from sweep.json: no space to place them
+    from); other options as they are."""
     if options.rungs != SCHEDULE_RUNGS or not rungs:
         return options
     return options.replace(rungs=",".join(str(r) for r in rungs))
