@@ -115,7 +115,7 @@ class ParquetSink(Callback):
         else:
             context = trial.storage
             self.storage = Folder(f"{context.experiment_fs_path.rstrip('/')}/results",
-                                   filesystem=context.storage_filesystem)
+                                  filesystem=context.storage_filesystem)
         self._load()
 
     def _load(self) -> None:

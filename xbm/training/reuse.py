@@ -56,8 +56,7 @@ LIBRARIES = ("torch", "torchvision", "numpy", "timm", "pytorch-metric-learning",
 # which epochs are evaluated and on what, and where the decoded images are cached change nothing in it.
 WARMUP_IGNORES = ("memory.", "normaliser.", "miner.", "lr", "weight_decay", "lr_step", "lr_gamma", "optimizer",
                   "momentum", "nesterov", "schedule", "min_lr", "milestones", "warmup_lr_epochs", "epochs",
-                  "evaluate_test", "eval_every", "eval_ks", "eval_nmi",
-                  "image_cache")
+                  "evaluate_test", "eval_every", "eval_ks", "eval_nmi", "image_cache")
 # The references embed the selection split with the untrained model and read the raw inputs: the training
 # loop's keys (batches, losses, the objective's options, clipping, warm-up length, loader workers, the
 # data-parallel workers and sync_bn: rank 0 measures them in eval mode, where a SyncBatchNorm is a BatchNorm)
