@@ -33,9 +33,11 @@ TRAINER_ROWS = {  # row -> config changes; image_cache is set for every row but 
     "trainer XBN": {"memory.enabled": True, "memory.ratio": 0.5, "normaliser.kind": "xbn"},
     "trainer PC-XBN": {"memory.enabled": True, "memory.ratio": 0.5, "normaliser.kind": "pcxbn"},
     "trainer live": {"memory.enabled": False, "image_cache": ""},
+    # each epoch's loader started when the epoch starts, as before prefetch_next_epoch: what drawing ahead gains
+    "trainer cold start": {"memory.enabled": False, "prefetch_next_epoch": False},
 }
 # The order they run in: the rows the targets compare first, so that a run cut by its cap keeps them.
-ROWS = ("ceiling", "timm", *list(TRAINER_ROWS)[:3], "trainer live", "bare")
+ROWS = ("ceiling", "timm", *list(TRAINER_ROWS)[:3], "trainer cold start", "trainer live", "bare")
 
 
 def criterion(cfg, kind: str):

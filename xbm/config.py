@@ -274,7 +274,11 @@ class TrainConfig:
     list such as ``1,5,10``. ``eval_nmi``: compute ``nmi`` at each evaluation (k-means into as many clusters as
     classes: at SOP's 60,000 x 11,316 about half a minute with faiss-cpu on 2 cores, many minutes without);
     false leaves the column empty. ``train_on`` (``TRAIN_ON``): the classes trained on; with ``train+val`` or
-    ``all`` nothing is held out to select on, so a trial keeps its last epoch's weights (``tune.trial.loop``)."""
+    ``all`` nothing is held out to select on, so a trial keeps its last epoch's weights (``tune.trial.loop``).
+    ``prefetch_next_epoch``: draw the next main epoch's batches when a training pass ends, so that the loader's
+    workers prepare them during evaluation and the checkpoint (``xbm.trainer``; the same batches either way);
+    false starts each epoch's loader when the epoch starts (its workers' batches then hold no shared memory
+    while evaluation runs)."""
 
     dataset: str = "toy"
     data_root: str = ""
@@ -316,6 +320,7 @@ class TrainConfig:
     seed: int = 0
     objective: str = "supervised"
     num_workers: str = "auto"
+    prefetch_next_epoch: bool = True
     device: str = "auto"
     workers: int = 1
     sync_bn: str = "auto"

@@ -42,14 +42,15 @@ from xbm.evaluate import epoch as evaluation
 from xbm.evaluate.step_drift import StepDrift
 from xbm.losses.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
-from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, Embedder, check_shared_memory,
-                                  eval_workers, resolve_workers, start_persistent_workers, train_loader)
+from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, DrawnPass, Embedder,
+                                  check_shared_memory, eval_workers, resolve_workers, start_persistent_workers,
+                                  train_loader)
 from xbm.training.optim import (load_optimizer_state, main_optimizer, main_scheduler, optimizer_kwargs,
                                 rescale_optimizer, scheduler_kwargs, warmup_optimizer)
 from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
 from xbm.training.prefill import prefill
 from xbm.training.reuse import Reuse
-from xbm.training.rng import rng_state, seed_everything, set_rng_state
+from xbm.training.rng import rng_isolated, rng_state, seed_everything, set_rng_state
 from xbm.training.runtime import Runtime
 from xbm.training.sync_bn import convert_sync_batchnorm
 
@@ -58,7 +59,7 @@ STATE_VERSION = 2
 # epochs, another device, other loader workers, where the data and the image cache live). Augmentations
 # are seeded per drawn sample (xbm.training.loaders.SeededSampler), so the worker count changes nothing.
 RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "image_cache", "evaluate_test",
-                               "eval_every", "compile"})
+                               "eval_every", "compile", "prefetch_next_epoch"})
 #: the metrics that measure the machine, not the run: they differ between two identical runs
 TIMING_KEYS = ("epoch_time_s", "images_per_s", "train_s", "data_wait_s", "eval_s", "gpu_memory_peak_gib")
 
@@ -122,7 +123,9 @@ class Trainer:
             shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH, ranks.on_this_node)]
             if eval_workers(self.workers, max(len(part) for part in self._embedded_sets())):
                 shares.append((EVAL_BATCH, EVAL_PREFETCH, 1))  # rank 0 evaluates alone
-            check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares)
+            # a pass drawn ahead holds its batches while evaluation's loader runs
+            check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares,
+                                at_once=cfg.prefetch_next_epoch)
         compile_model(self.model, cfg.compile)  # after the objective: MoCo's key encoder copies the plain model
         pair_loss = self.objective.pair_loss()
         self.warmup_loss = BatchLoss(pair_loss)
@@ -147,6 +150,7 @@ class Trainer:
         self.references: Optional[dict[str, float]] = None
         self.epoch = 0
         self.warmup_done = cfg.warmup_epochs == 0
+        self.ahead: Optional[DrawnPass] = None   # the next main epoch's pass, drawn early (prefetch_next_epoch)
 
     def _build_xbm(self, pair_loss, miner) -> XBMLoss:
         cfg, superclass_of = self.cfg, self.splits.superclass_of
@@ -209,11 +213,47 @@ class Trainer:
         self.warmup_done = True
 
     def _batches(self, description: str, epoch_index: int) -> Iterable:
+        ahead, self.ahead = self.ahead, None
+        if ahead is None:
+            self._start_pass(epoch_index)
+        elif ahead.epoch_index != epoch_index:
+            raise RuntimeError(f"the pass of epoch index {ahead.epoch_index} was drawn ahead, but epoch index "
+                               f"{epoch_index} came next: main epochs run in order, through fit()")
+        batches = self.loader if ahead is None else ahead.batches
+        return self.progress(batches, description) if self.progress is not None else batches
+
+    def _start_pass(self, epoch_index: int) -> None:
         share_rng(self.ranks)   # every rank draws the same global batches
         self.objective.begin_epoch(epoch_index, self._embed_training_set, self.loader.sampler.sampler)
         self.loader.sampler.epoch = self.passes
         self.passes += 1
-        return self.progress(self.loader, description) if self.progress is not None else self.loader
+
+    def _draw_ahead(self, epoch: int) -> None:
+        """After main epoch ``epoch``'s training pass: draw epoch ``epoch + 1``'s pass and start its loader,
+        whose workers then prepare its first batches while this epoch is evaluated and checkpointed (a short
+        epoch otherwise waits for them when it starts: a 15-batch epoch on an H100, 0.2-0.4 s of its 1 s pass).
+        The draw moves the sampler and the RNG streams earlier; nothing draws in between (evaluation is
+        ``rng_isolated``), so the run is the same batch for batch, and ``state_dict`` gives the state from
+        before the draw, so a resumed run draws the same pass again. Not where the next epoch fills the memory
+        first (prefill embeds before its pass is drawn), for an objective whose ``begin_epoch`` depends on
+        the row (``draws_ahead``), without loader workers, or after the last epoch."""
+        if not (self.cfg.prefetch_next_epoch and self.workers > 0 and epoch < self.cfg.epochs
+                and self.objective.draws_ahead and not self._prefills(epoch + 1)):
+            return
+        before = self._pass_state()
+        self._start_pass(epoch_index=epoch)
+        self.ahead = DrawnPass(epoch, iter(self.loader), before)
+
+    def _pass_state(self) -> dict[str, Any]:
+        """What drawing a pass changes, as ``state_dict`` keeps it."""
+        # MPerClassSampler shuffles its class list in place: its order is sampler state.
+        return {"sampler_labels": _sampler_labels(self.loader.sampler.sampler), "passes": self.passes,
+                "rng": rng_state()}
+
+    def _prefills(self, epoch: int) -> bool:
+        """Whether main epoch ``epoch`` (1-based) starts by filling the memory (``memory.prefill``)."""
+        return (self.cfg.memory.prefill and self.criterion(epoch - 1) is self.xbm
+                and len(self.xbm.memory) == 0)
 
     def criterion(self, epoch_index: int):
         """The loss of 0-based main epoch ``epoch_index``: XBMLoss from memory.start_epoch on."""
@@ -223,7 +263,7 @@ class Trainer:
 
     def train_epoch(self, epoch: int) -> EpochResult:
         """The training pass of main epoch ``epoch`` (1-based) alone: no scheduler step, no evaluation."""
-        if self.cfg.memory.prefill and self.criterion(epoch - 1) is self.xbm and len(self.xbm.memory) == 0:
+        if self._prefills(epoch):
             self._prefill_memory()   # before the memory's first step (a resumed run's memory is not empty)
         self.model.train()
         step = Step(self.parallel.model(self.model), self.objective,
@@ -247,10 +287,12 @@ class Trainer:
         peak = _peak_memory(self.runtime.device)
         result = self.train_epoch(epoch)
         self.scheduler.step()
+        self._draw_ahead(epoch)
         metrics = {"epoch": epoch, "loss": result.loss, "lr": lr}
         evaluated = time.perf_counter()
         if self.evaluates(epoch):
-            metrics.update(self._evaluate_on_main(epoch))
+            with rng_isolated():
+                metrics.update(self._evaluate_on_main(epoch))
         metrics.update(result.pairs, memory_fill=result.memory_fill)
         metrics.update(self.step_drift.metrics())
         metrics.update(self.objective.epoch_metrics())
@@ -340,12 +382,9 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "xbm": self.xbm.state_dict() if self.xbm is not None else None,
-            # MPerClassSampler shuffles its class list in place: its order is sampler state.
-            "sampler_labels": _sampler_labels(self.loader.sampler.sampler),
+            **(self._pass_state() if self.ahead is None else self.ahead.state_before),
             "objective": self.objective.state_dict(),
-            "passes": self.passes,
             "references": self.references,
-            "rng": rng_state(),
             "previous_probe": self.previous_probe,
             "step_drift": self.step_drift.state_dict(),
             # how evaluation fed the model (None for vectors): an export of these weights needs it
@@ -387,6 +426,7 @@ class Trainer:
         if state["sampler_labels"] is not None:
             self.loader.sampler.sampler.labels[:] = list(state["sampler_labels"])
         self.objective.load_state_dict(state.get("objective", {}))
+        self.ahead = None   # a pass this trainer drew ahead is replaced by the saved state; its loader resets
         self.passes = int(state["passes"])
         self.references = state["references"]
         start_persistent_workers(self.loader)  # its one RNG draw before the restore, as in the run saved

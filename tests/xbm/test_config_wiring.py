@@ -216,6 +216,16 @@ def _num_workers(key, fx):
     assert tiny_trainer(num_workers=1).loader.num_workers == 1
 
 
+def _prefetch_next_epoch(key, fx):
+    images = {"dataset": "digits", "model": "test_resnet", "image_size": 16, "batch_size": 20, "epochs": 2,
+              "warmup_epochs": 0, "num_workers": "1"}
+    for flag, drawn in ((True, True), (False, False)):
+        trainer = tiny_trainer(**images, prefetch_next_epoch=flag)
+        trainer.prepare()
+        trainer._main_epoch(1)
+        assert (trainer.ahead is not None) == drawn, f"prefetch_next_epoch={flag}"
+
+
 def _normalize(key, fx):
     digits = {"dataset": "digits", "image_size": 16, "batch_size": 20}
     assert tiny_trainer(**digits, normalize="none").splits.statistics is None
@@ -355,6 +365,8 @@ EFFECTS: dict[str, Any] = {
                            ("instance", "ShuffledIndices", "NTXentLoss", None)),
     "num_workers": RuntimeOnly("worker processes only load batches; vector data has no augmentation to draw",
                                _num_workers),
+    "prefetch_next_epoch": RuntimeOnly("when the next epoch's batches are drawn, not which: the same batches "
+                                       "(tests/xbm/test_trainer_ahead.py)", _prefetch_next_epoch),
     "device": RuntimeOnly("where the run computes, not what (CPU and CUDA agree up to rounding)", _device),
     "workers": RuntimeOnly("N data-parallel workers compute the one-worker run, split N ways (equal memory, "
                            "loss and weights: tests/xbm/training/test_distributed.py)", _workers),

@@ -43,6 +43,9 @@ class Objective(nn.Module):
     # data-parallel ranks gather them block by block into the one-worker order (xbm.training.sharding).
     blocks = 1
     ranks = Ranks()   # this process's place in a data-parallel run (set by the trainer)
+    # Whether the next epoch's pass may be drawn before this epoch's row is complete (prefetch_next_epoch):
+    # begin_epoch reads nothing that evaluation or the row changes, and reports nothing in the row.
+    draws_ahead = True
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__()

@@ -34,6 +34,7 @@ from xbm.objectives.pool import NeighbourSampler, build_pool
 
 class Neighbours(Objective):
     name = "neighbours"
+    draws_ahead = False   # begin_epoch rebuilds the pools and sets the row's neighbour_* figures
 
     def __init__(self, cfg, train_labels: torch.Tensor) -> None:
         super().__init__(cfg)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
@@ -58,12 +59,13 @@ def eval_workers(num_workers: int, size: int) -> int:
 
 
 def check_shared_memory(sample_bytes: int, workers: int, loaders: Sequence[tuple[int, int, int]],
-                        folder: str = SHARED_MEMORY) -> None:
+                        folder: str = SHARED_MEMORY, at_once: bool = False) -> None:
     """Refuse a run whose loader workers cannot fit their batches in ``folder`` (torch's workers build each
     batch in shared memory): ``processes`` x ``workers`` x ``prefetch`` batches of ``batch`` samples of
     ``sample_bytes``, for the largest of ``loaders`` ((batch, prefetch, processes) triples, ``processes`` the
-    data-parallel ranks on this node that run that loader at once, sharing the folder; one loader runs at a
-    time). Checked against the folder's size, not its free space, so only a run that can never fit is refused:
+    data-parallel ranks on this node that run that loader at once, sharing the folder), or for all of them
+    together when they hold their batches ``at_once`` (a training pass drawn ahead while evaluation runs).
+    Checked against the folder's size, not its free space, so only a run that can never fit is refused:
     Docker gives containers 64 MB, where every image run with workers failed in its first batches ("unable to
     allocate shared memory")."""
     if workers == 0 or not loaders:
@@ -73,17 +75,19 @@ def check_shared_memory(sample_bytes: int, workers: int, loaders: Sequence[tuple
     except (OSError, AttributeError):  # no such folder (macOS), no statvfs (Windows): nothing to check
         return
     size = stats.f_blocks * stats.f_frsize
-    batch, prefetch, processes = max(loaders, key=lambda loader: math.prod(loader))
-    need = processes * workers * prefetch * batch * sample_bytes
+    held = [math.prod(loader) * sample_bytes for loader in loaders]   # per worker
+    per_worker = sum(held) if at_once else max(held)
+    need = workers * per_worker
     if need > size:
-        fits = size // (processes * prefetch * batch * sample_bytes)
-        ranks = f"{processes} ranks x " if processes > 1 else ""
+        fits = size // per_worker
+        parts = [f"{processes} ranks x " * (processes > 1) + f"{workers} workers x {prefetch} batches x {batch} images"
+                 for batch, prefetch, processes in (loaders if at_once else [loaders[held.index(max(held))]])]
         raise SharedMemoryError(
-            f"loader workers hand their batches over in shared memory ({folder}), but {ranks}{workers} workers x "
-            f"{prefetch} batches x {batch} images x {sample_bytes / 1024:.0f} KiB need {need / 2**20:.0f} MiB and {folder} holds "
+            f"loader workers hand their batches over in shared memory ({folder}), but "
+            f"{' + '.join(parts)} x {sample_bytes / 1024:.0f} KiB need {need / 2**20:.0f} MiB and {folder} holds "
             f"{size / 2**20:.0f} MiB. In a container, give it more (docker run --shm-size=8g, or --ipc=host; "
             f"Kubernetes: an emptyDir with medium Memory at /dev/shm); or lower num_workers "
-            f"(at most {fits} fit) or batch_size")
+            f"(at most {fits} fit) or batch_size" + (", or set prefetch_next_epoch=false" if at_once else ""))
 
 
 def resolve_workers(setting: str, input_kind: str, cpus: Optional[int] = None) -> int:
@@ -110,6 +114,17 @@ class SeededSampler(Sampler):
         indices = list(self.sampler)
         seeds = np.random.default_rng([self.seed, self.epoch]).integers(0, 2**63 - 1, size=len(indices))
         return iter(zip(indices, seeds.tolist()))
+
+
+@dataclass
+class DrawnPass:
+    """A main epoch's pass drawn before its epoch starts (``prefetch_next_epoch``): its 0-based epoch index,
+    its batches (the loader's iterator, whose workers are already preparing them) and the trainer's pass
+    state (sampler order, pass count, RNG streams) from before the draw, which a checkpoint keeps."""
+
+    epoch_index: int
+    batches: Iterator
+    state_before: dict
 
 
 def make_sampler(labels: torch.Tensor, cfg: TrainConfig) -> MPerClassSampler:

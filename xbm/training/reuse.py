@@ -53,10 +53,11 @@ LIBRARIES = ("torch", "torchvision", "numpy", "timm", "pytorch-metric-learning",
 # Config keys (a trailing "." = every key under it) the result cannot depend on.
 # The warm-up trains the head with its own SGD and the objective's in-batch loss (no miner, no memory):
 # the main optimiser and schedule, the memory, the normaliser and the miner come after it; the epoch count,
-# which epochs are evaluated and on what, and where the decoded images are cached change nothing in it.
+# which epochs are evaluated and on what, where the decoded images are cached and when main
+# epochs' passes are drawn change nothing in it.
 WARMUP_IGNORES = ("memory.", "normaliser.", "miner.", "lr", "weight_decay", "lr_step", "lr_gamma", "optimizer",
                   "momentum", "nesterov", "schedule", "min_lr", "milestones", "warmup_lr_epochs", "epochs",
-                  "evaluate_test", "eval_every", "eval_ks", "eval_nmi", "image_cache")
+                  "evaluate_test", "eval_every", "eval_ks", "eval_nmi", "image_cache", "prefetch_next_epoch")
 # The references embed the selection split with the untrained model and read the raw inputs: the training
 # loop's keys (batches, losses, the objective's options, clipping, warm-up length, loader workers, the
 # data-parallel workers and sync_bn: rank 0 measures them in eval mode, where a SyncBatchNorm is a BatchNorm)

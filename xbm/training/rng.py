@@ -6,8 +6,9 @@ generator (weights init, DataLoader base seeds, random erasing) and, when presen
 """
 from __future__ import annotations
 
+import contextlib
 import random
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -39,6 +40,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
         # one state per GPU visible when saved; a run resumed where fewer are visible (another node, a
         # trial given one GPU of a run that saw four) restores those it has: the run uses the first
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"][:torch.cuda.device_count()]])
+
+
+@contextlib.contextmanager
+def rng_isolated() -> Iterator[None]:
+    """A block that leaves every stream as it found it (evaluation): what it draws cannot change the batches,
+    augmentations or initialisations that follow, so evaluating more or less often trains the same model, and
+    a pass drawn before the block (``prefetch_next_epoch``) meets the same streams as one drawn after it."""
+    state = rng_state()
+    try:
+        yield
+    finally:
+        set_rng_state(state)
 
 
 def seed_worker(worker_id: int) -> None:

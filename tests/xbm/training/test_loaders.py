@@ -171,6 +171,18 @@ def test_loader_workers_that_cannot_fit_docker_s_64_mb_of_shared_memory_are_refu
     loaders.check_shared_memory(sample, 7, [(64, 4, 1), (256, 2, 1)])
 
 
+def test_a_pass_drawn_ahead_counts_its_batches_with_the_evaluation_loader_s(monkeypatch):
+    """Bug caught: a training pass drawn ahead (prefetch_next_epoch) holds its workers' batches in /dev/shm
+    while the evaluation loader's workers fill theirs, but only the larger of the two was checked: a run that
+    fit either loader alone failed in its first evaluation."""
+    _shm(monkeypatch, 100 * 2**20)
+    sample = 3 * 224 * 224   # per worker: 64 x 4 x 147 KiB = 36.75 MiB, 256 x 2 x 147 KiB = 73.5 MiB
+    loaders.check_shared_memory(sample, 1, [(64, 4, 1), (256, 2, 1)])
+    with pytest.raises(loaders.SharedMemoryError, match=r"1 workers x 4 batches x 64 images \+ 1 workers x 2 "
+                                                        r"batches x 256 images.*need 110 MiB.*prefetch_next_epoch"):
+        loaders.check_shared_memory(sample, 1, [(64, 4, 1), (256, 2, 1)], at_once=True)
+
+
 def test_the_ranks_of_a_node_are_counted_together_against_its_shared_memory(monkeypatch):
     """Bug caught: each data-parallel rank checked its own loader workers against the whole /dev/shm, which
     the node's ranks share: 4 ranks needing 4 x 37 MiB passed a 64 MiB check and failed in their first batches.
