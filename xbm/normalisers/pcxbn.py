@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 
 from xbm.normalisers.base import Normaliser, affine_params, grouped_affine
-from xbm.normalisers.stats import Moments, group_counts, group_sums, moments
+from xbm.normalisers.stats import Moments, group_sums, moments
 
 
 class PerClassXBN(Normaliser):
@@ -24,10 +24,10 @@ class PerClassXBN(Normaliser):
     groups, so groups are B fixed slots: each batch row's slot is its group's first position in the
     sorted batch groups (``searchsorted``, no ``unique``), a memory row's the slot of its group, or the
     spare slot B when its group is not in the batch. Per-slot sums (``stats.group_sums``: ``index_add_`` on
-    the CPU, a one-hot product on a GPU) run over the whole memory, rows without their own map in the spare
-    slot, so the whole-memory moments are pooled from the slots' (no extra pass); the spare slot then holds
-    the fallback map (global XBN or the identity) and every row is written in one grouped pass. Subclasses
-    override ``groups``.
+    the CPU, a one-hot product on a GPU) run once over the whole memory and once over the batch, and give the
+    counts that decide which slots get their own map; the whole-memory moments are pooled from the slots'
+    (no extra pass). Every other slot, the spare one included, takes the fallback map (global XBN or the
+    identity), and every row is written in one grouped pass. Subclasses override ``groups``.
     """
 
     kind = "pcxbn"
@@ -42,30 +42,26 @@ class PerClassXBN(Normaliser):
         batch = moments(zb, cfg.eps)
         slot, batch_slot = _slots(self.groups(labels), self.groups(batch_labels))
         n = len(batch_labels)
-        # A group gets its own map with >= 2 rows in the batch and >= 2 in the memory; slot n: the fallback.
-        # (no ``own[n] = False``: a Python scalar written into a device tensor is a blocking host-to-device copy)
-        own = ((group_counts(batch_slot, n + 1) >= 2) & (group_counts(slot, n + 1) >= 2)
-               & (torch.arange(n + 1, device=slot.device) < n))
-        slot = torch.where(own.index_select(0, slot), slot, n)
-        batch_slot = torch.where(own.index_select(0, batch_slot), batch_slot, n)
         sums = group_sums(z, slot, n + 1, with_std)
-        src = sums.moments(cfg.eps)
-        per_group = group_sums(zb, batch_slot, n + 1).moments(cfg.eps)
-        target = Moments(
-            torch.lerp(per_group.mean[:n], batch.mean.expand(n, -1), cfg.lambda_mu),
-            torch.lerp(per_group.std[:n], batch.std.expand(n, -1), cfg.lambda_sigma),
-        )
-        scale, shift = affine_params(Moments(src.mean[:n], None if src.std is None else src.std[:n]), target)
+        per_group = group_sums(zb, batch_slot, n + 1)
+        # A group gets its own map with >= 2 rows in the batch and >= 2 in the memory; slot n: the fallback.
+        # Rows of the other slots keep their slot and take the fallback map: the slots' own moments never mix
+        # rows of two groups, so no slot is remapped and no sum is taken twice (launches are what cost on a GPU).
+        own = ((per_group.counts >= 2) & (sums.counts >= 2)
+               & (torch.arange(n + 1, device=slot.device) < n).unsqueeze(1))   # [n + 1, 1]
+        src, per_group = sums.moments(cfg.eps), per_group.moments(cfg.eps)
+        target = Moments(torch.lerp(per_group.mean, batch.mean, cfg.lambda_mu),
+                         torch.lerp(per_group.std, batch.std, cfg.lambda_sigma))
+        scale, shift = affine_params(src, target)
         if cfg.absent == "global":
             fallback_scale, fallback_shift = affine_params(sums.pooled(cfg.eps), batch)
         else:
-            fallback_scale = torch.ones_like(batch.std) if with_std else None
-            fallback_shift = torch.zeros_like(batch.mean)
-        shift = torch.cat([shift, fallback_shift.unsqueeze(0)])
+            fallback_scale, fallback_shift = 1.0, 0.0
+        shift = torch.where(own, shift, fallback_shift)
         if scale is not None:
-            scale = torch.cat([scale, fallback_scale.unsqueeze(0)])
+            scale = torch.where(own, scale, fallback_scale)
         grouped_affine(z, scale, shift, slot, out)
-        return None if cfg.absent == "global" else slot < n
+        return None if cfg.absent == "global" else own.squeeze(1).index_select(0, slot)
 
 
 def _slots(group: Tensor, batch_group: Tensor) -> tuple[Tensor, Tensor]:

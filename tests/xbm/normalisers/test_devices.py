@@ -135,6 +135,24 @@ def test_the_one_hot_matrix_is_built_once_for_counts_sums_and_squares(monkeypatc
     assert len(built) == 3 * blocks and max(built) == 333   # counts, sums, squares: block by block
 
 
+@pytest.mark.parametrize("kind", ["pcxbn", "scxbn"])
+def test_a_group_kind_encodes_the_memory_s_and_the_batch_s_groups_once_each(kind, monkeypatch):
+    """Bug caught: the slots counted first (which groups get their own map), then remapped and one-hot encoded
+    again for the sums: 4 [B + 1, n] builds a call instead of 2, and their launches (PC-XBN on an H100 is bound
+    by its launches: 161 aten ops a call, XBN 28)."""
+    from xbm.normalisers import stats
+
+    built = []
+    original = stats._one_hot
+    monkeypatch.setattr(stats, "_one_hot", lambda ids, n: built.append(len(ids)) or original(ids, n))
+    monkeypatch.setattr(stats, "uses_dense_sums", lambda device: True)   # the GPU's path, on the CPU
+    norm = build_normaliser(NormaliserConfig(kind=kind), superclass_of=torch.arange(40) // 8, num_labels=40)
+    g = torch.Generator().manual_seed(0)
+    memory, batch = torch.randn(300, 8, generator=g), torch.randn(16, 8, generator=g)
+    norm(memory, torch.randint(0, 40, (300,), generator=g), batch, torch.arange(4).repeat_interleave(4))
+    assert sorted(built) == [16, 300]
+
+
 def test_the_group_sums_take_the_one_hot_product_off_the_cpu(monkeypatch):
     """Bug caught: a GPU run falling back to index_add_ (atomics: ranks' memories drift apart by rounding; or
     torch's deterministic mode: 146x XBN), or the CPU taking the product (28 ms against index_add_'s 7 ms per
