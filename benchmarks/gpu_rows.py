@@ -37,7 +37,8 @@ TRAINER_ROWS = {  # row -> config changes; image_cache is set for every row but 
     "trainer cold start": {"memory.enabled": False, "prefetch_next_epoch": False},
 }
 # The order they run in: the rows the targets compare first, so that a run cut by its cap keeps them.
-ROWS = ("ceiling", "timm", *list(TRAINER_ROWS)[:3], "trainer cold start", "trainer live", "bare")
+ROWS = ("ceiling", "timm", "trainer cache", "trainer cold start", "trainer XBN", "trainer PC-XBN", "trainer live",
+        "bare")
 
 
 def criterion(cfg, kind: str):
