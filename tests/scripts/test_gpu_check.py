@@ -45,7 +45,7 @@ def test_every_part_runs_without_cuda_and_the_summary_lists_each(tmp_path):
     assert "SKIPPED" in (out / "cuda-tests.log").read_text()  # -v: each test named as it ends
     bench = (out / "bench-gpu.log").read_text()
     assert "first batch after" in bench and "references in" in bench and "photos: wrote" in bench
-    assert len((out / "bench_gpu.jsonl").read_text().splitlines()) == 7 + 2  # every row, K = 1, 2
+    assert len((out / "bench_gpu.jsonl").read_text().splitlines()) == 8 + 2  # every row (gpu_rows.ROWS), K = 1, 2
     assert "targets: " in summary.split("## sweep")[1]
     assert (out / "sweep_results" / "trials.parquet").is_file()
     assert not list(out.rglob("*.jpg")) and (work / "bench" / "data" / "CUB_200_2011" / "COMPLETE").is_file()
