@@ -16,8 +16,9 @@ and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed one
   ``trainer cold start`` is the cache row with ``prefetch_next_epoch=false`` (each epoch's loader starts
   when the epoch does).
   Per row: evaluation (the epoch's ``eval_s`` when the trainer reports it, else ``epoch_time_s`` minus
-  the training pass) and a ``torch.save(trainer.state_dict())`` as fractions of the epoch's training pass,
-  the trainer's ``data_wait_s`` when it reports it, and the GPU utilisation during the training passes.
+  the training pass; ``nmi/epoch``: the part of it in ``nmi``'s k-means) and a
+  ``torch.save(trainer.state_dict())`` as fractions of the epoch's training pass, the trainer's
+  ``data_wait_s`` when it reports it, and the GPU utilisation during the training passes.
 
 Then K = 1, 2, 4 trainer processes sharing the GPU, started together, each pinned to its 1/K of the cores
 (``cpus`` = that share) and capped as a sweep's trial holding 1/K of the GPU is (``tune.trial.resources.cap_gpu_memory``:
@@ -117,7 +118,7 @@ def status(result: dict) -> str:
 def print_rows(results: dict[str, dict], cpu: bool) -> None:
     timm, ceiling = rate(results.get("timm", {})), rate(results.get("ceiling", {}))
     print(f"\n{'row':<22}{'images/s':>10}{'/ timm':>8}{'/ ceiling':>10}{'GPU util %':>11}{'eval/epoch':>11}"
-          f"{'ckpt/epoch':>11}{'data wait':>10}{'1st batch s':>12}")
+          f"{'nmi/epoch':>10}{'ckpt/epoch':>11}{'data wait':>10}{'1st batch s':>12}")
     for name, result in results.items():
         if "error" in result:
             print(f"{name:<22}  {status(result)}: {result['error']}")
@@ -125,6 +126,7 @@ def print_rows(results: dict[str, dict], cpu: bool) -> None:
         r = rate(result)
         print(f"{name:<22}{r:10.0f}{fmt(timm and r / timm, '.2f'):>8}{fmt(ceiling and r / ceiling, '.2f'):>10}"
               f"{fmt(None if cpu else result.get('util'), '.0f'):>11}{fmt(result.get('eval'), '.2f', ''):>11}"
+              f"{fmt(result.get('nmi'), '.2f', ''):>10}"
               f"{fmt(result.get('checkpoint'), '.3f', ''):>11}{fmt(result.get('data_wait'), '.2f', ''):>10}"
               f"{fmt(result.get('first_batch_s'), '.0f'):>12}")
 

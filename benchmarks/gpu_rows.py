@@ -7,7 +7,8 @@ memory, cuDNN autotuner and per-process image readers).
   differ from the trainer only in what they measure (no loader; timm's loader); ``bare`` passes PML's
   index tuples, as a PML user writes it (7 host reads per step: 2 ``nonzero``, 5 boolean indexings);
 - trainer rows: ``Trainer.fit()``, its training passes timed around ``Trainer.train_epoch``, evaluation
-  read from the epoch's metrics, a ``torch.save(trainer.state_dict())`` timed after each epoch;
+  read from the epoch's metrics (``nmi``'s share of it timed around ``xbm.evaluate.epoch.nmi``), a
+  ``torch.save(trainer.state_dict())`` timed after each epoch;
 - ``shared``: one of K trainer processes sharing a GPU, training passes only, timed after a barrier.
 
 Every row reports its phases as they happen (``gpu_phases.Phases``: data, cache, model, references,
@@ -224,12 +225,14 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
         return result
 
     trainer.train_epoch = timed
+    nmi_s = time_nmi()
     epochs, checkpoint = [], Path(spec["work"]) / f"checkpoint-{os.getpid()}.pt"
     with UtilisationSampler() as sampler:
         for metrics in trainer.fit():
             start = time.perf_counter()
             torch.save(trainer.state_dict(), checkpoint)
-            epochs.append((metrics, time.perf_counter() - start))
+            epochs.append((metrics, time.perf_counter() - start, sum(nmi_s)))
+            nmi_s.clear()
             phases(f"epoch {metrics['epoch']}: {metrics['images_per_s']:.0f} images/s, training "
                    f"{metrics.get('train_s', float('nan')):.1f} s, evaluation {metrics.get('eval_s', float('nan')):.1f} s, "
                    f"checkpoint {epochs[-1][1]:.2f} s{'' if metrics['epoch'] > 1 else ' (untimed)'}")
@@ -238,18 +241,37 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
         raise RuntimeError(f"fit() must train through Trainer.train_epoch once per epoch, but {len(passes)} passes "
                            f"were timed for {len(epochs)} epochs: time the training pass another way")
     rows = []
-    for (start, end, result), (metrics, checkpoint_s) in list(zip(passes, epochs))[1:]:
+    for (start, end, result), (metrics, checkpoint_s, epoch_nmi_s) in list(zip(passes, epochs))[1:]:
         train_s = metrics.get("train_s", end - start)
         eval_s = metrics.get("eval_s", metrics["epoch_time_s"] - (end - start))
         rows.append({"window": (start, end, result.images), "train_s": train_s, "eval_s": eval_s,
-                     "checkpoint_s": checkpoint_s, "data_wait_s": metrics.get("data_wait_s")})
+                     "nmi_s": epoch_nmi_s, "checkpoint_s": checkpoint_s, "data_wait_s": metrics.get("data_wait_s")})
     windows = [r["window"] for r in rows]
     return {"windows": windows, "util": sampler.mean([w[:2] for w in windows]),
             "eval": sum(r["eval_s"] for r in rows) / sum(r["train_s"] for r in rows),
+            "nmi": sum(r["nmi_s"] for r in rows) / sum(r["train_s"] for r in rows),
             "checkpoint": sum(r["checkpoint_s"] for r in rows) / sum(r["train_s"] for r in rows),
             "data_wait": (sum(r["data_wait_s"] for r in rows) / sum(r["train_s"] for r in rows)
                           if all(r["data_wait_s"] is not None for r in rows) else None),
             "first_batch_s": phases.first_timed_batch}
+
+
+def time_nmi() -> list[float]:
+    """Time every ``nmi`` (its k-means: faiss, else scikit-learn) the evaluation computes, into the returned
+    list: the part of an evaluation that runs on the host whatever the device."""
+    from xbm.evaluate import epoch as evaluation
+
+    seconds, nmi = [], evaluation.nmi
+
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return nmi(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    evaluation.nmi = timed
+    return seconds
 
 
 def shared_trial(spec: dict, barrier, phases: Phases) -> dict:
