@@ -88,7 +88,8 @@ class _CountedFetches:
 @pytest.mark.skipif(multiprocessing.get_start_method() != "fork", reason="counts through a class patched before fork")
 def test_the_workers_prepare_the_next_pass_before_its_epoch_starts(monkeypatch):
     """Bug caught: the next pass drawn but its loader not started (the sampler advanced, nothing prepared),
-    so the epoch still waited for its first batches; or started for an objective whose pass depends on the row
+    so the epoch still waited for its first batches, or handed over without a length (a bar without a total);
+    or started for an objective whose pass depends on the row
     (the neighbours' pools) or where the next epoch fills the memory first."""
     trainer = Trainer(tiny_config(**IMAGES))
     fetches = _CountedFetches(monkeypatch, type(trainer.loader.dataset))
@@ -101,6 +102,7 @@ def test_the_workers_prepare_the_next_pass_before_its_epoch_starts(monkeypatch):
         time.sleep(0.05)
     assert fetches.count.value == want
     assert trainer.epoch == 1 and trainer.passes == 2
+    assert len(trainer.ahead.batches) == len(trainer.loader)   # a progress bar (the CLI's tqdm) knows its total
 
     for values in ({"objective": "neighbours"}, {"memory.prefill": True, "memory.start_epoch": 1},
                    {"prefetch_next_epoch": False}, {"num_workers": "0"}):
