@@ -110,3 +110,24 @@ def test_the_workers_prepare_the_next_pass_before_its_epoch_starts(monkeypatch):
         other.prepare()
         other._main_epoch(1)
         assert other.ahead is None, values
+
+
+@pytest.mark.slow
+def test_a_trainer_that_drew_a_pass_then_loads_another_state_trains_that_state_s_batches():
+    """Bug caught: population-based training loads a better trial's checkpoint into a trainer whose own next
+    pass was already drawn; that stale pass (another epoch's indices and seeds) trained the loaded epoch."""
+    donor = Trainer(tiny_config(**IMAGES))
+    next(donor.fit())
+    buffer = io.BytesIO()
+    torch.save(donor.state_dict(), buffer)
+
+    def loaded(trainer: Trainer) -> list[float]:
+        buffer.seek(0)
+        trainer.load_state_dict(torch.load(buffer, weights_only=True))
+        return _losses(trainer)
+
+    ahead = Trainer(tiny_config(**IMAGES))
+    epochs = ahead.fit()
+    next(epochs), next(epochs)   # two epochs: the third's pass is drawn
+    assert ahead.ahead is not None and ahead.ahead.epoch_index == 2
+    assert loaded(ahead) == loaded(Trainer(tiny_config(**IMAGES)))
