@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     # one row after the other: alternating epochs would give a pass drawn ahead the other row's epoch to be
     # prepared in, where a run gives it its own evaluation only
     rows = {name: list(checkpointed(trainer)) for name, trainer in trainers.items()}
+    for trainer in trainers.values():
+        trainer.close()
     batches = len(next(iter(trainers.values())).loader)
     print(f"digits, test_resnet at 16 px, batch {args.batch}, {args.workers} workers x {args.sample_ms} ms a sample "
           f"(sleep), {args.epochs} epochs of {batches} batches per row; medians of epochs 2-{args.epochs}")

@@ -205,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
         # a worker's error arrives as its traceback's text: its last line is the message naming the file
         print(f"error: {str(exc).strip().splitlines()[-1].split('BadImageError: ', 1)[-1]}", file=sys.stderr)
         return 2
+    finally:
+        trainer.close()   # its loader workers end now (a caller in a long-lived process: no 5-s timeouts)
     print(f"done: {folder / 'metrics.jsonl'}")
     return 0
 

@@ -44,7 +44,7 @@ from xbm.losses.criteria import BatchLoss, memory_size
 from xbm.training.epoch import EpochResult, Step, run_epoch
 from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, DrawnPass, Embedder,
                                   check_shared_memory, eval_workers, resolve_workers, start_persistent_workers,
-                                  train_loader)
+                                  stop_workers, train_loader)
 from xbm.training.optim import (load_optimizer_state, main_optimizer, main_scheduler, optimizer_kwargs,
                                 rescale_optimizer, scheduler_kwargs, warmup_optimizer)
 from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
@@ -308,6 +308,14 @@ class Trainer:
         metrics["train_classes"] = self.train_classes  # a refit trains on more classes than a sweep (train_on)
         metrics["kalman_gain"] = _kalman_gain(self.xbm)   # AXBN's gain K in use; None for other normalisers
         return metrics
+
+    def close(self) -> None:
+        """Stop the loader workers (training and evaluation) now; the trainer is done with after this. Without
+        it they stop when the trainer is garbage-collected, late (it sits in reference cycles) and slowly:
+        each worker then waits out torch's 5-s join timeout (``xbm.training.loaders.stop_workers``)."""
+        self.ahead = None
+        stop_workers(self.loader)
+        self.embed.close()
 
     # ---- evaluation ----------------------------------------------------------------------------
     def _embed_training_set(self) -> torch.Tensor:

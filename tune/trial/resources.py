@@ -85,13 +85,17 @@ def free_previous_trial() -> None:
     torch keeps from its lazy imports), which only the cyclic collector frees, late (the oldest generation).
     Until then its model, optimiser and memory hold GPU memory under this trial's cap and its loader workers
     stay alive. Collects only when that trainer is still alive: a full collection of a process holding torch
-    takes ~0.3 s. Cached CUDA blocks then go back to the device, for the trials sharing it."""
-    if _previous_trainer() is None:
+    takes ~0.3 s. Cached CUDA blocks then go back to the device, for the trials sharing it. Its loader workers
+    are stopped first (``Trainer.close``): collected with them alive, each costs torch's 5-s join timeout."""
+    trainer = _previous_trainer()
+    if trainer is None:
         return
     import gc
 
     import torch
 
+    trainer.close()   # its loader workers end now, not each after a 5-s timeout inside the collection
+    del trainer
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()

@@ -64,6 +64,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
         torch.cuda.reset_peak_memory_stats()  # an out-of-memory reason names this trial's peak, not a previous one's
     loop = TrialLoop(trial_id, cfg, metric, mode, policy, sweep, where, trial_best_weights(context.get_storage(), mode),
                      tune_reporter(), started)
+    trainer = None
     try:
         trainer = build_trainer(cfg, cpus, policy, node_id, sweep)
         track_trainer(trainer)
@@ -82,6 +83,8 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
         ray_tune.report(error_row(failure, metric, mode, where, exc))
     finally:
         loop.best.wait()
+        if trainer is not None:   # its loader workers end with the trial (free_previous_trial: a stopped one)
+            trainer.close()
 
 
 def trial_best_weights(storage, mode: str) -> BestWeights:

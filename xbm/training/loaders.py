@@ -165,6 +165,17 @@ def start_persistent_workers(loader: DataLoader) -> None:
             seeded.sampler = drawn
 
 
+def stop_workers(loader: Optional[DataLoader]) -> None:
+    """Stop ``loader``'s persistent workers now, as its iterator's ``__del__`` would, while their queues are
+    whole. Left to the cyclic garbage collector (a trainer sits in reference cycles), the collector finalises
+    the queues first, so the workers never hear that they should end and each is terminated after torch's
+    5-s join timeout: 5.3 s a worker measured here, 75 s for a GPU trial's 15."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        iterator._shutdown_workers()
+        loader._iterator = None
+
+
 class Embedder:
     """Embeds datasets in eval mode, batch by batch, under the run's autocast; returns fp32 on the device.
 
@@ -205,6 +216,11 @@ class Embedder:
                           pin_memory=self.runtime.device.type == "cuda", persistent_workers=workers > 0,
                           prefetch_factor=EVAL_PREFETCH if workers > 0 else None,
                           generator=torch.Generator().manual_seed(0))
+
+    def close(self) -> None:
+        """Stop the workers of every kept loader (:func:`stop_workers`)."""
+        for entry in self._loaders.values():
+            stop_workers(entry[1])
 
     @torch.no_grad()
     def __call__(self, model: nn.Module, dataset: Dataset, indices: Optional[torch.Tensor] = None,

@@ -145,3 +145,27 @@ def test_a_ranks_out_of_memory_is_described_by_the_rank_not_the_launcher(monkeyp
     monkeypatch.setattr(torch.cuda, "current_device", no_cuda_here)
     cfg = train_config({"dataset": "toy", "model": "mlp", "batch_size": 96})
     assert deterministic_failure(error, cfg, 3, 0.0) == (4, error.reason)
+
+
+@pytest.mark.slow
+def test_a_reused_actor_stops_the_previous_trainer_s_workers_before_collecting_it(monkeypatch):
+    """Bug caught: ``free_previous_trial`` collected the previous trial's trainer with its loader workers
+    alive; the collection finalised their queues first, so torch waited out its 5-s join timeout for each
+    worker inside the new trial's set-up (75 s for a GPU trial's 15 workers)."""
+    from tests.xbm.conftest import tiny_trainer
+    from tests.xbm.training.test_loaders import record_join_timeouts
+    from tune.trial import resources
+
+    def trial():
+        trainer = tiny_trainer(dataset="digits", model="test_resnet", image_size=16, batch_size=20, epochs=1,
+                               warmup_epochs=0, embedding_size=16, num_workers="2")
+        resources.track_trainer(trainer)
+        next(trainer.fit())
+        cycle = {"trainer": trainer}
+        cycle["self"] = cycle
+        return list(trainer.loader._iterator._workers)
+
+    workers = trial()
+    timed_out = record_join_timeouts(monkeypatch)
+    resources.free_previous_trial()
+    assert [w.exitcode for w in workers] == [0, 0] and timed_out == [False, False]

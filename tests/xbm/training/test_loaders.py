@@ -233,3 +233,38 @@ def test_a_subset_s_loader_sends_its_workers_a_handle_to_the_indices():
     assert len(ForkingPickler.dumps(loader.dataset)) < 8192
     x, label, i = loader.dataset[1]
     assert torch.equal(x, data[2][0]) and (label, i) == (data[2][1], 2)
+
+
+def record_join_timeouts(monkeypatch) -> list[bool]:
+    """For every ``Process.join`` from now on: whether the process was still alive after it (the join timed
+    out, and torch then terminates the worker)."""
+    from multiprocessing.process import BaseProcess
+
+    timed_out, join = [], BaseProcess.join
+
+    def recorded(process, timeout=None):
+        join(process, timeout)
+        timed_out.append(process.is_alive())
+
+    monkeypatch.setattr(BaseProcess, "join", recorded)
+    return timed_out
+
+
+@pytest.mark.slow
+def test_a_closed_trainer_s_workers_end_on_their_own_at_once(monkeypatch):
+    """Bug caught: a trainer's loader workers left to the cyclic garbage collector (a trainer sits in reference
+    cycles), which finalises the workers' queues before the iterator that would tell them to end: torch waited
+    out its 5-s join timeout for each worker, 75 s for a GPU trial's 15. Here the workers of a pass drawn ahead
+    (prefetch_next_epoch) are busy when the trainer closes."""
+    from tests.xbm.conftest import tiny_config
+    from xbm.trainer import Trainer
+
+    trainer = Trainer(tiny_config(dataset="digits", model="test_resnet", image_size=16, batch_size=20, epochs=2,
+                                  warmup_epochs=0, embedding_size=16, num_workers="2"))
+    next(trainer.fit())
+    assert trainer.ahead is not None
+    workers = list(trainer.loader._iterator._workers)
+    timed_out = record_join_timeouts(monkeypatch)
+    trainer.close()
+    assert [w.exitcode for w in workers] == [0, 0] and timed_out == [False, False]
+    trainer.close()   # twice: nothing left to stop
