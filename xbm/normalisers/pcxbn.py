@@ -44,11 +44,11 @@ class PerClassXBN(Normaliser):
         n = len(batch_labels)
         sums = group_sums(z, slot, n + 1, with_std)
         per_group = group_sums(zb, batch_slot, n + 1)
-        # A group gets its own map with >= 2 rows in the batch and >= 2 in the memory; slot n: the fallback.
-        # Rows of the other slots keep their slot and take the fallback map: the slots' own moments never mix
-        # rows of two groups, so no slot is remapped and no sum is taken twice (launches are what cost on a GPU).
-        own = ((per_group.counts >= 2) & (sums.counts >= 2)
-               & (torch.arange(n + 1, device=slot.device) < n).unsqueeze(1))   # [n + 1, 1]
+        # A group gets its own map with >= 2 rows in the batch and >= 2 in the memory (the spare slot n holds
+        # no batch row, so never). Rows of the other slots keep their slot and take the fallback map: the slots'
+        # own moments never mix rows of two groups, so no slot is remapped and no sum is taken twice (launches
+        # are what cost on a GPU).
+        own = (per_group.counts >= 2) & (sums.counts >= 2)   # [n + 1, 1]
         src, per_group = sums.moments(cfg.eps), per_group.moments(cfg.eps)
         target = Moments(torch.lerp(per_group.mean, batch.mean, cfg.lambda_mu),
                          torch.lerp(per_group.std, batch.std, cfg.lambda_sigma))

@@ -85,16 +85,15 @@ def uses_dense_sums(device: torch.device) -> bool:
 def group_counts(group: Tensor, n_groups: int, dtype: torch.dtype = torch.float32,
                  dense: Optional[bool] = None, hot: Optional[Tensor] = None) -> Tensor:
     """Rows per group [G] of the ids ``group`` [n] in [0, G), on the device, without a host read (whole
-    numbers: exact in any order). ``dense`` (default: off the CPU) counts with one-hot row sums instead of
-    ``index_add_``, whose atomics on one address serialise on a GPU (PC-XBN's spare slot holds almost every
-    memory row); ``hot``, the one-hot matrix of ``group`` when already built (:func:`one_hot_once`)."""
-    if hot is None and not (uses_dense_sums(group.device) if dense is None else dense):
-        counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
-        return counts.index_add_(0, group, torch.ones(group.shape, dtype=dtype, device=group.device))
-    hot = hot if hot is not None else one_hot_once(group, n_groups, torch.bool)   # bool: the sum counts, no cast
+    numbers: exact in any order). ``hot``: the one-hot matrix of ``group`` when already built
+    (:func:`one_hot_once`), summed by row. Otherwise ``dense`` (default: off the CPU) counts with one-hot row
+    sums, block by block, instead of ``index_add_``, whose atomics on one address serialise on a GPU (PC-XBN's
+    spare slot holds almost every memory row)."""
     if hot is not None:
         return hot.sum(dim=1, dtype=dtype)
     counts = torch.zeros(n_groups, dtype=dtype, device=group.device)
+    if not (uses_dense_sums(group.device) if dense is None else dense):
+        return counts.index_add_(0, group, torch.ones(group.shape, dtype=dtype, device=group.device))
     for ids in group.split(_dense_rows(n_groups, group.shape[0])):
         counts += _one_hot(ids, n_groups).sum(dim=1, dtype=dtype)
     return counts
