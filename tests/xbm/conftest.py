@@ -1,5 +1,6 @@
 """A tiny seeded toy run shared by the trainer-level tests: 24 training classes x 8 samples (192 rows),
 batches of 32, so an epoch is 6 steps and a Trainer builds and trains in well under a second."""
+import io
 import math
 
 import pytest
@@ -38,6 +39,14 @@ def tiny_trainer(progress=None, **values) -> Trainer:
         splits = assemble(make_toy(num_classes=48, samples_per_class=8), cfg.val_fraction, cfg.image_size,
                           cfg.train_on)
     return Trainer(cfg, splits=splits, progress=progress)
+
+
+def saved_state(trainer: Trainer) -> dict:
+    """``trainer.state_dict()`` through ``torch.save`` and ``torch.load(weights_only=True)``, as a checkpoint."""
+    buffer = io.BytesIO()
+    torch.save(trainer.state_dict(), buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
 
 
 @pytest.fixture

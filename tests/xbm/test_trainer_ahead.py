@@ -1,7 +1,6 @@
 """The next epoch's pass drawn when a training pass ends (``prefetch_next_epoch``, ``Trainer._draw_ahead``)."""
 from __future__ import annotations
 
-import io
 import multiprocessing
 import os
 import random
@@ -14,7 +13,7 @@ import torch
 from xbm.trainer import Trainer
 from xbm.training.loaders import TRAIN_PREFETCH
 
-from .conftest import tiny_config
+from .conftest import saved_state, tiny_config
 
 # an image run with one loader worker: the pass is drawn ahead only where workers can prepare it
 IMAGES = dict(dataset="digits", model="test_resnet", image_size=16, batch_size=20, embedding_size=16,
@@ -29,11 +28,8 @@ def _resumed_after_first_epoch(**values) -> tuple[Trainer, list[float]]:
     """The first epoch's row, then a checkpoint (taken while the second pass is drawn ahead), resumed."""
     first = Trainer(tiny_config(**values))
     losses = [next(first.fit())["loss"]]
-    buffer = io.BytesIO()
-    torch.save(first.state_dict(), buffer)
-    buffer.seek(0)
     resumed = Trainer(tiny_config(**values))
-    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    resumed.load_state_dict(saved_state(first))
     return first, losses + _losses(resumed)
 
 
@@ -118,12 +114,9 @@ def test_a_trainer_that_drew_a_pass_then_loads_another_state_trains_that_state_s
     pass was already drawn; that stale pass (another epoch's indices and seeds) trained the loaded epoch."""
     donor = Trainer(tiny_config(**IMAGES))
     next(donor.fit())
-    buffer = io.BytesIO()
-    torch.save(donor.state_dict(), buffer)
 
     def loaded(trainer: Trainer) -> list[float]:
-        buffer.seek(0)
-        trainer.load_state_dict(torch.load(buffer, weights_only=True))
+        trainer.load_state_dict(saved_state(donor))
         return _losses(trainer)
 
     ahead = Trainer(tiny_config(**IMAGES))

@@ -1,18 +1,11 @@
 """Continuing another run's state with explored values (population-based training):
 ``Trainer.load_state_dict(state, mutable=...)``."""
-import io
-
 import pytest
 import torch
 
 from xbm.config import MUTABLE_KEYS
 
-
-def _state(trainer):
-    buffer = io.BytesIO()
-    torch.save(trainer.state_dict(), buffer)
-    buffer.seek(0)
-    return torch.load(buffer, weights_only=True)
+from .conftest import saved_state
 
 
 def test_an_explored_run_takes_the_donors_state_and_its_own_values_from_the_next_step(tiny):
@@ -24,7 +17,7 @@ def test_an_explored_run_takes_the_donors_state_and_its_own_values_from_the_next
     fit = donor.fit()
     next(fit), next(fit)
     explorer = tiny(**{**values, "normaliser.lambda_mu": 0.2, "lr": 2e-3})
-    explorer.load_state_dict(_state(donor), mutable=("normaliser.lambda_mu", "lr"))
+    explorer.load_state_dict(saved_state(donor), mutable=("normaliser.lambda_mu", "lr"))
     for name, tensor in donor.model.state_dict().items():
         assert torch.equal(tensor, explorer.model.state_dict()[name]), name
     for name, tensor in donor.xbm.state_dict().items():
@@ -46,7 +39,7 @@ def test_only_mutable_keys_may_differ(tiny):
     donor = tiny(epochs=2)
     next(donor.fit())
     with pytest.raises(ValueError, match=r"memory.ratio \(saved 0.5, now 0.25\)"):
-        tiny(**{"epochs": 2, "memory.ratio": 0.25}).load_state_dict(_state(donor), mutable=("lr",))
+        tiny(**{"epochs": 2, "memory.ratio": 0.25}).load_state_dict(saved_state(donor), mutable=("lr",))
     with pytest.raises(ValueError, match="mutable keys must be among"):
-        tiny(epochs=2).load_state_dict(_state(donor), mutable=("model",))
+        tiny(epochs=2).load_state_dict(saved_state(donor), mutable=("model",))
     assert "memory.ratio" not in MUTABLE_KEYS and "lr" in MUTABLE_KEYS

@@ -81,7 +81,7 @@ def check_shared_memory(sample_bytes: int, workers: int, loaders: Sequence[tuple
     if need > size:
         fits = size // per_worker
         parts = [f"{processes} ranks x " * (processes > 1) + f"{workers} workers x {prefetch} batches x {batch} images"
-                 for batch, prefetch, processes in (loaders if at_once else [loaders[held.index(max(held))]])]
+                 for batch, prefetch, processes in (loaders if at_once else [max(loaders, key=math.prod)])]
         raise SharedMemoryError(
             f"loader workers hand their batches over in shared memory ({folder}), but "
             f"{' + '.join(parts)} x {sample_bytes / 1024:.0f} KiB need {need / 2**20:.0f} MiB and {folder} holds "
