@@ -23,6 +23,7 @@ import os
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -215,24 +216,17 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
     """The trainer through ``fit()``; a ``torch.save(state_dict())`` timed after each epoch."""
     trainer = build_trainer(spec, phases)
     prepare(trainer, phases)
-    passes = []  # (start, end, EpochResult) of every training pass, timed around the trainer's own method
-    train_epoch = trainer.train_epoch
+    from xbm.evaluate import epoch as evaluation
 
-    def timed(epoch, *args, **kwargs):
-        start = time.perf_counter()
-        result = train_epoch(epoch, *args, **kwargs)
-        passes.append((start, time.perf_counter(), result))
-        return result
-
-    trainer.train_epoch = timed
-    nmi_s = time_nmi()
+    passes = record_calls(trainer, "train_epoch")  # (start, end, EpochResult) of every training pass
+    nmi_calls = record_calls(evaluation, "nmi")  # k-means on the host, whatever the device
     epochs, checkpoint = [], Path(spec["work"]) / f"checkpoint-{os.getpid()}.pt"
     with UtilisationSampler() as sampler:
         for metrics in trainer.fit():
             start = time.perf_counter()
             torch.save(trainer.state_dict(), checkpoint)
-            epochs.append((metrics, time.perf_counter() - start, sum(nmi_s)))
-            nmi_s.clear()
+            epochs.append((metrics, time.perf_counter() - start, sum(end - begun for begun, end, _ in nmi_calls)))
+            nmi_calls.clear()
             phases(f"epoch {metrics['epoch']}: {metrics['images_per_s']:.0f} images/s, training "
                    f"{metrics.get('train_s', float('nan')):.1f} s, evaluation {metrics.get('eval_s', float('nan')):.1f} s, "
                    f"checkpoint {epochs[-1][1]:.2f} s{'' if metrics['epoch'] > 1 else ' (untimed)'}")
@@ -256,22 +250,19 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
             "first_batch_s": phases.first_timed_batch}
 
 
-def time_nmi() -> list[float]:
-    """Time every ``nmi`` (its k-means: faiss, else scikit-learn) the evaluation computes, into the returned
-    list: the part of an evaluation that runs on the host whatever the device."""
-    from xbm.evaluate import epoch as evaluation
-
-    seconds, nmi = [], evaluation.nmi
+def record_calls(owner, name: str) -> list[tuple[float, float, Any]]:
+    """Replace ``owner.name`` (an object's method, a module's function) by a wrapper that appends each call's
+    ``(start, end, result)`` to the returned list."""
+    calls, call = [], getattr(owner, name)
 
     def timed(*args, **kwargs):
         start = time.perf_counter()
-        try:
-            return nmi(*args, **kwargs)
-        finally:
-            seconds.append(time.perf_counter() - start)
+        result = call(*args, **kwargs)
+        calls.append((start, time.perf_counter(), result))
+        return result
 
-    evaluation.nmi = timed
-    return seconds
+    setattr(owner, name, timed)
+    return calls
 
 
 def shared_trial(spec: dict, barrier, phases: Phases) -> dict:
