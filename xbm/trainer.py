@@ -269,9 +269,9 @@ class Trainer:
         step = Step(self.parallel.model(self.model), self.objective,
                     self.parallel.criterion(self.criterion(epoch - 1), self.objective.blocks), self.optimizer,
                     self.scaler, list(self.model.parameters()), self.cfg.clip_grad, self.prepare_train,
-                    on_step=self.step_drift.after_step)
+                    on_step=self.step_drift.after_step,
+                    on_begin=lambda: self.step_drift.begin_epoch(len(self.loader)))
         batches = self._batches(f"epoch {epoch}/{self.cfg.epochs}", epoch_index=epoch - 1)
-        self.step_drift.begin_epoch(len(self.loader))
         result = run_epoch(step, batches, self.runtime, epoch=epoch, epoch_index=epoch - 1)
         share_buffers(self.ranks, (self.model, self.objective))   # e.g. per-rank BatchNorm statistics
         return result

@@ -1,6 +1,7 @@
 """What a run's epochs cost and report (issue 18): ``eval_every`` and forced evaluation epochs, the time
 breakdown of every epoch, and refusing a GPU run that could not be fed."""
 import math
+import time
 
 import pytest
 import torch
@@ -43,6 +44,21 @@ def test_every_epoch_reports_its_time_breakdown(tiny):
         assert r["train_s"] + r["eval_s"] <= r["epoch_time_s"] + 1e-6
         assert r["epoch_time_s"] - (r["train_s"] + r["eval_s"]) < 0.5 * r["epoch_time_s"]
         assert r["gpu_memory_peak_gib"] is None  # no counter on the CPU
+
+
+def test_the_probe_passes_of_step_drift_count_in_train_s(tiny):
+    """Bug caught: the probe snapshot step drift takes before an epoch's first step (due when an epoch end lies
+    Δt after the start) taken outside the pass's clock: train_s undercounts, and the epoch holds time that
+    neither train_s nor eval_s explains (seen in CI: 56 of a 74-ms epoch, failing the test above)."""
+    trainer = tiny(epochs=1)
+    drift = trainer.step_drift
+    drift.deltas = (len(trainer.loader),)   # Δt = one epoch: snapshots at its start and at its end
+    embed, calls = drift.embed, []
+    drift.embed = lambda: calls.append(time.sleep(0.25)) or embed()
+    row = next(trainer.fit())
+    assert len(calls) == 2
+    assert row["train_s"] >= 0.5
+    assert row["epoch_time_s"] - (row["train_s"] + row["eval_s"]) < 0.25
 
 
 def test_prepare_does_the_references_and_warm_up_once(tiny):

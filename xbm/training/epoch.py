@@ -81,6 +81,8 @@ class Step:
     sync_grads: Optional[Callable[[], None]] = None
     # after the step, between steps: e.g. drift at Δt iterations (xbm.evaluate.step_drift), which embeds a probe
     on_step: Optional[Callable[[], None]] = None
+    # before the first batch, on the pass's clock (train_s): e.g. the probe snapshot a drift measurement starts from
+    on_begin: Optional[Callable[[], None]] = None
 
 
 def skips_on_device(step: Step) -> bool:
@@ -122,6 +124,8 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
     pending = None  # (iteration, loss, finite) of the previous step, checked one step late (on_device)
     runtime.synchronize()
     start = time.perf_counter()
+    if step.on_begin is not None:
+        step.on_begin()
     batches = iter(loader)
     while True:
         before = time.perf_counter()
