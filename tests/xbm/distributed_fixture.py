@@ -4,6 +4,7 @@ process group and saves what it returns; the caller gets every rank's value. ``r
 trains and keeps what the tests compare: per epoch the metrics and the memory, per step the memory."""
 from __future__ import annotations
 
+import gc
 import io
 import itertools
 import os
@@ -87,6 +88,11 @@ def _rank_main(rank: int, world_size: int, init: str, out: str, job: Callable, a
     try:
         torch.save(job(Ranks.from_process_group(), *args), os.path.join(out, f"rank{rank}.pt"))
     finally:
+        # The job's trainers sit in reference cycles, and their DDP holds the process group: without a
+        # collection it outlives destroy_process_group (seen: 1 DDP alive after it on each rank) and gloo's
+        # threads are torn down with the interpreter, which can abort the rank ("terminate called without an
+        # active exception", SIGABRT: one CI run; pytorch#65513 is the same pattern).
+        gc.collect()
         dist.destroy_process_group()
 
 
