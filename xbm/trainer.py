@@ -312,10 +312,12 @@ class Trainer:
     def close(self) -> None:
         """Stop the loader workers (training and evaluation) now; the trainer is done with after this. Without
         it they stop when the trainer is garbage-collected, late (it sits in reference cycles) and slowly:
-        each worker then waits out torch's 5-s join timeout (``xbm.training.loaders.stop_workers``)."""
+        each worker then waits out torch's 5-s join timeout (``xbm.training.loaders.stop_workers``). On a rank of
+        several it lets go of the process group (``DataParallel.close``)."""
         self.ahead = None
         stop_workers(self.loader)
         self.embed.close()
+        self.parallel.close()
 
     # ---- evaluation ----------------------------------------------------------------------------
     def _embed_training_set(self) -> torch.Tensor:

@@ -120,6 +120,14 @@ def run_part(ranks: Ranks, values: dict, epochs: int, state: bytes | None) -> di
     return {"record": record(trainer, epochs), "state": trainer.state_dict()}
 
 
+def ddp_after_close(ranks: Ranks) -> int:
+    """The DDP objects left (none collected) after one epoch and ``close()``, the trainer still referenced."""
+    trainer = build({**CASES["xbn"], "epochs": 1, "workers": ranks.world_size}, ranks)
+    next(trainer.fit())
+    trainer.close()
+    return sum(isinstance(o, torch.nn.parallel.DistributedDataParallel) for o in gc.get_objects())
+
+
 def first_steps(batches, description: str, steps: int = 4):
     """A Trainer ``progress`` that ends each epoch after ``steps`` batches."""
     return itertools.islice(batches, steps)

@@ -112,19 +112,22 @@ def worker_main(job) -> None:
     seed_everything(cfg.seed)
     ranks = Ranks.from_process_group()
     trainer = Trainer(cfg, cpus=use_cpus(job["cpus"]), ranks=ranks)
-    if not ranks.is_main:
-        for _ in trainer.fit():
-            pass
-        return
-    folder = Path(job["folder"])
-    writer = train_cli.RunWriter(folder, cfg.to_dict())
-    print(f"output: {folder}", flush=True)
-    best = train_cli.BestWeights(writer)
-    for metrics in trainer.fit():
-        writer.metrics(metrics)
-        writer.checkpoint(trainer.state_dict())
-        best.offer(trainer, metrics)
-        print(train_cli.format_line(metrics, cfg.epochs), flush=True)
-        warning = collapse_warning(metrics)
-        if warning:
-            print(warning, file=sys.stderr, flush=True)
+    try:
+        if not ranks.is_main:
+            for _ in trainer.fit():
+                pass
+            return
+        folder = Path(job["folder"])
+        writer = train_cli.RunWriter(folder, cfg.to_dict())
+        print(f"output: {folder}", flush=True)
+        best = train_cli.BestWeights(writer)
+        for metrics in trainer.fit():
+            writer.metrics(metrics)
+            writer.checkpoint(trainer.state_dict())
+            best.offer(trainer, metrics)
+            print(train_cli.format_line(metrics, cfg.epochs), flush=True)
+            warning = collapse_warning(metrics)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
+    finally:
+        trainer.close()   # before Train destroys the process group: DDP lets go of it (DataParallel.close)

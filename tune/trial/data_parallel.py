@@ -216,25 +216,28 @@ def _run_rank(job: Mapping[str, Any]) -> None:
     trainer = _trainer(cfg, cpus, job["policy"], where[NODE_KEY], job["sweep"])
     reporter = Reporter(ray.train.report, ray.train.Checkpoint.from_directory)
     checkpoint = job["checkpoint"]
-    if rank != 0:
-        if checkpoint is not None:
-            with checkpoint.as_directory() as folder:
-                load_trainer_state(trainer, folder, job["policy"].mutable)
-        trainer.prepare()
-        follow(trainer, reporter)
-        return
-    fs, path = job["filesystem"], job["trial_path"]
-    best = BestWeights(Folder(path, filesystem=fs), storage_uri(fs, path), job["mode"])
-    loop = TrialLoop(job["trial_id"], cfg, job["metric"], job["mode"], job["policy"], job["sweep"], where, best,
-                     reporter, started, best_before_report=True)
     try:
-        if checkpoint is not None:
-            with checkpoint.as_directory() as folder:
-                loop.restore(trainer, folder)
-        trainer.prepare()
-        loop.run(trainer)
-    finally:
-        best.wait()
+        if rank != 0:
+            if checkpoint is not None:
+                with checkpoint.as_directory() as folder:
+                    load_trainer_state(trainer, folder, job["policy"].mutable)
+            trainer.prepare()
+            follow(trainer, reporter)
+            return
+        fs, path = job["filesystem"], job["trial_path"]
+        best = BestWeights(Folder(path, filesystem=fs), storage_uri(fs, path), job["mode"])
+        loop = TrialLoop(job["trial_id"], cfg, job["metric"], job["mode"], job["policy"], job["sweep"], where, best,
+                         reporter, started, best_before_report=True)
+        try:
+            if checkpoint is not None:
+                with checkpoint.as_directory() as folder:
+                    loop.restore(trainer, folder)
+            trainer.prepare()
+            loop.run(trainer)
+        finally:
+            best.wait()
+    finally:   # before Train destroys the process group: DDP lets go of it (DataParallel.close)
+        trainer.close()
 
 
 def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str, sweep: str | None):

@@ -82,6 +82,12 @@ class DataParallel:
             self._ddp = wrap_ddp(model, self.device)
         return self._ddp
 
+    def close(self) -> None:
+        """Drop the DDP wrapper. It holds the process group: kept (the trainer sits in reference cycles), the group
+        outlives ``destroy_process_group`` and its gloo threads are torn down with the interpreter, which can
+        abort the process ("terminate called without an active exception"; pytorch#65513)."""
+        self._ddp = None
+
     def criterion(self, criterion: nn.Module, blocks: int) -> nn.Module:
         return GatheredCriterion(criterion, self.ranks, blocks) if self.ranks.distributed else criterion
 

@@ -15,8 +15,8 @@ from xbm.trainer import TIMING_KEYS
 from xbm.training.loaders import make_sampler
 from xbm.training.sharding import ShardedSampler, scale_grad, to_global_order
 
-from ..distributed_fixture import (CASES, RESNET, RESNET_CASES, batchnorm_job, build, cuda_job, first_steps, record,
-                                  resnet_job, run_all, run_part, saved, spawn)
+from ..distributed_fixture import (CASES, RESNET, RESNET_CASES, batchnorm_job, build, cuda_job, ddp_after_close,
+                                  first_steps, record, resnet_job, run_all, run_part, saved, spawn)
 
 
 # The gradient of N workers is a sum of N partial sums over the batch, one worker's one sum: the runs differ
@@ -95,6 +95,12 @@ def test_a_resumed_two_worker_run_repeats_the_uninterrupted_one_exactly(two_work
         assert not diffs, f"epoch {a['epoch']}: {diffs}"
     for a, b in zip(straight["memory"][-1], second[0]["record"]["memory"][-1]):
         assert torch.equal(a, b)
+
+
+def test_a_closed_trainer_lets_go_of_the_process_group():
+    """Bug caught: a closed trainer still holding DDP, and through it the process group, which then outlives
+    destroy_process_group: gloo's threads torn down with the interpreter can abort the rank (SIGABRT seen in CI)."""
+    assert spawn(ddp_after_close, 2) == [0, 0]
 
 
 def test_cpu_sync_batchnorm_is_batchnorm_over_the_whole_batch():
