@@ -10,6 +10,7 @@ and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed one
 - **ceiling**: one batch already on the GPU, the model's step alone (forward, loss, backward, AdamW);
 - **timm**: ``timm.data.create_loader`` with its prefetcher on the training classes' folders (random
   resized crop 0.16-1 + flip, as our ``metric`` preset; no colour jitter) and a loop around the same loss;
+  its workers start by fork, as timm's train.py on Linux (``gpu_rows.timm_loader`` says why not spawn);
 - **bare**: a hand-written PML loop on the project's loader (``train_loader``, ``image_cache``);
 - **trainer** rows, ``xbm.trainer.Trainer(cfg, cpus=...)`` through ``fit()``: with the image cache and
   no memory (the same loss as the loops above), decoding live, and with XBN and PC-XBN memory (ratio 0.5);

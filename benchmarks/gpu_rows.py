@@ -149,11 +149,23 @@ def loop_row(kind: str, spec: dict, phases: Phases) -> dict:
 
 
 def timm_loader(spec: dict, cfg, device):
-    """timm's own loader and prefetcher (timm train.py's path) over the training classes' folders."""
+    """timm's own loader and prefetcher (timm train.py's path) over the training classes' folders, its workers
+    started by fork, as ``python train.py`` starts them on Linux under Python 3.12.
+
+    This row's process is spawned, and spawn would be its workers' default too. timm's ``ImageDataset`` carries
+    its file list (150 KB at 2,000 files), over a pipe's 64 KiB: spawn then writes each worker's start data
+    only as fast as the worker before has imported this script (torch, timm, xbm), one after another. On the
+    H100 (16 cores, 15 workers) the row had no batch 60 and 90 s into its first epoch; ours, whose data sets
+    pickle to 3 KB, start their 15 together and give a first batch 8-12 s after the epoch starts. timm's
+    steady rate is the reference here, not how its loader starts under spawn (``create_loader`` takes no
+    start method, so the process default is set)."""
+    import multiprocessing
+
     from timm.data import ImageDataset, create_loader
 
     from xbm.training.loaders import resolve_workers
 
+    multiprocessing.set_start_method("fork", force=True)
     workers = resolve_workers("auto", "image", len(spec["cpus"]))
     return create_loader(ImageDataset(spec["timm_root"]), input_size=(3, cfg.image_size, cfg.image_size),
                          batch_size=cfg.batch_size, is_training=True, use_prefetcher=True, scale=(0.16, 1.0),
