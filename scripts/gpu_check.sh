@@ -11,20 +11,24 @@
 # targets pulled from its log (scripts/gpu_check_summary.py). Exit status 0 when every part ended ok (or
 # was skipped: no failed test to rerun).
 #
-#   part             what                                                         predicted  cap (s)
-#   wheels           (--wheels) install what the image lacks into $XBM_SITE            15      30
-#   env              GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm   5      20
-#   cuda-tests       pytest -v -n auto -m cuda over the test files that touch CUDA      60      95
-#   cuda-rerun       the failed ones again, one process, --tb=long (when any failed)    10      25
-#   normalisers      benchmarks/bench_normalisers.py at full size (60,000 x 512)        20      35
-#   bench-gpu        benchmarks/bench_gpu.py: every row and K = 1, 2, 4 at 4,000 photos 170     200
-#                    (2,000 training images), 1 timed epoch, --row-timeout 60
-#   sweep            xbm-tune sweep on the synthetic CUB set, resnet50 224 px, batch     95     115
+#   part             what                                              H100, 2026-11-27 (s)  cap (s)
+#   wheels           (--wheels) install what the image lacks into $XBM_SITE            13      30
+#   env              GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm   7      20
+#   cuda-tests       pytest -v -n auto -m cuda over the test files that touch CUDA      51      95
+#   cuda-rerun       the failed ones again, one process, --tb=long (when any failed)     -      25
+#   normalisers      benchmarks/bench_normalisers.py at full size (60,000 x 512)        10      35
+#   bench-gpu        benchmarks/bench_gpu.py: its rows, then K = 1, 2, 4, at 4,000     200     200
+#                    photos (2,000 training images), 1 timed epoch, --row-timeout 60.
+#                    A row takes 20-41 s (its start: CUDA, image cache, references,
+#                    15 workers), all of them and K about 390 s: the cap ends after
+#                    the rows the targets need first (ceiling, timm, trainer cache,
+#                    XBN, PC-XBN); the rest is a second command (README, "GPU check")
+#   sweep            xbm-tune sweep on the synthetic CUB set, resnet50 224 px, batch     82     115
 #                    128, --gpus-per-trial 0.5 (2 trials on the GPU at once, each
 #                    capped), ASHA, 8 samples x 4 epochs, --time-budget 65s; then
 #                    trials per hour, trials at once, GPU utilisation, memory vs caps
 #                    (the budget starts once Ray is up: ~8 s, then trials end their epoch)
-#   in all, one H100 with 16 cores (estimates: not yet measured)                       ~380     520
+#   in all, one H100 with 16 cores (run F, docs/trainer.md "GPU check")              364     520
 #   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9 minutes at worst)
 #
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick, a
