@@ -17,9 +17,10 @@ and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed one
   ``trainer cold start`` is the cache row with ``prefetch_next_epoch=false`` (each epoch's loader starts
   when the epoch does).
   Per row: evaluation (the epoch's ``eval_s`` when the trainer reports it, else ``epoch_time_s`` minus
-  the training pass; ``nmi/epoch``: the part of it in ``nmi``'s k-means) and a
-  ``torch.save(trainer.state_dict())`` as fractions of the epoch's training pass, the trainer's
-  ``data_wait_s`` when it reports it, and the GPU utilisation during the training passes.
+  the training pass; ``nmi/epoch``: the part of it in ``nmi``'s k-means) and the wait for ``xbm-tune
+  train``'s checkpoint (its copy to the CPU; the write runs beside the next epoch) as fractions of the
+  epoch's training pass, the trainer's ``data_wait_s`` when it reports it, and the GPU utilisation during
+  the training passes.
 
 Then K = 1, 2, 4 trainer processes sharing the GPU, started together, each pinned to its 1/K of the cores
 (``cpus`` = that share) and capped as a sweep's trial holding 1/K of the GPU is (``tune.trial.resources.cap_gpu_memory``:

@@ -7,8 +7,9 @@ memory, cuDNN autotuner and per-process image readers).
   differ from the trainer only in what they measure (no loader; timm's loader); ``bare`` passes PML's
   index tuples, as a PML user writes it (7 host reads per step: 2 ``nonzero``, 5 boolean indexings);
 - trainer rows: ``Trainer.fit()``, its training passes timed around ``Trainer.train_epoch``, evaluation
-  read from the epoch's metrics (``nmi``'s share of it timed around ``xbm.evaluate.epoch.nmi``), a
-  ``torch.save(trainer.state_dict())`` timed after each epoch;
+  read from the epoch's metrics (``nmi``'s share of it timed around ``xbm.evaluate.epoch.nmi``), and after
+  each epoch ``xbm-tune train``'s checkpoint (``CheckpointWriter.save``): the wait timed is the copy to the
+  CPU, the write runs beside the next epoch (it was a ``torch.save``, 0.37-0.50 s, before 2026-11-27);
 - ``shared``: one of K trainer processes sharing a GPU, training passes only, timed after a barrier.
 
 Every row reports its phases as they happen (``gpu_phases.Phases``: data, cache, model, references,
@@ -227,23 +228,25 @@ def prepare(trainer, phases: Phases) -> None:
 
 
 def trainer_row(spec: dict, phases: Phases) -> dict:
-    """The trainer through ``fit()``; a ``torch.save(state_dict())`` timed after each epoch."""
+    """The trainer through ``fit()``; the wait for ``xbm-tune train``'s checkpoint timed after each epoch."""
     trainer = build_trainer(spec, phases)
     prepare(trainer, phases)
     from xbm.evaluate import epoch as evaluation
+    from xbm.training.checkpoint import CheckpointWriter
 
     passes = record_calls(trainer, "train_epoch")  # (start, end, EpochResult) of every training pass
     nmi_calls = record_calls(evaluation, "nmi")  # k-means on the host, whatever the device
-    epochs, checkpoint = [], Path(spec["work"]) / f"checkpoint-{os.getpid()}.pt"
+    epochs, checkpoint, files = [], Path(spec["work"]) / f"checkpoint-{os.getpid()}.pt", CheckpointWriter()
     with UtilisationSampler() as sampler:
         for metrics in trainer.fit():
             start = time.perf_counter()
-            torch.save(trainer.state_dict(), checkpoint)
+            files.save(trainer.state_dict(), checkpoint)
             epochs.append((metrics, time.perf_counter() - start, sum(end - begun for begun, end, _ in nmi_calls)))
             nmi_calls.clear()
             phases(f"epoch {metrics['epoch']}: {metrics['images_per_s']:.0f} images/s, training "
                    f"{metrics.get('train_s', float('nan')):.1f} s, evaluation {metrics.get('eval_s', float('nan')):.1f} s, "
                    f"checkpoint {epochs[-1][1]:.2f} s{'' if metrics['epoch'] > 1 else ' (untimed)'}")
+    files.wait()
     checkpoint.unlink(missing_ok=True)
     if len(passes) != len(epochs):
         raise RuntimeError(f"fit() must train through Trainer.train_epoch once per epoch, but {len(passes)} passes "

@@ -19,7 +19,6 @@ import argparse
 import csv
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -95,16 +94,21 @@ def output_folder(path: Optional[str]) -> Path:
 
 
 class RunWriter:
-    """Writes config.yaml, appends metrics.jsonl / metrics.csv rows, replaces checkpoint.pt atomically."""
+    """Writes config.yaml, appends metrics.jsonl / metrics.csv rows, replaces checkpoint.pt atomically (written
+    in the background while the next epoch trains: :class:`xbm.training.checkpoint.CheckpointWriter`; call
+    :meth:`wait` before the run ends)."""
 
     def __init__(self, folder: Path, config: dict[str, Any]) -> None:
         import yaml
+
+        from xbm.training.checkpoint import CheckpointWriter
 
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         self.columns: list[str] = []
         self.rows: list[dict[str, Any]] = []
+        self.files = CheckpointWriter()
 
     def metrics(self, row: dict[str, Any]) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
@@ -123,11 +127,11 @@ class RunWriter:
             csv.DictWriter(handle, self.columns).writerow(row)
 
     def checkpoint(self, state: dict[str, Any], name: str = "checkpoint.pt") -> None:
-        import torch
+        self.files.save(state, self.folder / name)
 
-        tmp = self.folder / f"{name}.tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, self.folder / name)
+    def wait(self) -> None:
+        """Until checkpoint.pt and best_weights.pt hold the last states given; a failed write raises OSError."""
+        self.files.wait()
 
 
 class BestWeights:
@@ -207,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         trainer.close()   # its loader workers end now (a caller in a long-lived process: no 5-s timeouts)
+        writer.wait()     # the last good epoch's files land before the command returns
     print(f"done: {folder / 'metrics.jsonl'}")
     return 0
 

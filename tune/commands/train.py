@@ -112,6 +112,7 @@ def worker_main(job) -> None:
     seed_everything(cfg.seed)
     ranks = Ranks.from_process_group()
     trainer = Trainer(cfg, cpus=use_cpus(job["cpus"]), ranks=ranks)
+    writer = None
     try:
         if not ranks.is_main:
             for _ in trainer.fit():
@@ -131,3 +132,5 @@ def worker_main(job) -> None:
                 print(warning, file=sys.stderr, flush=True)
     finally:
         trainer.close()   # before Train destroys the process group: DDP lets go of it (DataParallel.close)
+        if writer is not None:
+            writer.wait()   # checkpoint.pt and best_weights.pt land before the worker ends

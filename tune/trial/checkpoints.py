@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from ray.tune import Callback
 
 from tune.results.parquet import finite
+from xbm.training.checkpoint import cpu_copy
 
 from analysis.location import Folder
 
@@ -85,7 +86,7 @@ class BestWeights:
         they were kept."""
         if not (always or self.better(value)):
             return False
-        weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        weights = cpu_copy(model.state_dict())
         self.wait()  # one write at a time, in epoch order
         self.value, self.epoch = float(value) if finite(value) else math.nan, int(epoch)
         payload = {"model": weights, "epoch": self.epoch, "value": self.value, **about}

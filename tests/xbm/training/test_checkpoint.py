@@ -1,10 +1,13 @@
-"""``xbm.training.checkpoint.load_checkpoint``: a trainer's saved state comes back; a bad file is named."""
+"""``xbm.training.checkpoint``: a trainer's saved state comes back; a bad file is named; a checkpoint written in
+the background holds the state as it was when saved, lands in order, and never fails silently."""
+import collections
 import pickle
+import threading
 
 import pytest
 import torch
 
-from xbm.training.checkpoint import load_checkpoint
+from xbm.training.checkpoint import CheckpointWriter, cpu_copy, load_checkpoint
 from xbm.errors import BadCheckpointError
 
 from ..conftest import tiny_trainer
@@ -39,3 +42,72 @@ def test_a_missing_checkpoint_stays_a_file_not_found(tmp_path):
     """Bug caught: a missing file reported as corrupt (the user would inspect a file that is not there)."""
     with pytest.raises(FileNotFoundError, match="trainer.pt"):
         load_checkpoint(tmp_path / "trainer.pt")
+
+
+def _gated_saves(monkeypatch):
+    """torch.save held back until the returned event is set (only the first call when ``first_only``)."""
+    gate, save, calls = threading.Event(), torch.save, []
+
+    def gated(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:
+            assert gate.wait(10), "the test never opened the gate"
+        return save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", gated)
+    return gate
+
+
+def test_a_background_checkpoint_holds_the_state_as_it_was_when_saved(tmp_path, monkeypatch):
+    """Bug caught: a write in the background that serialises the live tensors, so the next epoch's in-place
+    optimiser steps reach the file (checkpoint.pt holding weights of epoch N+1 labelled epoch N)."""
+    gate = _gated_saves(monkeypatch)
+    weights = torch.arange(4.0)
+    state = {"epoch": 3, "model": collections.OrderedDict(w=weights), "rng": (torch.tensor([7]), [1, 2])}
+    writer = CheckpointWriter()
+    writer.save(state, tmp_path / "checkpoint.pt")
+    weights.add_(100.0)                 # the next step, while the write waits
+    state["rng"][1].append(3)           # a plain value changed in place too
+    gate.set()
+    writer.wait()
+    saved = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert saved["epoch"] == 3 and torch.equal(saved["model"]["w"], torch.arange(4.0))
+    assert isinstance(saved["model"], collections.OrderedDict) and saved["rng"][1] == [1, 2]
+    assert not (tmp_path / "checkpoint.pt.tmp").exists()
+
+
+def test_a_second_save_to_a_path_waits_for_the_first(tmp_path, monkeypatch):
+    """Bug caught: two writes to one path racing, so a slow older state lands after the newer one (a resumed
+    run would go back an epoch)."""
+    gate = _gated_saves(monkeypatch)
+    writer = CheckpointWriter()
+    writer.save({"epoch": 1}, tmp_path / "checkpoint.pt")
+    threading.Timer(0.2, gate.set).start()   # the first write ends only after the second save was asked for
+    writer.save({"epoch": 2}, tmp_path / "checkpoint.pt")
+    writer.wait()
+    for thread in threading.enumerate():   # any write the writer lost track of lands too
+        if thread.name == "save checkpoint.pt":
+            thread.join(10)
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["epoch"] == 2
+
+
+def test_a_failed_background_write_is_raised_naming_the_file(tmp_path):
+    """Bug caught: a write that fails in its thread (disk full, folder gone) and is never reported, so the user
+    trusts a checkpoint that is not there."""
+    writer = CheckpointWriter()
+    path = tmp_path / "gone" / "checkpoint.pt"
+    writer.save({"epoch": 1}, path)
+    with pytest.raises(OSError, match=f"could not write the checkpoint {path}"):
+        writer.wait()
+    writer.wait()   # said once: the run can still end
+
+
+def test_cpu_copy_moves_every_tensor_and_copies_every_leaf():
+    """Bug caught: a snapshot sharing a tensor or a list with the live state through a nested container."""
+    Pair = collections.namedtuple("Pair", "a b")
+    live = {"x": [torch.ones(2), Pair(torch.zeros(1), {"k": [5]})]}
+    snap = cpu_copy(live)
+    live["x"][0].add_(1)
+    live["x"][1].b["k"].append(6)
+    assert torch.equal(snap["x"][0], torch.ones(2)) and snap["x"][1].b == {"k": [5]}
+    assert isinstance(snap["x"][1], Pair)
