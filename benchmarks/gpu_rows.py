@@ -39,9 +39,9 @@ TRAINER_ROWS = {  # row -> config changes; image_cache is set for every row but 
     # each epoch's loader started when the epoch starts, as before prefetch_next_epoch: what drawing ahead gains
     "trainer cold start": {"memory.enabled": False, "prefetch_next_epoch": False},
 }
-# The order they run in: the rows the targets compare first, so that a run cut by its cap keeps them.
-# In the order of what the targets need first: a row takes 20-41 s on an H100 (most of it its start: CUDA, the
-# image cache, references, 15 workers), and scripts/gpu_check.sh's 200-s cap ends after PC-XBN.
+# The order they run in: the rows the targets compare first, so that a run cut by its cap keeps them. A row takes
+# 20-41 s on an H100 (most of it its start: CUDA, the image cache, references, 15 workers), and
+# scripts/gpu_check.sh's 200-s cap ends after PC-XBN.
 ROWS = ("ceiling", "timm", "trainer cache", "trainer XBN", "trainer PC-XBN", "trainer cold start", "trainer live",
         "bare")
 

@@ -50,7 +50,7 @@ class CheckpointWriter:
     three quarters of a 2,000-image training pass (docs/trainer.md, "On a GPU").
 
     One write per path at a time: a second ``save`` to a path first waits for the one before, so an older
-    state never lands last and at most one snapshot per path waits in memory. A failed write is raised, as
+    state never lands last and one snapshot per path at most is held in memory. A failed write is raised, as
     an ``OSError`` naming the file, by the next ``save`` to its path or by :meth:`wait`, which blocks until
     every write has landed: call it before the process ends (the threads are daemons, and a write cut off
     leaves only its ``.tmp``)."""
@@ -61,8 +61,8 @@ class CheckpointWriter:
 
     def save(self, state: Any, path) -> None:
         path = Path(path)
-        snapshot = cpu_copy(state)
         self._finish(path)
+        snapshot = cpu_copy(state)
         thread = threading.Thread(target=self._write, args=(snapshot, path), daemon=True, name=f"save {path.name}")
         self._writes[path] = thread
         thread.start()
