@@ -30,7 +30,9 @@ def load_checkpoint(path) -> dict[str, Any]:
 def cpu_copy(value: Any) -> Any:
     """``value`` with every tensor copied to the CPU (detached; a CPU tensor cloned) and every other leaf
     deep-copied, through dicts, lists and tuples: a snapshot that the originals' in-place updates (the next
-    optimiser step, the memory's next enqueue) cannot reach."""
+    optimiser step, the memory's next enqueue) cannot reach. Tensors that view one storage are copied apart,
+    which ``torch.save`` would have kept shared: a trainer's state holds no such views (its buffers, weights
+    and optimiser moments are each their own)."""
     if isinstance(value, torch.Tensor):
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
