@@ -13,10 +13,13 @@
 #
 #   part             what                                              H100, 2026-11-27 (s)  cap (s)
 #   wheels           (--wheels) install what the image lacks into $XBM_SITE            13      30
-#   env              GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm   7      20
-#   cuda-tests       pytest -v -n auto -m cuda over the test files that touch CUDA      51      95
+#   env              GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm   7      15
+#   cuda-tests       pytest -v -n auto -m cuda over the test files that touch CUDA      51      80
 #   cuda-rerun       the failed ones again, one process, --tb=long (when any failed)     -      25
 #   normalisers      benchmarks/bench_normalisers.py at full size (60,000 x 512)        10      35
+#   checkpoint       benchmarks/bench_checkpoint.py: what an epoch of `xbm-tune train`  ~15      30
+#                    waits for its checkpoint (300 MB on the GPU), torch.save against
+#                    the background writer, on WORK's disk (not yet run on a GPU)
 #   bench-gpu        benchmarks/bench_gpu.py: its rows, then K = 1, 2, 4, at 4,000     200     200
 #                    photos (2,000 training images), 1 timed epoch, --row-timeout 60.
 #                    A row takes 20-41 s (its start: CUDA, image cache, references,
@@ -28,16 +31,17 @@
 #                    capped), ASHA, 8 samples x 4 epochs, --time-budget 65s; then
 #                    trials per hour, trials at once, GPU utilisation, memory vs caps
 #                    (the budget starts once Ray is up: ~8 s, then trials end their epoch)
-#   in all, one H100 with 16 cores (run F, docs/trainer.md "GPU check")              364     520
+#   in all, one H100 with 16 cores (run F, docs/trainer.md "GPU check", and the      ~380     530
+#   checkpoint part's estimate)
 #   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9 minutes at worst)
 #
-# Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick, a
-# CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip; caps doubled): about 3.5 minutes on 2
+# Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick,
+# bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip; caps doubled): about 3.5 minutes on 2
 # cores, exit status 0.
-# --parts takes a comma-separated subset of tests (cuda-tests and cuda-rerun), normalisers, bench (bench-gpu) and
-# sweep; the others are listed as skipped. Two short leases can split the check, or a rerun after a fix take
+# --parts takes a comma-separated subset of tests (cuda-tests and cuda-rerun), normalisers, checkpoint, bench
+# (bench-gpu) and sweep; the others are listed as skipped. Two short leases can split the check, or a rerun after a fix take
 # only the part it fixed. Caps can be changed: CAP_TESTS=150 bash scripts/gpu_check.sh OUT (CAP_WHEELS, CAP_ENV, CAP_TESTS,
-# CAP_RERUN, CAP_NORMALISERS, CAP_BENCH, CAP_SWEEP).
+# CAP_RERUN, CAP_NORMALISERS, CAP_CHECKPOINT, CAP_BENCH, CAP_SWEEP).
 #
 # Python: $PYTHON if set, else the clone's .venv/bin/python if present, else python3. PYTHONPATH starts
 # with the clone, so `xbm` and `tune` import without installing (the CLI runs as `python -m tune.cli`);
@@ -48,7 +52,7 @@
 set -uo pipefail
 
 usage() {
-  echo "usage: $0 OUT_DIR [--wheels DIR] [--work DIR] [--parts tests,normalisers,bench,sweep]" >&2
+  echo "usage: $0 OUT_DIR [--wheels DIR] [--work DIR] [--parts tests,normalisers,checkpoint,bench,sweep]" >&2
   exit 2
 }
 [ $# -ge 1 ] && [[ "$1" != -* ]] || usage
@@ -56,7 +60,7 @@ OUT=$1
 shift
 WHEELS=""
 WORK=${XBM_CHECK_WORK:-/tmp/xbm-gpu-check}
-ALL_PARTS=tests,normalisers,bench,sweep
+ALL_PARTS=tests,normalisers,checkpoint,bench,sweep
 PARTS=$ALL_PARTS
 while [ $# -gt 0 ]; do
   case $1 in
@@ -88,7 +92,7 @@ export PYTHONPATH="$ROOT${WHEELS:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 CAP_WHEELS=${CAP_WHEELS:-30}
-CAP_ENV=${CAP_ENV:-20}
+CAP_ENV=${CAP_ENV:-15}
 
 # run_part NAME CAP SIGNAL COMMAND...: COMMAND under timeout into OUT/NAME.log; a line in OUT/parts.tsv.
 run_part() {
@@ -127,9 +131,10 @@ else
   echo "no CUDA here: toy sizes, the CUDA tests skip, the caps doubled (no lease to fit; a shared CPU is slow)"
 fi
 SCALE=$((2 - CUDA))
-CAP_TESTS=${CAP_TESTS:-$((95 * SCALE))}
+CAP_TESTS=${CAP_TESTS:-$((80 * SCALE))}
 CAP_RERUN=${CAP_RERUN:-$((25 * SCALE))}
 CAP_NORMALISERS=${CAP_NORMALISERS:-$((35 * SCALE))}
+CAP_CHECKPOINT=${CAP_CHECKPOINT:-$((30 * SCALE))}
 CAP_BENCH=${CAP_BENCH:-$((200 * SCALE))}
 CAP_SWEEP=${CAP_SWEEP:-$((115 * SCALE))}
 
@@ -158,11 +163,13 @@ fi
 # ---- benchmarks ------------------------------------------------------------------------------------------
 if [ $CUDA = 1 ]; then
   NORMALISERS=("$PY" benchmarks/bench_normalisers.py --profile xbn,pcxbn)  # then where their time goes
+  CHECKPOINT=("$PY" benchmarks/bench_checkpoint.py --folder "$WORK")
   BENCH=(--images 4000 --epochs 1 --row-timeout 60)
   CUB=(--images 4000)
 else
   # one thread: two threads spinning on 2 busy cores ran this 15x slower (35 s against 2.5 s)
   NORMALISERS=(env OMP_NUM_THREADS=1 "$PY" benchmarks/bench_normalisers.py --quick)
+  CHECKPOINT=("$PY" benchmarks/bench_checkpoint.py --folder "$WORK" --rounds 3)
   BENCH=(--quick --shares 1,2 --row-timeout 120)  # K=4 on a laptop's few cores measures nothing
   CUB=(--images 960 --classes 24 --size 80 60)  # bench_gpu.py's QUICK tree, reused
 fi
@@ -170,6 +177,11 @@ if wanted normalisers; then
   run_part normalisers "$CAP_NORMALISERS" TERM "${NORMALISERS[@]}"
 else
   skip_part normalisers "not in --parts"
+fi
+if wanted checkpoint; then
+  run_part checkpoint "$CAP_CHECKPOINT" TERM "${CHECKPOINT[@]}"
+else
+  skip_part checkpoint "not in --parts"
 fi
 # XBM_BENCH_ARGS: more bench_gpu.py flags (later ones win), e.g. --rows and --shares for a short lease
 if wanted bench; then

@@ -15,7 +15,7 @@ import pytest
 from .wheel_fixture import make_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ("wheels", "env", "cuda-tests", "cuda-rerun", "normalisers", "bench-gpu", "sweep")
+PARTS = ("wheels", "env", "cuda-tests", "cuda-rerun", "normalisers", "checkpoint", "bench-gpu", "sweep")
 
 
 @pytest.mark.slow
@@ -43,6 +43,7 @@ def test_every_part_runs_without_cuda_and_the_summary_lists_each(tmp_path):
 
     assert (site / "xbm_probe.py").is_file() and "installed 1 of 1 wheels" in summary
     assert "SKIPPED" in (out / "cuda-tests.log").read_text()  # -v: each test named as it ends
+    assert "CheckpointWriter.save: the epoch waits" in summary.split("## checkpoint")[1]
     bench = (out / "bench-gpu.log").read_text()
     assert "first batch after" in bench and "references in" in bench and "photos: wrote" in bench
     assert len((out / "bench_gpu.jsonl").read_text().splitlines()) == 8 + 2  # every row (gpu_rows.ROWS), K = 1, 2
