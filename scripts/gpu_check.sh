@@ -198,7 +198,11 @@ NAME=gpu-check-$(date -u +%Y%m%d-%H%M%S)
 # trial started late also its set-up) and Ray shuts down. At least 10 s, whatever cap was asked for.
 if [ $CUDA = 1 ]; then
   BUDGET=$((CAP_SWEEP - 50))  # 65 s in the default 115
-  SIZES=(--set model=resnet50 --set image_size=224 --set batch_size=128 --set embedding_size=512
+  # lr 1e-4, not the space's 1e-3: on 2026-11-27 a from-scratch ResNet50 at 1e-3 pulled every positive pair
+  # inside the miner's pos_margin (0.2) after one 15-step epoch (embedding spread 0.016-0.026), so SupCon had no
+  # anchor and its loss was exactly 0 from epoch 2 in every trial that got there (3 of 8). On the CPU (64 px) 1e-3 went the same way
+  # (positives per step 638 -> 4 in 3 epochs) and 1e-4 kept them (1,490). A check of throughput, not learning.
+  SIZES=(--set model=resnet50 --set image_size=224 --set batch_size=128 --set embedding_size=512 --set lr=1e-4
          --gpus-per-trial 0.5 --num-samples 8 --max-epochs 4)
   GPUS=0.5
 else
