@@ -36,11 +36,11 @@
 #   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9 minutes at worst)
 #
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick,
-# bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip; caps doubled): about 3.5 minutes on 2
-# cores, exit status 0.
+# bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip; caps
+# doubled): about 3.5 minutes on 2 cores, exit status 0.
 # --parts takes a comma-separated subset of tests (cuda-tests and cuda-rerun), normalisers, checkpoint, bench
-# (bench-gpu) and sweep; the others are listed as skipped. Two short leases can split the check, or a rerun after a fix take
-# only the part it fixed. Caps can be changed: CAP_TESTS=150 bash scripts/gpu_check.sh OUT (CAP_WHEELS, CAP_ENV, CAP_TESTS,
+# (bench-gpu) and sweep; the others are listed as skipped. Two short leases can split the check, or a rerun
+# after a fix take only the part it fixed. Caps can be changed: CAP_TESTS=150 bash scripts/gpu_check.sh OUT (CAP_WHEELS, CAP_ENV, CAP_TESTS,
 # CAP_RERUN, CAP_NORMALISERS, CAP_CHECKPOINT, CAP_BENCH, CAP_SWEEP).
 #
 # Python: $PYTHON if set, else the clone's .venv/bin/python if present, else python3. PYTHONPATH starts
@@ -199,9 +199,10 @@ NAME=gpu-check-$(date -u +%Y%m%d-%H%M%S)
 if [ $CUDA = 1 ]; then
   BUDGET=$((CAP_SWEEP - 50))  # 65 s in the default 115
   # lr 1e-4, not the space's 1e-3: on 2026-11-27 a from-scratch ResNet50 at 1e-3 pulled every positive pair
-  # inside the miner's pos_margin (0.2) after one 15-step epoch (embedding spread 0.016-0.026), so SupCon had no
-  # anchor and its loss was exactly 0 from epoch 2 in every trial that got there (3 of 8). On the CPU (64 px) 1e-3 went the same way
-  # (positives per step 638 -> 4 in 3 epochs) and 1e-4 kept them (1,490). A check of throughput, not learning.
+  # inside the miner's pos_margin (0.2) after one 15-step epoch (embedding spread 0.016-0.026), so SupCon had
+  # no anchor and its loss was exactly 0 from epoch 2 in every trial that got there (3 of 8). On the CPU
+  # (64 px) 1e-3 went the same way (positives per step 638 -> 4 in 3 epochs) and 1e-4 kept them (1,490).
+  # A check of throughput, not learning.
   SIZES=(--set model=resnet50 --set image_size=224 --set batch_size=128 --set embedding_size=512 --set lr=1e-4
          --gpus-per-trial 0.5 --num-samples 8 --max-epochs 4)
   GPUS=0.5

@@ -45,7 +45,7 @@ def test_a_missing_checkpoint_stays_a_file_not_found(tmp_path):
 
 
 def _gated_saves(monkeypatch):
-    """torch.save held back until the returned event is set (only the first call when ``first_only``)."""
+    """torch.save's first call held back until the returned event is set; later calls run at once."""
     gate, save, calls = threading.Event(), torch.save, []
 
     def gated(obj, path, *args, **kwargs):
