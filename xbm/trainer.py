@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
@@ -140,6 +141,11 @@ class Trainer:
         device = self.runtime.device
         self.prepare_train, prepare_eval = (_on(self.splits.batch_transform(role), device) for role in ("train", "eval"))
         self.embed = Embedder(self.runtime, self.workers, prepare=prepare_eval)
+        # A trainer dropped without close() (a notebook, a test) is collected in a reference cycle, where the
+        # collector would finalise its loaders' queues before their iterators, so that each worker waits out
+        # torch's 5-s join timeout (10 s for 2 workers measured here, 75 s for a GPU trial's 15). This
+        # finaliser holds the loaders, never the trainer, and stops their workers while the queues are whole.
+        self._stop_workers = weakref.finalize(self, _stop_workers, self.loader, self.embed)
         # The training samples seen through the eval transform: drift and staleness probes.
         self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
         self.probe = evaluation.probe_indices(len(train), cfg.seed)
@@ -311,12 +317,10 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the loader workers (training and evaluation) now; the trainer is done with after this. Without
-        it they stop when the trainer is garbage-collected, late (it sits in reference cycles) and slowly:
-        each worker then waits out torch's 5-s join timeout (``xbm.training.loaders.stop_workers``). On a rank of
-        several it lets go of the process group (``DataParallel.close``)."""
+        it they stop when the trainer is garbage-collected (it sits in reference cycles, so that may be much
+        later). On a rank of several it lets go of the process group (``DataParallel.close``)."""
         self.ahead = None
-        stop_workers(self.loader)
-        self.embed.close()
+        self._stop_workers()   # the finaliser's call, now and once
         self.parallel.close()
 
     # ---- evaluation ----------------------------------------------------------------------------
@@ -468,6 +472,13 @@ def _peak_memory(device: torch.device) -> Callable[[], Optional[float]]:
         return lambda: None
     torch.cuda.reset_peak_memory_stats(device)
     return lambda: torch.cuda.max_memory_allocated(device) / 2**30
+
+
+def _stop_workers(loader, embed: Embedder) -> None:
+    """The workers of a trainer's training loader and of its evaluation loaders, stopped while their queues
+    are whole (``xbm.training.loaders.stop_workers``)."""
+    stop_workers(loader)
+    embed.close()
 
 
 def _on(transform, device: torch.device):

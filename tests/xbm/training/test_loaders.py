@@ -268,3 +268,28 @@ def test_a_closed_trainer_s_workers_end_on_their_own_at_once(monkeypatch):
     trainer.close()
     assert [w.exitcode for w in workers] == [0, 0] and timed_out == [False, False]
     trainer.close()   # twice: nothing left to stop
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["supervised", "instance", "moco", "neighbours"])
+def test_a_trainer_dropped_without_close_stops_its_workers_at_once_when_collected(monkeypatch, objective):
+    """Bugs caught: a trainer dropped without ``close()`` (a notebook, most tests) left its workers to the cyclic
+    collector, which finalised their queues first, so each worker waited out torch's 5-s join timeout: 10 s for
+    these 2, and 60-120 s of the test suite's time inside whichever test happened to trigger the collection. And
+    a finaliser that holds the trainer (through its loader's data set or sampler: each objective builds its
+    own), so that it is never collected at all."""
+    import gc
+
+    from tests.xbm.conftest import tiny_config
+    from xbm.trainer import Trainer
+
+    trainer = Trainer(tiny_config(dataset="digits", model="test_resnet", image_size=16, batch_size=20, epochs=2,
+                                  warmup_epochs=0, embedding_size=16, num_workers="2", objective=objective))
+    next(trainer.fit())
+    workers = list(trainer.loader._iterator._workers)
+    dropped = weakref.ref(trainer)
+    timed_out = record_join_timeouts(monkeypatch)
+    del trainer
+    gc.collect()
+    assert dropped() is None
+    assert [w.exitcode for w in workers] == [0, 0] and timed_out == [False, False]
