@@ -292,4 +292,5 @@ def test_a_trainer_dropped_without_close_stops_its_workers_at_once_when_collecte
     del trainer
     gc.collect()
     assert dropped() is None
-    assert [w.exitcode for w in workers] == [0, 0] and timed_out == [False, False]
+    # every join on time (others than these 2 may be collected too: what earlier tests dropped)
+    assert [w.exitcode for w in workers] == [0, 0] and len(timed_out) >= 2 and not any(timed_out)
