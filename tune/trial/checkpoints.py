@@ -29,7 +29,7 @@ import pyarrow.fs as pafs
 from ray.tune import Callback
 
 from tune.results.parquet import finite
-from xbm.training.checkpoint import cpu_copy
+from xbm.training.checkpoint import CheckpointWriter
 
 from analysis.location import Folder
 
@@ -61,15 +61,16 @@ class CheckpointClock:
 
 class BestWeights:
     """The weights of the best epoch so far by ``mode`` (``max`` | ``min``), written to ``storage`` as
-    :data:`BEST_WEIGHTS`; ``value`` / ``epoch`` say which, ``uri`` where (None before the first)."""
+    :data:`BEST_WEIGHTS`; ``value`` / ``epoch`` say which, ``uri`` where (None before the first). The copy to the
+    CPU happens at once, the write in the background (``xbm.training.checkpoint.CheckpointWriter``)."""
 
     def __init__(self, storage: Folder, uri: str, mode: str) -> None:
         self.storage, self.folder_uri, self.mode = storage, uri.rstrip("/"), mode
         self.value: Optional[float] = None
         self.epoch: Optional[int] = None
-        self._writer: Optional[threading.Thread] = None
-        self._error: Optional[BaseException] = None
-        self._lock = threading.Lock()  # the trial's thread and the actor's cleanup may both wait
+        self._files = CheckpointWriter()
+        # a write started and its entry in _PENDING, together: the actor's clean-up may wait meanwhile
+        self._lock = threading.Lock()
 
     @property
     def uri(self) -> Optional[str]:
@@ -86,40 +87,30 @@ class BestWeights:
         they were kept."""
         if not (always or self.better(value)):
             return False
-        weights = cpu_copy(model.state_dict())
-        self.wait()  # one write at a time, in epoch order
-        self.value, self.epoch = float(value) if finite(value) else math.nan, int(epoch)
-        payload = {"model": weights, "epoch": self.epoch, "value": self.value, **about}
-        writer = threading.Thread(target=self._write, args=(payload,), daemon=True, name="best-weights")
-        with self._lock:
-            self._writer = writer
+        value, epoch = float(value) if finite(value) else math.nan, int(epoch)
+        payload = {"model": model.state_dict(), "epoch": epoch, "value": value, **about}
+        with self._lock:   # one write at a time, in epoch order: save waits for the one before (and raises its error)
+            self._files.save(payload, f"{self.folder_uri}/{BEST_WEIGHTS}", write=self._write)
+            self.value, self.epoch = value, epoch
             _PENDING.add(self)
-        writer.start()
         return True
 
     def _write(self, payload: dict) -> None:
         import torch
 
-        try:
-            buffer = io.BytesIO()
-            torch.save(payload, buffer)
-            self.storage.write_bytes(BEST_WEIGHTS, buffer.getvalue())
-        except BaseException as exc:  # raised in the trial's thread by wait()
-            self._error = exc
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        self.storage.write_bytes(BEST_WEIGHTS, buffer.getvalue())
 
     def wait(self) -> None:
         """Block until the pending write is done; re-raise its error, naming the file. The trial's thread and
         the actor's ``cleanup`` may both wait."""
-        writer = self._writer
-        if writer is not None:
-            writer.join()
-        with self._lock:
-            if self._writer is writer:  # not a newer write the other thread started meanwhile
-                self._writer = None
-                _PENDING.discard(self)
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise OSError(f"could not write the best weights to {self.folder_uri}/{BEST_WEIGHTS}: {error}") from error
+        try:
+            self._files.wait()
+        finally:
+            with self._lock:
+                if not self._files.pending():
+                    _PENDING.discard(self)
 
     def state(self) -> dict:
         return {"value": self.value, "epoch": self.epoch}

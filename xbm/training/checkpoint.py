@@ -3,10 +3,11 @@ writing one while training goes on (:class:`CheckpointWriter`)."""
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -49,46 +50,77 @@ class CheckpointWriter:
     in a background thread, through ``<path>.tmp`` and an atomic rename, so ``path`` always holds a whole
     checkpoint. Only the copy runs between two epochs: on an H100 a ResNet50 ``Trainer.state_dict()`` (weights,
     AdamW's moments, the memory: about 300 MB) took 0.37-0.50 s to ``torch.save`` after every epoch, half to
-    three quarters of a 2,000-image training pass (docs/trainer.md, "On a GPU").
+    three quarters of a 2,000-image training pass (docs/trainer.md, "On a GPU"). ``save(state, name, write)``
+    lands the snapshot with ``write(snapshot)`` instead (a sweep's storage, which may be S3), ``name`` naming it.
 
     One write per path at a time: a second ``save`` to a path first waits for the one before, so an older
     state never lands last and one snapshot per path at most is held in memory. A failed write is raised, as
     an ``OSError`` naming the file, by the next ``save`` to its path or by :meth:`wait`, which blocks until
     every write has landed: call it before the process ends (the threads are daemons, and a write cut off
-    leaves only its ``.tmp``)."""
+    leaves only its ``.tmp``). Two threads may save and wait at once (a trial's thread, its actor's clean-up)."""
 
     def __init__(self) -> None:
-        self._writes: dict[Path, threading.Thread] = {}
-        self._errors: dict[Path, BaseException] = {}
+        self._writes: dict[Any, threading.Thread] = {}
+        self._errors: dict[Any, BaseException] = {}
+        self._lock = threading.Lock()
 
-    def save(self, state: Any, path) -> None:
-        path = Path(path)
-        self._finish(path)
+    def save(self, state: Any, path, write: Optional[Callable[[Any], None]] = None) -> None:
+        key = Path(path) if write is None else path
+        self._finish(key)
         snapshot = cpu_copy(state)
-        thread = threading.Thread(target=self._write, args=(snapshot, path), daemon=True, name=f"save {path.name}")
-        self._writes[path] = thread
+        thread = threading.Thread(target=self._write, args=(key, write or functools.partial(_write_file, key),
+                                                            snapshot), daemon=True, name=f"save {_name(key)}")
+        with self._lock:
+            self._writes[key] = thread
         thread.start()
 
-    def _write(self, snapshot: Any, path: Path) -> None:
-        try:
-            tmp = path.with_name(path.name + ".tmp")
-            torch.save(snapshot, tmp)
-            os.replace(tmp, path)
-        except BaseException as exc:  # raised in the caller's thread by _finish
-            self._errors[path] = exc
+    def pending(self) -> bool:
+        """Whether a write has not yet been waited for."""
+        with self._lock:
+            return bool(self._writes)
 
-    def _finish(self, path: Path) -> None:
-        thread = self._writes.pop(path, None)
+    def _write(self, key: Any, write: Callable[[Any], None], snapshot: Any) -> None:
+        try:
+            write(snapshot)
+        except BaseException as exc:  # raised in the caller's thread by _finish
+            with self._lock:
+                self._errors[key] = exc
+
+    def _finish(self, key: Any) -> None:
+        with self._lock:
+            thread = self._writes.get(key)
         if thread is not None:
             thread.join()
-        error = self._errors.pop(path, None)
+        with self._lock:
+            if thread is not None and self._writes.get(key) is thread:   # not a newer write saved meanwhile
+                del self._writes[key]
+            error = self._errors.pop(key, None)
         if error is not None:
-            raise OSError(f"could not write the checkpoint {path}: {type(error).__name__}: {error}") from error
+            raise OSError(f"could not write {key}: {type(error).__name__}: {error}") from error
 
     def wait(self) -> None:
-        """Block until every pending write has landed; raise the first that failed."""
-        paths = list(self._writes)
-        for thread in [self._writes[p] for p in paths]:
-            thread.join()
-        for path in paths:
-            self._finish(path)
+        """Block until every pending write has landed, a write saved meanwhile by another thread included;
+        then raise the first that failed."""
+        failed: Optional[OSError] = None
+        while True:
+            with self._lock:
+                keys = list(self._writes)
+            if not keys:
+                break
+            for key in keys:
+                try:
+                    self._finish(key)
+                except OSError as exc:
+                    failed = failed or exc
+        if failed is not None:
+            raise failed
+
+
+def _write_file(path: Path, snapshot: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(snapshot, tmp)
+    os.replace(tmp, path)
+
+
+def _name(key: Any) -> str:
+    return key.name if isinstance(key, Path) else str(key).rsplit("/", 1)[-1]

@@ -1,4 +1,7 @@
 """The checkpoint policy (tune.trial.checkpoints): the period clock, the best weights, pruning."""
+import threading
+import time
+
 import pyarrow.fs as pafs
 import pytest
 import torch
@@ -132,13 +135,14 @@ def test_a_stopped_or_reused_actor_waits_for_the_best_weights_write(tmp_path, mo
     assert waited == [True, True]
 
 
-def test_a_wait_that_overlaps_a_new_write_leaves_that_write_pending(tmp_path):
+def test_a_wait_that_overlaps_a_new_write_leaves_no_write_behind(tmp_path):
     """Bug caught: the actor's cleanup waiting while the trial's thread offered a new epoch: cleanup's wait,
     back from joining the old write, cleared the new one, which then nobody waited for (lost with the actor)."""
     from tune.trial.checkpoints import _PENDING
 
     best = BestWeights(SlowStorage(str(tmp_path)), str(tmp_path), "max")
     model = torch.nn.Linear(2, 1)
+    key = f"{tmp_path}/{BEST_WEIGHTS}"
 
     class OldWrite:  # the old write; while cleanup joins it, the trial's thread offers epoch 2
         offered = False
@@ -146,10 +150,14 @@ def test_a_wait_that_overlaps_a_new_write_leaves_that_write_pending(tmp_path):
         def join(self):
             if not self.offered:
                 self.offered = True
-                best.offer(2, 0.9, model, {})
+                threading.Thread(target=best.offer, args=(2, 0.9, model, {})).start()
+                while not best._files.pending() or best._files._writes.get(key) is self:
+                    time.sleep(0.01)   # until the trial's thread has saved epoch 2
 
-    best._writer = OldWrite()
-    best.wait()   # cleanup's wait
-    assert best._writer is not None and best in _PENDING   # epoch 2's write still to wait for
-    best.wait()
+    best._files._writes[key] = OldWrite()
+    _PENDING.add(best)
+    best.wait()   # cleanup's wait: it returns once epoch 2 has landed too, or leaves it pending
+    if best._files.pending():
+        assert best in _PENDING
+        best.wait()
     assert torch.load(tmp_path / BEST_WEIGHTS, weights_only=True)["epoch"] == 2 and best not in _PENDING
