@@ -3,8 +3,10 @@ whose W&B offline runs and MLflow store, read back with their own libraries, hol
 config."""
 from __future__ import annotations
 
+import collections
 import glob
 import json
+import os
 import struct
 import sys
 import time
@@ -81,6 +83,11 @@ def read_wandb_run(path: str) -> tuple[str, dict, dict[int, dict]]:
     return run_id, config, steps
 
 
+def record_kinds(path: str) -> dict[str, int]:
+    """How many records of each kind a run file holds (run, config, history, ...)."""
+    return dict(collections.Counter(record.WhichOneof("record_type") for record in wandb_records(path)))
+
+
 def offline_runs(pattern: str, count: int, timeout_s: float = 60.0):
     """The offline run files and their contents, once ``count`` files each hold their run record: W&B's writer
     process may still be flushing when the sweep returns (seen on a loaded machine: a file without its run)."""
@@ -124,7 +131,9 @@ def test_wandb_offline_and_mlflow_hold_every_trials_epochs_and_config(ray_sessio
     files, runs = offline_runs(f"{plan.experiment_uri}/wandb/offline-run-*/run-*.wandb", 2)
     assert len(files) == 2, files
     logged = {run_id: (config, steps) for run_id, config, steps in runs}
-    assert set(logged) == set(trials.trial_id)
+    # a file without its run record failed once in a full suite run (not reproduced alone or under load):
+    # say what each file holds, for the next time
+    assert set(logged) == set(trials.trial_id), [(f, os.path.getsize(f), record_kinds(f)) for f in files]
     for trial_id, (config, steps) in logged.items():
         row, rows = trials[trials.trial_id == trial_id].iloc[0], epochs[trial_id]
         assert {k: config[k] for k in swept} == {k: row[f"config.{k}"] for k in swept}
