@@ -305,8 +305,10 @@ class Trainer:
         metrics.update(self.references)
         self.epoch = epoch
         now = time.perf_counter()
+        # train_s: the pass and what readies it outside its clock (the memory's prefill, the next pass drawn
+        # ahead), so that train_s + eval_s is the epoch; images_per_s is the pass's own rate
         metrics.update(epoch_time_s=now - start, images_per_s=result.images_per_s * self.ranks.world_size,
-                       train_s=result.seconds,
+                       train_s=evaluated - start,
                        data_wait_s=result.data_wait_s, eval_s=now - evaluated,
                        gpu_memory_peak_gib=peak())
         metrics["skipped_images"] = self.splits.skipped_images  # on_bad_image=skip (xbm.data.bad_images)

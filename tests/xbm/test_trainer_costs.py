@@ -61,6 +61,18 @@ def test_the_probe_passes_of_step_drift_count_in_train_s(tiny):
     assert row["epoch_time_s"] - (row["train_s"] + row["eval_s"]) < 0.25
 
 
+def test_the_memory_s_prefill_counts_in_train_s(tiny):
+    """Bug caught: ``memory.prefill``'s embedding of the whole training set (minutes at SOP's size on a CPU)
+    taken before the pass's clock starts, so that neither train_s nor eval_s holds it and a sweep's time
+    breakdown leaves it as "other"."""
+    trainer = tiny(epochs=1, **{"memory.prefill": True})
+    embed = trainer._embed_training_set
+    trainer._embed_training_set = lambda: time.sleep(0.3) or embed()
+    row = next(trainer.fit())
+    assert row["train_s"] >= 0.3
+    assert row["epoch_time_s"] - (row["train_s"] + row["eval_s"]) < 0.01
+
+
 def test_prepare_does_the_references_and_warm_up_once(tiny):
     """Bug caught: fit() running the warm-up again after prepare() (double warm-up), or prepare() leaving
     it for later (set-up time billed to the first epoch)."""
