@@ -60,7 +60,9 @@ def process(argv: list[str], env: dict | None = None, log: Path | None = None):
     try:
         yield proc
     finally:
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        # `ray start --head --block` had not ended 30 s after SIGTERM (each test using a head waited all of it);
+        # its processes share the group, so SIGKILL after 5 s leaves none behind (checked with ps)
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 10)):
             try:
                 os.killpg(proc.pid, sig)
                 proc.wait(timeout=wait)
