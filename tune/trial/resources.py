@@ -85,8 +85,8 @@ def free_previous_trial() -> None:
     torch keeps from its lazy imports), which only the cyclic collector frees, late (the oldest generation).
     Until then its model, optimiser and memory hold GPU memory under this trial's cap and its loader workers
     stay alive. Collects only when that trainer is still alive: a full collection of a process holding torch
-    takes ~0.3 s. Cached CUDA blocks then go back to the device, for the trials sharing it. Its loader workers
-    are stopped first (``Trainer.close``): collected with them alive, each costs torch's 5-s join timeout."""
+    takes ~0.3 s. Cached CUDA blocks then go back to the device, for the trials sharing it. It is closed first
+    (``Trainer.close``: its loader workers, and a rank's process group, which no finaliser lets go of)."""
     trainer = _previous_trainer()
     if trainer is None:
         return
@@ -94,7 +94,7 @@ def free_previous_trial() -> None:
 
     import torch
 
-    trainer.close()   # its loader workers end now, not each after a 5-s timeout inside the collection
+    trainer.close()
     del trainer
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():

@@ -69,7 +69,7 @@ class CheckpointWriter:
         self._finish(key)
         snapshot = cpu_copy(state)
         thread = threading.Thread(target=self._write, args=(key, write or functools.partial(_write_file, key),
-                                                            snapshot), daemon=True, name=f"save {_name(key)}")
+                                                            snapshot), daemon=True, name=f"save {Path(str(key)).name}")
         with self._lock:
             self._writes[key] = thread
         thread.start()
@@ -120,7 +120,3 @@ def _write_file(path: Path, snapshot: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     torch.save(snapshot, tmp)
     os.replace(tmp, path)
-
-
-def _name(key: Any) -> str:
-    return key.name if isinstance(key, Path) else str(key).rsplit("/", 1)[-1]

@@ -250,17 +250,22 @@ def record_join_timeouts(monkeypatch) -> list[bool]:
     return timed_out
 
 
+def two_worker_trainer(**values):
+    """A 2-epoch trainer on digits with 2 loader workers (a pass is drawn ahead after epoch 1)."""
+    from tests.xbm.conftest import tiny_config
+    from xbm.trainer import Trainer
+
+    return Trainer(tiny_config(dataset="digits", model="test_resnet", image_size=16, batch_size=20, epochs=2,
+                               warmup_epochs=0, embedding_size=16, num_workers="2", **values))
+
+
 @pytest.mark.slow
 def test_a_closed_trainer_s_workers_end_on_their_own_at_once(monkeypatch):
     """Bug caught: a trainer's loader workers left to the cyclic garbage collector (a trainer sits in reference
     cycles), which finalises the workers' queues before the iterator that would tell them to end: torch waited
     out its 5-s join timeout for each worker, 75 s for a GPU trial's 15. Here the workers of a pass drawn ahead
     (prefetch_next_epoch) are busy when the trainer closes."""
-    from tests.xbm.conftest import tiny_config
-    from xbm.trainer import Trainer
-
-    trainer = Trainer(tiny_config(dataset="digits", model="test_resnet", image_size=16, batch_size=20, epochs=2,
-                                  warmup_epochs=0, embedding_size=16, num_workers="2"))
+    trainer = two_worker_trainer()
     next(trainer.fit())
     assert trainer.ahead is not None
     workers = list(trainer.loader._iterator._workers)
@@ -280,11 +285,7 @@ def test_a_trainer_dropped_without_close_stops_its_workers_at_once_when_collecte
     own), so that it is never collected at all."""
     import gc
 
-    from tests.xbm.conftest import tiny_config
-    from xbm.trainer import Trainer
-
-    trainer = Trainer(tiny_config(dataset="digits", model="test_resnet", image_size=16, batch_size=20, epochs=2,
-                                  warmup_epochs=0, embedding_size=16, num_workers="2", objective=objective))
+    trainer = two_worker_trainer(objective=objective)
     next(trainer.fit())
     workers = list(trainer.loader._iterator._workers)
     dropped = weakref.ref(trainer)
