@@ -143,8 +143,10 @@ class BestWeights:
         self.writer, self.metric, self.value = writer, metric, None
 
     def offer(self, trainer, metrics: dict[str, Any]) -> bool:
+        from xbm.training.checkpoint import improves
+
         value = metrics.get(self.metric)
-        if not isinstance(value, float) or not math.isfinite(value) or (self.value is not None and value <= self.value):
+        if not improves(value, self.value):
             return False
         self.value = value
         self.writer.checkpoint({"model": trainer.model.state_dict(), "config": trainer.cfg.to_dict(),

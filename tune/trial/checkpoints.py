@@ -29,7 +29,7 @@ import pyarrow.fs as pafs
 from ray.tune import Callback
 
 from tune.results.parquet import finite
-from xbm.training.checkpoint import CheckpointWriter
+from xbm.training.checkpoint import CheckpointWriter, improves
 
 from analysis.location import Folder
 
@@ -77,9 +77,7 @@ class BestWeights:
         return f"{self.folder_uri}/{BEST_WEIGHTS}" if self.epoch is not None else None
 
     def better(self, value: Any) -> bool:
-        if not finite(value):
-            return False
-        return self.value is None or (value > self.value if self.mode == "max" else value < self.value)
+        return improves(value, self.value, self.mode)
 
     def offer(self, epoch: int, value: Any, model, about: Mapping[str, Any], always: bool = False) -> bool:
         """Keep ``model``'s weights if ``value`` beats the best so far (or ``always``: the latest epoch, for a run

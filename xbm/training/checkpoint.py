@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
+import numbers
 import os
 import threading
 from pathlib import Path
@@ -26,6 +28,17 @@ def load_checkpoint(path) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
         raise BadCheckpointError(path, f"{type(exc).__name__}: {exc}") from exc
+
+
+def improves(value: Any, best: Optional[float], mode: str = "max") -> bool:
+    """Whether ``value`` makes a new best epoch under ``mode`` (``max`` | ``min``): a real, finite number (not a
+    bool, None or NaN) strictly better than ``best``, or any such number while ``best`` is None. The one rule of
+    ``xbm-tune train``'s and a sweep trial's best weights: a tie keeps the earlier epoch."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be 'max' or 'min', but got {mode!r}")
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    return best is None or (value > best if mode == "max" else value < best)
 
 
 def cpu_copy(value: Any) -> Any:

@@ -7,10 +7,31 @@ import threading
 import pytest
 import torch
 
-from xbm.training.checkpoint import CheckpointWriter, cpu_copy, load_checkpoint
+from xbm.training.checkpoint import CheckpointWriter, cpu_copy, improves, load_checkpoint
 from xbm.errors import BadCheckpointError
 
 from ..conftest import tiny_trainer
+
+
+@pytest.mark.parametrize("value, best, mode, expected", [
+    (0.5, None, "max", True), (0.5, None, "min", True),        # the first finite value is the best so far
+    (0.6, 0.5, "max", True), (0.4, 0.5, "max", False),
+    (0.4, 0.5, "min", True), (0.6, 0.5, "min", False),          # a loss: lower is better
+    (0.5, 0.5, "max", False), (0.5, 0.5, "min", False),         # a tie keeps the earlier epoch
+    (float("nan"), None, "max", False), (float("inf"), 0.5, "max", False), (float("-inf"), 0.5, "min", False),
+    (None, None, "max", False), (True, None, "max", False), ("0.9", None, "max", False),
+    (1, 0.5, "max", True), (torch.tensor(0.9).item(), 0.5, "max", True)])
+def test_improves_takes_only_a_strictly_better_finite_number(value, best, mode, expected):
+    """Bugs caught: a NaN or inf epoch (a diverged run) or a bool kept as the best weights; a minimised metric
+    (a loss) compared as maximised; a tie moving the best epoch to a later one. The one rule behind
+    ``xbm-tune train``'s and a sweep trial's ``best_weights.pt``."""
+    assert improves(value, best, mode) is expected
+
+
+def test_improves_refuses_an_unknown_mode():
+    """Bug caught: mode="maximize" (Optuna's word) silently read as "min"."""
+    with pytest.raises(ValueError, match="mode must be 'max' or 'min', but got 'maximize'"):
+        improves(0.5, None, "maximize")
 
 
 def test_a_saved_state_round_trips(tmp_path):
