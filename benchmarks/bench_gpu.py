@@ -17,7 +17,8 @@ and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed one
   ``trainer cold start`` is the cache row with ``prefetch_next_epoch=false`` (each epoch's loader starts
   when the epoch does).
   Per row: evaluation (the epoch's ``eval_s`` when the trainer reports it, else ``epoch_time_s`` minus
-  the training pass; ``nmi/epoch``: the part of it in ``nmi``'s k-means) and the wait for ``xbm-tune
+  the training pass; ``nmi/epoch``: the part of it in ``nmi``'s k-means; a table after splits it into retrieval,
+  ``nmi``, the drift probe, the staleness probe and the rest) and the wait for ``xbm-tune
   train``'s checkpoint (its copy to the CPU; the write runs beside the next epoch) as fractions of the
   epoch's training pass, the trainer's ``data_wait_s`` when it reports it, and the GPU utilisation during
   the training passes.
@@ -131,6 +132,19 @@ def print_rows(results: dict[str, dict], cpu: bool) -> None:
               f"{fmt(result.get('nmi'), '.2f', ''):>10}"
               f"{fmt(result.get('checkpoint'), '.3f', ''):>11}{fmt(result.get('data_wait'), '.2f', ''):>10}"
               f"{fmt(result.get('first_batch_s'), '.0f'):>12}")
+
+
+def print_eval_parts(results: dict[str, dict]) -> None:
+    """Each trainer row's evaluation by part (gpu_rows.EVAL_PARTS, then the rest), as fractions of its epochs'
+    training passes: where the evaluation target is missed."""
+    rows = {name: r["eval_parts"] for name, r in results.items() if "eval_parts" in r}
+    if not rows:
+        return
+    names = list(next(iter(rows.values())))
+    print(f"\nevaluation by part / epoch's training pass\n{'row':<22}" + "".join(f"{n:>11}" for n in names)
+          + f"{'all':>9}")
+    for row, parts in rows.items():
+        print(f"{row:<22}" + "".join(f"{parts[n]:11.3f}" for n in names) + f"{sum(parts.values()):9.3f}")
 
 
 def print_targets(results: dict[str, dict], shared: dict[int, list[dict]], cpu: bool) -> None:
@@ -276,6 +290,7 @@ def main() -> None:
             print("\nCPU TOY FIGURES (--quick or no CUDA): a smoke run of the benchmark; they say nothing about the "
                   "GPU targets")
         print_rows(results, cpu)
+        print_eval_parts(results)
         print_shared(shared, cpu)
         print_targets(results, shared, cpu)
     finally:

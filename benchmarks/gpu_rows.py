@@ -7,7 +7,8 @@ memory, cuDNN autotuner and per-process image readers).
   differ from the trainer only in what they measure (no loader; timm's loader); ``bare`` passes PML's
   index tuples, as a PML user writes it (7 host reads per step: 2 ``nonzero``, 5 boolean indexings);
 - trainer rows: ``Trainer.fit()``, its training passes timed around ``Trainer.train_epoch``, evaluation
-  read from the epoch's metrics (``nmi``'s share of it timed around ``xbm.evaluate.epoch.nmi``), and after
+  read from the epoch's metrics and split into its parts (``EVAL_PARTS``: retrieval, ``nmi``'s k-means, the
+  drift and staleness probes, each timed around its ``xbm.evaluate.epoch`` function), and after
   each epoch ``xbm-tune train``'s checkpoint (``CheckpointWriter.save``): the wait timed is the copy to the
   CPU, the write runs beside the next epoch (it was a ``torch.save``, 0.37-0.50 s, before 2026-11-27);
 - ``shared``: one of K trainer processes sharing a GPU, training passes only, timed after a barrier.
@@ -235,14 +236,18 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
     from xbm.training.checkpoint import CheckpointWriter
 
     passes = record_calls(trainer, "train_epoch")  # (start, end, EpochResult) of every training pass
-    nmi_calls = record_calls(evaluation, "nmi")  # k-means on the host, whatever the device
+    # an evaluation's parts, each ending on a host read (a float, .cpu()), so their wall times hold their GPU work
+    parts = {name: record_calls(evaluation, function) for name, function in EVAL_PARTS.items()}
     epochs, checkpoint, files = [], Path(spec["work"]) / f"checkpoint-{os.getpid()}.pt", CheckpointWriter()
     with UtilisationSampler() as sampler:
         for metrics in trainer.fit():
             start = time.perf_counter()
             files.save(trainer.state_dict(), checkpoint)
-            epochs.append((metrics, time.perf_counter() - start, sum(end - begun for begun, end, _ in nmi_calls)))
-            nmi_calls.clear()
+            spent = {name: sum(end - begun for begun, end, _ in calls) for name, calls in parts.items()}
+            spent["retrieval"] -= spent["nmi"]   # nmi runs inside evaluate_split
+            epochs.append((metrics, time.perf_counter() - start, spent))
+            for calls in parts.values():
+                calls.clear()
             phases(f"epoch {metrics['epoch']}: {metrics['images_per_s']:.0f} images/s, training "
                    f"{metrics.get('train_s', float('nan')):.1f} s, evaluation {metrics.get('eval_s', float('nan')):.1f} s, "
                    f"checkpoint {epochs[-1][1]:.2f} s{'' if metrics['epoch'] > 1 else ' (untimed)'}")
@@ -252,19 +257,27 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
         raise RuntimeError(f"fit() must train through Trainer.train_epoch once per epoch, but {len(passes)} passes "
                            f"were timed for {len(epochs)} epochs: time the training pass another way")
     rows = []
-    for (start, end, result), (metrics, checkpoint_s, epoch_nmi_s) in list(zip(passes, epochs))[1:]:
+    for (start, end, result), (metrics, checkpoint_s, spent) in list(zip(passes, epochs))[1:]:
         train_s = metrics.get("train_s", end - start)
         eval_s = metrics.get("eval_s", metrics["epoch_time_s"] - (end - start))
-        rows.append({"window": (start, end, result.images), "train_s": train_s, "eval_s": eval_s,
-                     "nmi_s": epoch_nmi_s, "checkpoint_s": checkpoint_s, "data_wait_s": metrics.get("data_wait_s")})
+        rows.append({"window": (start, end, result.images), "train_s": train_s, "eval_s": eval_s, "parts": spent,
+                     "checkpoint_s": checkpoint_s, "data_wait_s": metrics.get("data_wait_s")})
     windows = [r["window"] for r in rows]
+    trained = sum(r["train_s"] for r in rows)
+    eval_parts = {name: sum(r["parts"][name] for r in rows) / trained for name in EVAL_PARTS}
+    eval_parts["rest"] = sum(r["eval_s"] for r in rows) / trained - sum(eval_parts.values())
     return {"windows": windows, "util": sampler.mean([w[:2] for w in windows]),
-            "eval": sum(r["eval_s"] for r in rows) / sum(r["train_s"] for r in rows),
-            "nmi": sum(r["nmi_s"] for r in rows) / sum(r["train_s"] for r in rows),
+            "eval": sum(r["eval_s"] for r in rows) / trained, "nmi": eval_parts["nmi"], "eval_parts": eval_parts,
             "checkpoint": sum(r["checkpoint_s"] for r in rows) / sum(r["train_s"] for r in rows),
             "data_wait": (sum(r["data_wait_s"] for r in rows) / sum(r["train_s"] for r in rows)
                           if all(r["data_wait_s"] is not None for r in rows) else None),
             "first_batch_s": phases.first_timed_batch}
+
+
+# An evaluation's parts (xbm.evaluate.epoch's functions, as Trainer._evaluate calls them) -> the row's names:
+# retrieval (query and gallery embedded, k-NN metrics, distance diagnostics; nmi taken out), nmi's k-means,
+# the drift probe (fixed training samples, inputs kept), the staleness probe (new memory rows every epoch).
+EVAL_PARTS = {"retrieval": "evaluate_split", "nmi": "nmi", "drift": "drift", "staleness": "staleness"}
 
 
 def record_calls(owner, name: str) -> list[tuple[float, float, Any]]:

@@ -28,11 +28,16 @@ def _pytest(lines: list[str]) -> list[str]:
     return [line for line in lines if re.match(r"^(FAILED|ERROR) ", line)] + closing[-1:]
 
 
+EVAL_PARTS = "evaluation by part"  # bench_gpu.print_eval_parts' title
+
+
 def _bench_gpu(lines: list[str]) -> list[str]:
-    """Photos, a cut, the two tables and the targets; each row's one-line result (images/s, status, seconds,
-    first batch) instead of the tables when a killed run printed none."""
+    """Photos, a cut, the tables (rows, evaluation by part under its title, K trials) and the targets; each row's
+    one-line result (images/s, status, seconds, first batch) instead of the tables when a killed run printed
+    none."""
     keep = [line for line in lines if line.startswith(("photos:", "CUT", "warning"))]
-    tables = [i for i, line in enumerate(lines) if line.startswith(("row ", "K trials on one GPU"))]
+    tables = [i for i, line in enumerate(lines) if line.startswith(("row ", "K trials on one GPU", EVAL_PARTS))
+              and not (i and lines[i - 1].startswith(EVAL_PARTS))]   # a titled table starts at its title
     for start in tables:
         end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
         keep += lines[start:end] + [""]

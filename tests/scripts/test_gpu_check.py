@@ -5,6 +5,7 @@ command of a GPU lease working where no GPU is, as CI is; CUDA is hidden so a GP
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -46,7 +47,14 @@ def test_every_part_runs_without_cuda_and_the_summary_lists_each(tmp_path):
     assert "CheckpointWriter.save: the epoch waits" in summary.split("## checkpoint")[1]
     bench = (out / "bench-gpu.log").read_text()
     assert "first batch after" in bench and "references in" in bench and "photos: wrote" in bench
-    assert len((out / "bench_gpu.jsonl").read_text().splitlines()) == 8 + 2  # every row (gpu_rows.ROWS), K = 1, 2
+    lines = [json.loads(line) for line in (out / "bench_gpu.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 + 2  # every row (gpu_rows.ROWS), K = 1, 2
+    # evaluation by part: a part left at zero would say its function is no longer the one the trainer calls
+    parts = {line["row"]: line["eval_parts"] for line in lines if "eval_parts" in line}
+    # no memory, no probe (a call that returns NaN at once); with one, 256 images embedded
+    assert parts["trainer cache"]["staleness"] < 0.001 < parts["trainer XBN"]["staleness"], parts
+    assert all(p["retrieval"] > 0 and p["drift"] > 0 and p["nmi"] > 0 for p in parts.values()), parts
+    assert "evaluation by part" in summary.split("## bench-gpu")[1]
     assert "targets: " in summary.split("## sweep")[1]
     assert (out / "sweep_results" / "trials.parquet").is_file()
     assert not list(out.rglob("*.jpg")) and (work / "bench" / "data" / "CUB_200_2011" / "COMPLETE").is_file()

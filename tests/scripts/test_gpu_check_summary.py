@@ -27,6 +27,10 @@ CUT (SIGTERM): the tables below hold only the rows that finished; not run: train
 row                     images/s  / timm / ceiling GPU util %
 ceiling                     2900     n/a      1.00         97
 
+evaluation by part / epoch's training pass
+row                     retrieval        nmi      drift  staleness       rest      all
+trainer XBN                 0.105      0.007      0.038      0.059      0.001    0.210
+
 K trials on one GPU    total images/s  per trial  OOM  peak GiB per trial 1st batch s
 
 Targets (issue 18)
@@ -60,13 +64,17 @@ def test_every_part_has_its_line_and_its_key_figures(tmp_path):
     bench = text.split("## bench-gpu")[1]
     assert "CUT (SIGTERM)" in bench and "ceiling                     2900" in bench
     assert "trainer (cache) / timm" in bench and "warnings.warn" not in bench.split("--- last lines")[0]
+    # the evaluation's parts once, under their title (the table's own "row" header is not a second table)
+    assert bench.split("--- last lines")[0].count("trainer XBN                 0.105") == 1
+    assert "evaluation by part / epoch's training pass\nrow                     retrieval" in bench
     assert "## cuda-rerun" not in text  # a skipped part has no log and no section
 
 
 def test_a_killed_run_without_tables_shows_each_row_and_a_missing_log_is_said(tmp_path):
     """A benchmark killed before its tables (timeout's KILL) still reports the rows it finished; a part whose
     log was never written says so instead of failing the summary."""
-    killed = "\n".join(line for line in BENCH.splitlines() if not line.startswith(("row", "ceiling ", "K trials")))
+    killed = "\n".join(line for line in BENCH.splitlines() if not line.startswith(("row", "ceiling ", "K trials",
+                                                                                  "evaluation by", "trainer XBN")))
     text = write(tmp_path, [("bench-gpu", "cut at 200 s"), ("sweep", "failed (exit 1)")], {"bench-gpu": killed})
     assert "ceiling: 2900 images/s (ok, 14 s, first batch after 9.5 s)" in text
     assert "(no sweep.log)" in text
