@@ -7,6 +7,11 @@ done) and the W&B host answers within ``PROBE_TIMEOUT_S``; otherwise offline, wi
 ``WANDB_MODE`` (``offline``, ``online``, ``disabled``) wins. Offline runs sit in ``<sweep>/wandb/offline-run-*``
 and the sweep prints the ``wandb sync`` command that uploads them later. Ray starts one logging actor per
 trial on the driver's node, so the folder is a local one: offline W&B needs a local ``--storage``.
+
+**A run that fails is said.** Ray's logging actor ends with the error in a future nobody reads: a trial whose
+``wandb.init`` timed out (on a loaded machine) or whose disk was full had no W&B run, and the sweep said
+nothing. Each failure is written to ``<sweep>/wandb/failed-<trial id>.txt``, and the sweep's closing lines
+name the trials and their errors (their epochs are in the Parquet files all the same).
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ import socket
 import threading
 from urllib.parse import urlparse
 
-from ray.air.integrations.wandb import WandbLoggerCallback
+from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
 from analysis.location import local_path
 from tune.options import SweepInputError
@@ -68,8 +73,29 @@ def wandb_mode() -> str:
     return "online" if has_key(host) and reachable(host) else "offline"
 
 
+FAILED_PREFIX = "failed-"
+
+
+class SweepWandbActor(_WandbLoggingActor):
+    """Ray's logging actor, which leaves the error of a run that fails in ``<dir>/wandb/failed-<trial id>.txt``
+    (``dir``: the sweep's folder, given to ``wandb.init``), then fails as before."""
+
+    def run(self):
+        try:
+            super().run()
+        except BaseException as exc:
+            folder = os.path.join(self.kwargs.get("dir") or self._logdir, WANDB_DIR)
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, f"{FAILED_PREFIX}{self.kwargs.get('id')}.txt"), "w") as out:
+                out.write(f"{type(exc).__name__}: {exc}\n")
+            raise
+
+
 class SweepWandb(WandbLoggerCallback):
-    """Ray's callback with the mode chosen once (``wandb_mode``) and the files in ``<sweep>/wandb``."""
+    """Ray's callback with the mode chosen once (``wandb_mode``), the files in ``<sweep>/wandb``, and the runs
+    that failed named at the end (``SweepWandbActor``)."""
+
+    _logger_actor_cls = SweepWandbActor
 
     def __init__(self, sweep_dir: str, experiment: str, mode: str) -> None:
         # wandb.init(dir=D) writes D/wandb/...; the mode goes to each trial's wandb.init (Ray's logging actors
@@ -96,11 +122,23 @@ class SweepWandb(WandbLoggerCallback):
     def describe(self) -> str:
         return f"W&B ({self.mode}): project {self.project}, group {self.group}, files in {self.folder}"
 
+    def failures(self) -> dict[str, str]:
+        """Trial id -> the error of its W&B run, for each run that failed."""
+        if not os.path.isdir(self.folder):
+            return {}
+        return {name[len(FAILED_PREFIX):-len(".txt")]: open(os.path.join(self.folder, name)).read().strip()
+                for name in sorted(os.listdir(self.folder)) if name.startswith(FAILED_PREFIX) and name.endswith(".txt")}
+
     def closing(self) -> str | None:
-        """The line printed after the sweep: how to upload offline runs."""
-        if self.mode != "offline":
-            return None
-        return f"W&B runs are offline; upload them with: wandb sync {self.folder}/offline-run-*"
+        """The lines printed after the sweep: the runs that failed, and how to upload offline runs."""
+        lines = []
+        failed = self.failures()
+        if failed:
+            lines.append(f"warning: W&B logging failed for {len(failed)} trial(s), whose epochs are in the Parquet "
+                         f"files only: " + "; ".join(f"{trial}: {error}" for trial, error in failed.items()))
+        if self.mode == "offline":
+            lines.append(f"W&B runs are offline; upload them with: wandb sync {self.folder}/offline-run-*")
+        return "\n".join(lines) or None
 
 
 def build_wandb(storage_path: str, experiment: str) -> SweepWandb:

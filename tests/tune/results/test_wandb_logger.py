@@ -80,3 +80,30 @@ def test_offline_runs_go_to_the_sweep_folder_and_a_bucket_is_refused(no_credenti
         wl.build_wandb("s3://bucket/sweeps", "exp")
     # bug caught: a file:// storage taken as local but joined as given, a folder named 'file:' in the cwd
     assert wl.build_wandb(f"file://{tmp_path}/sweeps", "exp").kwargs["dir"] == str(tmp_path / "sweeps" / "exp")
+
+
+def test_a_run_that_fails_is_named_when_the_sweep_ends(no_credentials, monkeypatch, tmp_path):
+    """Bug caught: a trial's W&B run failing silently. Ray's logging actor ends with the error in a future that
+    nothing reads (wandb.init timing out on a loaded machine: no run in W&B, nothing said), so the user finds
+    a trial missing from W&B with no reason. Its error is kept and the sweep's closing lines name it."""
+    monkeypatch.setattr(wl, "reachable", _refuse_probe)
+    callback = wl.build_wandb(str(tmp_path / "sweeps"), "exp")
+    assert callback._logger_actor_cls is wl.SweepWandbActor  # what Ray starts for each trial
+
+    class TimesOut:
+        def init(self, *args, **kwargs):
+            raise TimeoutError("Run initialization has timed out after 90.0 sec.")
+
+    trial_dir = tmp_path / "trial"
+    trial_dir.mkdir()
+    monkeypatch.chdir(tmp_path)  # the actor moves into the trial's folder
+    actor = wl.SweepWandbActor(str(trial_dir), queue=None, exclude=[], to_config=[], id="ce881_00001",
+                               **callback.kwargs)
+    actor._wandb = TimesOut()
+    with pytest.raises(TimeoutError):  # the actor still fails, as Ray's does
+        actor.run()
+    assert callback.failures() == {"ce881_00001": "TimeoutError: Run initialization has timed out after 90.0 sec."}
+    warning, sync = callback.closing().splitlines()
+    assert warning == ("warning: W&B logging failed for 1 trial(s), whose epochs are in the Parquet files only: "
+                       "ce881_00001: TimeoutError: Run initialization has timed out after 90.0 sec.")
+    assert sync.startswith("W&B runs are offline; upload them with: wandb sync ")
