@@ -83,9 +83,9 @@ class CheckpointWriter:
         snapshot = cpu_copy(state)
         thread = threading.Thread(target=self._write, args=(key, write or functools.partial(_write_file, key),
                                                             snapshot), daemon=True, name=f"save {Path(str(key)).name}")
-        with self._lock:
+        with self._lock:   # registered and started together: another thread's wait() never joins it unstarted
             self._writes[key] = thread
-        thread.start()
+            thread.start()
 
     def pending(self) -> bool:
         """Whether a write has not yet been waited for."""

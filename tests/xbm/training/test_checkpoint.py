@@ -112,6 +112,38 @@ def test_a_second_save_to_a_path_waits_for_the_first(tmp_path, monkeypatch):
     assert load_checkpoint(tmp_path / "checkpoint.pt")["epoch"] == 2
 
 
+def test_a_wait_while_a_write_is_being_started_waits_for_it(tmp_path, monkeypatch):
+    """Bug caught (a full suite run, 2026-11-27): save() registered its thread before starting it, so a wait()
+    from another thread in between (a trial's actor cleaning up while the trial offered a new best epoch)
+    joined a thread not yet started: "RuntimeError: cannot join thread before it is started". Here the start
+    is held back until the other thread's wait() has had its chance."""
+    import xbm.training.checkpoint as checkpoint
+
+    writer, errors, plain_thread = CheckpointWriter(), [], threading.Thread
+
+    def wait():
+        try:
+            writer.wait()
+        except BaseException as exc:
+            errors.append(exc)
+
+    waiters = []
+
+    class SlowToStart(plain_thread):
+        def start(self):
+            waiters.append(plain_thread(target=wait))
+            waiters[-1].start()
+            waiters[-1].join(0.3)   # the wait() runs while this write is registered or not, but not started
+            super().start()
+
+    monkeypatch.setattr(checkpoint.threading, "Thread", SlowToStart)
+    writer.save({"epoch": 1}, tmp_path / "checkpoint.pt")
+    writer.wait()
+    waiters[0].join(10)
+    assert not errors, errors
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["epoch"] == 1
+
+
 def test_a_failed_background_write_is_raised_naming_the_file(tmp_path):
     """Bug caught: a write that fails in its thread (disk full, folder gone) and is never reported, so the user
     trusts a checkpoint that is not there."""
