@@ -8,9 +8,9 @@ done) and the W&B host answers within ``PROBE_TIMEOUT_S``; otherwise offline, wi
 and the sweep prints the ``wandb sync`` command that uploads them later. Ray starts one logging actor per
 trial on the driver's node, so the folder is a local one: offline W&B needs a local ``--storage``.
 
-**A run that fails is said.** Ray's logging actor ends with the error in a future nobody reads: a trial whose
-``wandb.init`` timed out (on a loaded machine) or whose disk was full had no W&B run, and the sweep said
-nothing. Each failure is written to ``<sweep>/wandb/failed-<trial id>.txt``, and the sweep's closing lines
+**A run that fails is said.** Ray's logging actor ends with the error in a future nobody reads (at most an
+"Unhandled error" among Ray's log lines): a trial whose ``wandb.init`` timed out (on a loaded machine) or
+whose disk was full had no W&B run, and the sweep's own lines said nothing. Each failure is written to ``<sweep>/wandb/failed-<trial id>.txt``, and the sweep's closing lines
 name the trials and their errors (their epochs are in the Parquet files all the same).
 """
 from __future__ import annotations
