@@ -268,8 +268,8 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
     eval_parts["rest"] = sum(r["eval_s"] for r in rows) / trained - sum(eval_parts.values())
     return {"windows": windows, "util": sampler.mean([w[:2] for w in windows]),
             "eval": sum(r["eval_s"] for r in rows) / trained, "nmi": eval_parts["nmi"], "eval_parts": eval_parts,
-            "checkpoint": sum(r["checkpoint_s"] for r in rows) / sum(r["train_s"] for r in rows),
-            "data_wait": (sum(r["data_wait_s"] for r in rows) / sum(r["train_s"] for r in rows)
+            "checkpoint": sum(r["checkpoint_s"] for r in rows) / trained,
+            "data_wait": (sum(r["data_wait_s"] for r in rows) / trained
                           if all(r["data_wait_s"] is not None for r in rows) else None),
             "first_batch_s": phases.first_timed_batch}
 

@@ -10,8 +10,9 @@ trial on the driver's node, so the folder is a local one: offline W&B needs a lo
 
 **A run that fails is said.** Ray's logging actor ends with the error in a future nobody reads (at most an
 "Unhandled error" among Ray's log lines): a trial whose ``wandb.init`` timed out (on a loaded machine) or
-whose disk was full had no W&B run, and the sweep's own lines said nothing. Each failure is written to ``<sweep>/wandb/failed-<trial id>.txt``, and the sweep's closing lines
-name the trials and their errors (their epochs are in the Parquet files all the same).
+whose disk was full had no W&B run, and the sweep's own lines said nothing. Each failure is written to
+``<sweep>/wandb/failed-<trial id>.txt``, and the sweep's closing lines name the trials and their errors (their
+epochs are in the Parquet files all the same).
 """
 from __future__ import annotations
 
