@@ -276,7 +276,8 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
 
 # An evaluation's parts (xbm.evaluate.epoch's functions, as Trainer._evaluate calls them) -> the row's names:
 # retrieval (query and gallery embedded, k-NN metrics, distance diagnostics; nmi taken out), nmi's k-means,
-# the drift probe (fixed training samples, inputs kept), the staleness probe (new memory rows every epoch).
+# the drift probe (fixed training samples, inputs kept), the staleness probe (the memory rows of the drift
+# probe's samples, made up to 64 rows with rows drawn and embedded in the main process).
 EVAL_PARTS = {"retrieval": "evaluate_split", "nmi": "nmi", "drift": "drift", "staleness": "staleness"}
 
 

@@ -381,7 +381,8 @@ class Trainer:
                                                       self.previous_probe)
         metrics.update(drift)
         memory = self.xbm.memory if self.xbm is not None else None
-        metrics.update(evaluation.staleness(self.model, self.train_view, memory, self.embed, self.cfg.seed, epoch))
+        metrics.update(evaluation.staleness(self.model, self.train_view, memory, self.embed, self.cfg.seed, epoch,
+                                            self.probe, self.previous_probe))
         return metrics
 
     # ---- checkpoint state ----------------------------------------------------------------------

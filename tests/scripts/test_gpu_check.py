@@ -51,9 +51,8 @@ def test_every_part_runs_without_cuda_and_the_summary_lists_each(tmp_path):
     assert len(lines) == 8 + 2  # every row (gpu_rows.ROWS), K = 1, 2
     # evaluation by part: a part left at zero would say its function is no longer the one the trainer calls
     parts = {line["row"]: line["eval_parts"] for line in lines if "eval_parts" in line}
-    # no memory, no probe (a call that returns NaN at once); with one, 256 images embedded
-    assert parts["trainer cache"]["staleness"] < 0.001 < parts["trainer XBN"]["staleness"], parts
-    assert all(p["retrieval"] > 0 and p["drift"] > 0 and p["nmi"] > 0 for p in parts.values()), parts
+    # every part's function runs each epoch (staleness without a memory too: it returns NaN at once)
+    assert all(v > 0 for p in parts.values() for name, v in p.items() if name != "rest"), parts
     assert "evaluation by part" in summary.split("## bench-gpu")[1]
     assert "targets: " in summary.split("## sweep")[1]
     assert (out / "sweep_results" / "trials.parquet").is_file()

@@ -14,8 +14,9 @@
   embedded, when the split shares no class with training (class-disjoint metric-learning splits).
 - Feature drift (seed 002 Fig. 4, seed 000 §5.4) on a fixed probe of training samples:
   ``||z_k - z_{k-1}||`` per sample between consecutive epochs, mean and max; NaN at the first epoch.
-- Memory staleness (seed 001 Appendix C) on a probe of memory rows: distance between the stored row and
-  the current embedding of the same training sample. Probes are embedded in eval mode with the eval
+- Memory staleness (seed 001 Appendix C) on the memory rows of the drift probe's samples (at least 64 rows,
+  made up with rows drawn at random): distance between the stored row and the current embedding of the same
+  training sample. Probes are embedded in eval mode with the eval
   transform, so staleness also contains the augmentation the stored (training-mode) rows saw.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ from xbm.training.loaders import Embedder
 
 KNN_K, KNN_TEMPERATURE = 20, 0.1  # the issue's k = 20; MoCo's CIFAR demo's temperature
 PROBE_SIZE = 256
+STALENESS_LEAST_ROWS = 64  # staleness_mean's rows at the least (the probe's, then drawn)
 SUPERCLASS_KS = (1, 2, 3, 4, 5)  # superclass_top_1 .. _5 (thesis Table 5.16)
 NAN = math.nan
 
@@ -120,17 +122,30 @@ def drift(model: nn.Module, train_view, probe: torch.Tensor, embed: Embedder,
 
 
 def staleness(model: nn.Module, train_view, memory: Optional[EmbeddingMemory], embed: Embedder,
-              seed: int, epoch: int, size: int = PROBE_SIZE) -> dict[str, float]:
-    """``staleness_mean`` over up to ``size`` filled memory rows, drawn with a (seed, epoch) generator;
+              seed: int, epoch: int, probe: torch.Tensor, probe_now: torch.Tensor,
+              least: int = STALENESS_LEAST_ROWS) -> dict[str, float]:
+    """``staleness_mean`` over the memory rows of the drift probe's samples (``probe``, whose current
+    embeddings ``probe_now`` the drift diagnostic has just computed: no second forward pass), made up to
+    ``least`` rows, when fewer, with rows drawn at random by a (seed, epoch) generator and embedded now. Both
+    kinds are uniform draws from the memory's rows (the probe is a uniform draw of training samples), so
+    their mean estimates the same staleness; a small memory (ratio 0.01) holds only a few probe samples.
     NaN without a memory or before it holds rows."""
     if memory is None or len(memory) == 0:
         return {"staleness_mean": NAN}
     stored, _, indices, _ = memory.valid()
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    rows = torch.randperm(len(stored), generator=generator)[:size]
     indices = indices.cpu()
-    rows = rows[indices[rows] >= 0]  # rows written without a training index cannot be re-embedded
-    if len(rows) == 0:
+    order = probe.argsort()
+    at = torch.searchsorted(probe[order], indices).clamp(max=len(probe) - 1)
+    slot = torch.where(probe[order][at] == indices, order[at], -1)   # the row's sample in the probe, or -1
+    known = (slot >= 0).nonzero().squeeze(1)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    drawn = torch.randperm(len(stored), generator=generator)
+    # rows written without a training index cannot be re-embedded
+    drawn = drawn[(slot[drawn] < 0) & (indices[drawn] >= 0)][:max(least - len(known), 0)]
+    if len(known) + len(drawn) == 0:
         return {"staleness_mean": NAN}
-    current = embed(model, train_view, indices[rows], keep=False)[0]   # other rows every epoch
-    return {"staleness_mean": float(diagnostics.memory_staleness(stored[rows.to(stored.device)], current))}
+    current = [probe_now[slot[known]].to(stored.device)]
+    if len(drawn):
+        current.append(embed(model, train_view, indices[drawn], keep=False)[0].to(stored.device))  # new rows
+    rows = torch.cat([known, drawn]).to(stored.device)
+    return {"staleness_mean": float(diagnostics.memory_staleness(stored[rows], torch.cat(current)))}
