@@ -15,7 +15,9 @@ and per-process image readers): 1 untimed epoch, then ``--epochs`` (2) timed one
 - **trainer** rows, ``xbm.trainer.Trainer(cfg, cpus=...)`` through ``fit()``: with the image cache and
   no memory (the same loss as the loops above), decoding live, and with XBN and PC-XBN memory (ratio 0.5);
   ``trainer cold start`` is the cache row with ``prefetch_next_epoch=false`` (each epoch's loader starts
-  when the epoch does).
+  when the epoch does); ``trainer val split`` is the cache row with ``val_fraction=0.2``, as every shipped
+  search space selects: a sweep trial's evaluation embeds that validation split, where the other rows
+  (``xbm-tune train``'s default, 0) embed the test split, as many images as the pass trains on.
   Per row: evaluation (the epoch's ``eval_s`` when the trainer reports it, else ``epoch_time_s`` minus
   the training pass; ``nmi/epoch``: the part of it in ``nmi``'s k-means; a table after splits it into retrieval,
   ``nmi``, the drift probe, the staleness probe and the rest) and the wait for ``xbm-tune
@@ -156,7 +158,7 @@ def print_targets(results: dict[str, dict], shared: dict[int, list[dict]], cpu: 
 
     def line(what: str, value, target: str, ok) -> None:
         verdict = "" if value is None else ("met" if ok(value) else "NOT met")
-        print(f"  {what:<44}{fmt(value, '.2f'):>8}  target {target:<8} {verdict}")
+        print(f"  {what:<50}{fmt(value, '.2f'):>8}  target {target:<8} {verdict}")
 
     print("\nTargets" + (": CPU TOY FIGURES, they say nothing about the GPU targets" if cpu else ""))
     # a uint8 cache decodes nothing per epoch, so the trainer must beat timm's JPEG pipeline outright
@@ -177,7 +179,7 @@ def print_targets(results: dict[str, dict], shared: dict[int, list[dict]], cpu: 
         line("K=2 total / K=1 total images/s", ratio(totals[2], totals[1]), ">= 1.0", lambda v: v >= 1.0)
     if 4 in shared:
         ooms = sum(bool(x.get("oom")) for x in shared[4])
-        print(f"  {'K=4: trials out of memory':<44}{ooms:>8}  target 0        {'met' if ooms == 0 else 'NOT met'}")
+        print(f"  {'K=4: trials out of memory':<50}{ooms:>8}  target 0        {'met' if ooms == 0 else 'NOT met'}")
 
 
 def print_shared(shared: dict[int, list[dict]], cpu: bool) -> None:

@@ -48,7 +48,7 @@ def test_every_part_runs_without_cuda_and_the_summary_lists_each(tmp_path):
     bench = (out / "bench-gpu.log").read_text()
     assert "first batch after" in bench and "references in" in bench and "photos: wrote" in bench
     lines = [json.loads(line) for line in (out / "bench_gpu.jsonl").read_text().splitlines()]
-    assert len(lines) == 8 + 2  # every row (gpu_rows.ROWS), K = 1, 2
+    assert len(lines) == 9 + 2  # every row (gpu_rows.ROWS), K = 1, 2
     # evaluation by part: a part left at zero would say its function is no longer the one the trainer calls
     parts = {line["row"]: line["eval_parts"] for line in lines if "eval_parts" in line}
     # every part's function runs each epoch (staleness without a memory too: it returns NaN at once)
