@@ -16,8 +16,8 @@
   ``||z_k - z_{k-1}||`` per sample between consecutive epochs, mean and max; NaN at the first epoch.
 - Memory staleness (seed 001 Appendix C) on the memory rows of the drift probe's samples (at least 64 rows,
   made up with rows drawn at random): distance between the stored row and the current embedding of the same
-  training sample. Probes are embedded in eval mode with the eval
-  transform, so staleness also contains the augmentation the stored (training-mode) rows saw.
+  training sample. Probes are embedded in eval mode with the eval transform, so staleness also contains the
+  augmentation the stored (training-mode) rows saw.
 """
 from __future__ import annotations
 
