@@ -13,7 +13,8 @@
 #
 #   part             what                                              H100, 2026-11-27 (s)  cap (s)
 #   wheels           (--wheels) install what the image lacks into $XBM_SITE            13      30
-#   env              GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm   7      15
+#   env              GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm;  7      15
+#                    nmi's k-means (faiss or scikit-learn's, proven by a small nmi)
 #   cuda-tests       pytest -v -n auto -m cuda over the test files that touch CUDA      51      80
 #   cuda-rerun       the failed ones again, one process, --tb=long (when any failed)     -      25
 #   normalisers      benchmarks/bench_normalisers.py at full size (60,000 x 512)        10      35
