@@ -382,7 +382,7 @@ class Trainer:
         metrics.update(drift)
         memory = self.xbm.memory if self.xbm is not None else None
         metrics.update(evaluation.staleness(self.model, self.train_view, memory, self.embed, self.cfg.seed, epoch,
-                                            self.probe, self.previous_probe))
+                                            self.probe, probe_now=self.previous_probe))   # drift's, just now
         return metrics
 
     # ---- checkpoint state ----------------------------------------------------------------------

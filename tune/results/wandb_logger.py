@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from pathlib import Path
 from urllib.parse import urlparse
 
 from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
@@ -127,7 +128,7 @@ class SweepWandb(WandbLoggerCallback):
         """Trial id -> the error of its W&B run, for each run that failed."""
         if not os.path.isdir(self.folder):
             return {}
-        return {name[len(FAILED_PREFIX):-len(".txt")]: open(os.path.join(self.folder, name)).read().strip()
+        return {name[len(FAILED_PREFIX):-len(".txt")]: Path(self.folder, name).read_text().strip()
                 for name in sorted(os.listdir(self.folder)) if name.startswith(FAILED_PREFIX) and name.endswith(".txt")}
 
     def closing(self) -> str | None:

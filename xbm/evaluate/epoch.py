@@ -134,9 +134,9 @@ def staleness(model: nn.Module, train_view, memory: Optional[EmbeddingMemory], e
         return {"staleness_mean": NAN}
     stored, _, indices, _ = memory.valid()
     indices = indices.cpu()
-    order = probe.argsort()
-    at = torch.searchsorted(probe[order], indices).clamp(max=len(probe) - 1)
-    slot = torch.where(probe[order][at] == indices, order[at], -1)   # the row's sample in the probe, or -1
+    ordered, order = probe.sort()
+    at = torch.searchsorted(ordered, indices).clamp(max=len(probe) - 1)
+    slot = torch.where(ordered[at] == indices, order[at], -1)   # the row's sample in the probe, or -1
     known = (slot >= 0).nonzero().squeeze(1)
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     drawn = torch.randperm(len(stored), generator=generator)
