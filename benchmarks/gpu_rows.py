@@ -10,7 +10,8 @@ memory, cuDNN autotuner and per-process image readers).
   read from the epoch's metrics and split into its parts (``EVAL_PARTS``: retrieval, ``nmi``'s k-means, the
   drift and staleness probes, each timed around its ``xbm.evaluate.epoch`` function), and after
   each epoch ``xbm-tune train``'s checkpoint (``CheckpointWriter.save``): the wait timed is the copy to the
-  CPU, the write runs beside the next epoch (it was a ``torch.save``, 0.37-0.50 s, before 2026-11-27);
+  CPU, queued into pinned buffers and run to its end; the write runs beside the next epoch (it was a
+  ``torch.save``, 0.37-0.50 s, before 2026-11-27);
 - ``shared``: one of K trainer processes sharing a GPU, training passes only, timed after a barrier.
 
 Every row reports its phases as they happen (``gpu_phases.Phases``: data, cache, model, references,
@@ -247,6 +248,8 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
         for metrics in trainer.fit():
             start = time.perf_counter()
             files.save(trainer.state_dict(), checkpoint)
+            if torch.cuda.is_available():   # the copies it queued: the next epoch's kernels run after them
+                torch.cuda.synchronize()
             spent = {name: sum(end - begun for begun, end, _ in calls) for name, calls in parts.items()}
             spent["retrieval"] -= spent["nmi"]   # nmi runs inside evaluate_split
             epochs.append((metrics, time.perf_counter() - start, spent))
