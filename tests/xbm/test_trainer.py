@@ -2,6 +2,7 @@
 and one epoch of an image data set with a tiny timm backbone."""
 import io
 import math
+import threading
 
 import pytest
 import torch
@@ -386,21 +387,30 @@ def test_a_cuda_run_keeps_its_state_on_the_gpu_and_matches_the_cpu_run(tiny, val
 
 @needs_cuda
 @pytest.mark.usefixtures("cuda_run_settings_restored")   # the CUDA runtime sets TF32 and cuDNN benchmark
-def test_a_cuda_run_resumes_exactly_from_a_checkpoint_loaded_onto_the_cpu(tiny):
+def test_a_cuda_run_resumes_exactly_from_a_checkpoint_loaded_onto_the_cpu(tiny, tmp_path, monkeypatch):
     """Bugs caught: the CUDA generators not saved or not restored (a resumed GPU run draws other dropout /
     shuffles than the uninterrupted one), or a checkpoint that cannot be loaded with ``map_location="cpu"``
-    (how the Ray trainable reads it) and restored into a GPU trainer, or resumed on a CPU-only laptop."""
+    (how the Ray trainable reads it) and restored into a GPU trainer, or resumed on a CPU-only laptop; and
+    ``xbm-tune train``'s background checkpoint of a GPU trainer's whole state (copies queued into pinned
+    buffers) taking in the next epoch, which trains before the file is written."""
+    from xbm.training.checkpoint import CheckpointWriter, load_checkpoint
+
+    trained, save = threading.Event(), torch.save
+    monkeypatch.setattr(torch, "save", lambda *a, **k: (trained.wait(60), save(*a, **k)))
+
     values = {"device": "cuda", "amp": "off", "epochs": 3, "normaliser.kind": "axbn", "objective": "moco"}
     full = list(tiny(**values).fit())
     first = tiny(**values)
     fit = first.fit()
     resumed = [next(fit)]
-    buffer = io.BytesIO()
-    torch.save(first.state_dict(), buffer)
+    writer, path = CheckpointWriter(), tmp_path / "checkpoint.pt"
+    writer.save(first.state_dict(), path)
+    assert next(fit)["epoch"] == 2   # the next epoch, before the file is written
+    trained.set()
+    writer.wait()
     for device in ("cuda", "cpu"):
-        buffer.seek(0)
         second = tiny(**{**values, "device": device})
-        second.load_state_dict(torch.load(buffer, map_location="cpu", weights_only=True))
+        second.load_state_dict(load_checkpoint(path))
         rest = list(second.fit())
         assert [m["epoch"] for m in rest] == [2, 3]
         if device == "cuda":
