@@ -20,7 +20,8 @@
 #   normalisers      benchmarks/bench_normalisers.py at full size (60,000 x 512)        10      35
 #   checkpoint       benchmarks/bench_checkpoint.py: what an epoch of `xbm-tune train`  ~15      30
 #                    waits for its checkpoint (300 MB on the GPU), torch.save against
-#                    the background writer, on WORK's disk (not yet run on a GPU)
+#                    the background writer (pinned buffers, kept after its first
+#                    save), on WORK's disk (not yet run on a GPU)
 #   bench-gpu        benchmarks/bench_gpu.py: its rows, then K = 1, 2, 4, at 4,000     200     200
 #                    photos (2,000 training images), 1 timed epoch, --row-timeout 60.
 #                    A row takes 20-41 s (its start: CUDA, image cache, references,

@@ -97,11 +97,18 @@ class HostBuffers:
             self._devices.add(tensor.device)
         return buffer
 
+    @property
+    def nbytes(self) -> int:
+        """Host memory held, in bytes."""
+        return sum(buffer.numel() * buffer.element_size() for _, buffer, _ in self._buffers)
+
     def ready(self) -> list:
-        """One CUDA event per device this snapshot copied from, recorded after its copies."""
+        """One CUDA event per device this snapshot copied from, recorded after its copies. Ends the snapshot:
+        buffers it did not use (a state that shrank) are let go."""
+        del self._buffers[self._next:]
         events = []
         for device in self._devices:
-            event = torch.cuda.Event()
+            event = torch.cuda.Event(blocking=True)   # the write thread sleeps on it, not spins beside the loaders
             event.record(torch.cuda.current_stream(device))
             events.append(event)
         return events

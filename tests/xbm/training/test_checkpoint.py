@@ -262,3 +262,16 @@ def test_a_gpu_state_saved_while_the_next_steps_run_holds_the_values_it_had(tmp_
         assert torch.equal(saved["optimizer"][0], torch.full((1 << 20,), float(epoch + 1)))
     held = writer._buffers[path]._buffers
     assert all(pinned and buffer.is_pinned() for _, buffer, pinned in held)
+
+
+def test_a_state_that_shrinks_lets_its_unused_buffers_go():
+    """Bug caught: host buffers kept for tensors a later state no longer has (a smaller memory, a dropped
+    optimiser), held for the run's length: pinned memory on a GPU."""
+    from xbm.training.checkpoint import HostBuffers
+
+    buffers = HostBuffers()
+    for state in ({"a": torch.zeros(3), "b": torch.zeros(1000)}, {"a": torch.ones(3)}):
+        buffers.start()
+        snapshot = cpu_copy(state, buffers)
+        buffers.ready()
+    assert torch.equal(snapshot["a"], torch.ones(3)) and buffers.nbytes == 3 * 4
