@@ -188,7 +188,7 @@ def test_a_files_next_save_reuses_its_host_buffers_with_the_new_values():
     every later file holds the first epoch's weights."""
     write, _, seen = _recording_writes()
     writer, weights = CheckpointWriter(), torch.arange(6.0).reshape(2, 3)
-    for step in range(3):
+    for _ in range(3):
         writer.save({"w": weights}, "best_weights.pt", write=write)
         weights.add_(10.0)
     writer.wait()
