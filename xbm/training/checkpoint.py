@@ -41,16 +41,15 @@ def improves(value: Any, best: Optional[float], mode: str = "max") -> bool:
     return best is None or (value > best if mode == "max" else value < best)
 
 
-def cpu_copy(value: Any, buffers: Optional["HostBuffers"] = None) -> Any:
-    """``value`` with every tensor copied to the CPU (detached; a CPU tensor cloned) and every other leaf
-    deep-copied, through dicts, lists and tuples: a snapshot that the originals' in-place updates (the next
-    optimiser step, the memory's next enqueue) cannot reach. Tensors that view one storage are copied apart,
-    which ``torch.save`` would have kept shared: a trainer's state holds no such views (its buffers, weights
-    and optimiser moments are each their own). With ``buffers``, the tensors are copied into its reusable
-    host memory (:class:`HostBuffers`): a CUDA tensor's copy is then only queued; the snapshot is whole once
-    ``buffers.ready()``'s events have completed."""
+def cpu_copy(value: Any, buffers: "HostBuffers") -> Any:
+    """``value`` with every tensor copied into ``buffers``' host memory (detached; a CPU tensor copied too) and
+    every other leaf deep-copied, through dicts, lists and tuples: a snapshot that the originals' in-place
+    updates (the next optimiser step, the memory's next enqueue) cannot reach. Tensors that view one storage
+    are copied apart, which ``torch.save`` would have kept shared: a trainer's state holds no such views (its
+    buffers, weights and optimiser moments are each their own). A CUDA tensor's copy is only queued
+    (:meth:`HostBuffers.snapshot` gives the events it is whole after)."""
     if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True) if buffers is None else buffers.copy(value)
+        return buffers.copy(value)
     if isinstance(value, dict):
         return type(value)((k, cpu_copy(v, buffers)) for k, v in value.items())   # an OrderedDict stays one
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -65,13 +64,13 @@ class HostBuffers:
     a state reuses the i-th buffer when shape, stride and dtype match (a trainer's state keeps them from epoch
     to epoch), else a new one is allocated. A CUDA tensor's buffer is pinned and its copy queued on the
     tensor's current stream (``non_blocking``): the caller goes on at once, later kernels on that stream (the
-    next optimiser step) run after the copy, and :meth:`ready` gives the events a reader waits on. Each
+    next optimiser step) run after the copy, and :meth:`snapshot` gives the events a reader waits on. Each
     ``.to("cpu")`` into fresh pageable memory instead waited for its own transfer, about a thousand of them
     for a ResNet50's weights and AdamW's moments (pageable transfers also run slower than pinned ones).
 
     Not torch.distributed.checkpoint's stagers: they copy whole storages (a view would carry all of its base)
-    and key their cache on storage identity, through a private module. A buffer must not be read after the next
-    :meth:`start`: :class:`CheckpointWriter` lets a file's next save start only once its last write has
+    and key their cache on storage identity, through a private module. A snapshot must not be read after the
+    next :meth:`snapshot`: :class:`CheckpointWriter` lets a file's next save start only once its last write has
     landed."""
 
     def __init__(self) -> None:
@@ -79,9 +78,19 @@ class HostBuffers:
         self._next = 0
         self._devices: set[torch.device] = set()
 
-    def start(self) -> None:
-        """Begin a snapshot: its tensors take the buffers from the first on."""
+    def snapshot(self, state: Any) -> tuple[Any, list]:
+        """``state`` copied into these buffers (:func:`cpu_copy`, the i-th tensor into the i-th buffer) and one
+        CUDA event per device it copied from, recorded after its copies: the snapshot is whole once they have
+        completed. Buffers it did not use (a state that shrank) are let go."""
         self._next, self._devices = 0, set()
+        copied = cpu_copy(state, self)
+        del self._buffers[self._next:]
+        events = []
+        for device in self._devices:
+            event = torch.cuda.Event(blocking=True)   # the write thread sleeps on it, not spins beside the loaders
+            event.record(torch.cuda.current_stream(device))
+            events.append(event)
+        return copied, events
 
     def copy(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor, index = tensor.detach(), self._next
@@ -102,17 +111,6 @@ class HostBuffers:
         """Host memory held, in bytes."""
         return sum(buffer.numel() * buffer.element_size() for _, buffer, _ in self._buffers)
 
-    def ready(self) -> list:
-        """One CUDA event per device this snapshot copied from, recorded after its copies. Ends the snapshot:
-        buffers it did not use (a state that shrank) are let go."""
-        del self._buffers[self._next:]
-        events = []
-        for device in self._devices:
-            event = torch.cuda.Event(blocking=True)   # the write thread sleeps on it, not spins beside the loaders
-            event.record(torch.cuda.current_stream(device))
-            events.append(event)
-        return events
-
 
 def _host_buffer(tensor: torch.Tensor, pin: bool) -> tuple[torch.Tensor, bool]:
     """An empty CPU tensor laid out as ``tensor`` (channels-last weights stay a plain memcpy), pinned when asked
@@ -126,7 +124,7 @@ def _host_buffer(tensor: torch.Tensor, pin: bool) -> tuple[torch.Tensor, bool]:
 
 
 class CheckpointWriter:
-    """``save(state, path)`` copies ``state``'s tensors to the CPU at once (:func:`cpu_copy`, into the file's
+    """``save(state, path)`` copies ``state``'s tensors to the CPU at once (into the file's
     :class:`HostBuffers`: from a GPU the copies are only queued) and writes the file in a background thread,
     through ``<path>.tmp`` and an atomic rename, so ``path`` always holds a whole checkpoint. Only the copy runs
     between two epochs: on an H100 a ResNet50 ``Trainer.state_dict()`` (weights, AdamW's moments, the memory:
@@ -153,10 +151,9 @@ class CheckpointWriter:
         self._finish(key)   # before the copy: the last write to this file may still read its buffers
         with self._lock:
             buffers = self._buffers.setdefault(key, HostBuffers())
-        buffers.start()
-        snapshot = cpu_copy(state, buffers)
+        snapshot, copied = buffers.snapshot(state)
         thread = threading.Thread(target=self._write, args=(key, write or functools.partial(_write_file, key),
-                                                            snapshot, buffers.ready()),
+                                                            snapshot, copied),
                                   daemon=True, name=f"save {Path(str(key)).name}")
         with self._lock:   # registered and started together: another thread's wait() never joins it unstarted
             self._writes[key] = thread

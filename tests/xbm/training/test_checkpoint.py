@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from xbm.training.checkpoint import CheckpointWriter, cpu_copy, improves, load_checkpoint
+from xbm.training.checkpoint import CheckpointWriter, HostBuffers, cpu_copy, improves, load_checkpoint
 from xbm.errors import BadCheckpointError
 
 from ..conftest import needs_cuda, tiny_trainer
@@ -159,7 +159,7 @@ def test_cpu_copy_moves_every_tensor_and_copies_every_leaf():
     """Bug caught: a snapshot sharing a tensor or a list with the live state through a nested container."""
     Pair = collections.namedtuple("Pair", "a b")
     live = {"x": [torch.ones(2), Pair(torch.zeros(1), {"k": [5]})]}
-    snap = cpu_copy(live)
+    snap = cpu_copy(live, HostBuffers())
     live["x"][0].add_(1)
     live["x"][1].b["k"].append(6)
     assert torch.equal(snap["x"][0], torch.ones(2)) and snap["x"][1].b == {"k": [5]}
@@ -267,11 +267,7 @@ def test_a_gpu_state_saved_while_the_next_steps_run_holds_the_values_it_had(tmp_
 def test_a_state_that_shrinks_lets_its_unused_buffers_go():
     """Bug caught: host buffers kept for tensors a later state no longer has (a smaller memory, a dropped
     optimiser), held for the run's length: pinned memory on a GPU."""
-    from xbm.training.checkpoint import HostBuffers
-
     buffers = HostBuffers()
     for state in ({"a": torch.zeros(3), "b": torch.zeros(1000)}, {"a": torch.ones(3)}):
-        buffers.start()
-        snapshot = cpu_copy(state, buffers)
-        buffers.ready()
+        snapshot, _ = buffers.snapshot(state)
     assert torch.equal(snapshot["a"], torch.ones(3)) and buffers.nbytes == 3 * 4
