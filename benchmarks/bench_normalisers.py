@@ -6,7 +6,8 @@ without ``out``, allocating the result) and the miner + SupCon forward + backwar
 of the batch against the full memory, all timed in one run (median of ``--repeats`` after a warm-up)
 and printed as ratios to the loss step. Uses CUDA when present. Targets: xbn <= 1.0x the loss step (aim
 0.5x); pcxbn and scxbn <= 2x xbn on the CPU, <= 3x on a GPU (their group sums: index_add_ on the CPU, a
-one-hot product on a GPU, ``xbm.normalisers.stats.group_sums``).
+one-hot product on a GPU, ``xbm.normalisers.stats.group_sums``). On a GPU, PC-XBN and SC-XBN replay their
+call as a CUDA graph (``xbm.normalisers.graphed``); their "(no CUDA graph)" rows time the eager call beside it.
 
     python benchmarks/bench_normalisers.py            # full size
     python benchmarks/bench_normalisers.py --quick    # 6,000-row memory, 3 repeats: a sanity run
@@ -28,11 +29,13 @@ from xbm.normalisers.config import KINDS
 
 
 def timed(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:
-    """Median wall time in ms of each function: one warm-up call each, then ``repeats`` rounds that
-    call every function once in turn, so that a busy machine slows all of them alike."""
+    """Median wall time in ms of each function: three warm-up calls each (a graphed kind captures its CUDA
+    graph on its third call), then ``repeats`` rounds that call every function once in turn, so that a busy
+    machine slows all of them alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     for fn in fns.values():
-        fn()
+        for _ in range(3):
+            fn()
     for _ in range(repeats):
         for name, fn in fns.items():
             if device.type == "cuda":
@@ -91,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
             norm = build_normaliser(cfg, superclass_of=superclass_of, num_labels=args.classes).to(device)
             fns[(kind, centre_only, "out")] = partial(norm, memory, memory_labels, batch, batch_labels, out=buffer)
             fns[(kind, centre_only, "new")] = partial(norm, memory, memory_labels, batch, batch_labels)
+            if norm.graphs is not None and norm.graphs.handles(memory):   # the same call without its graph
+                eager = build_normaliser(cfg, superclass_of=superclass_of, num_labels=args.classes).to(device)
+                eager.graphs = None
+                fns[(kind, centre_only, "eager")] = partial(eager, memory, memory_labels, batch, batch_labels,
+                                                            out=buffer)
     print(f"device={device} threads={torch.get_num_threads()} memory={args.memory}x{args.dim} "
           f"batch={args.batch} classes={args.classes} superclasses={args.superclasses} "
           f"(median ms of {args.repeats} interleaved rounds after a warm-up)")
@@ -105,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{kind}{' centre_only' if centre_only else ''}"
             print(f"{name:26s} {out_ms:11.2f} ms {out_ms / loss_ms:5.2f}x {rel:>6s} {new_ms:11.2f} ms "
                   f"{new_ms / loss_ms:5.2f}x")
+            if (kind, centre_only, "eager") in ms:
+                eager_ms = ms[(kind, centre_only, "eager")]
+                print(f"{name + ' (no CUDA graph)':26s} {eager_ms:11.2f} ms {eager_ms / loss_ms:5.2f}x "
+                      f"{eager_ms / ms[('xbn', centre_only, 'out')]:5.2f}x")
     xbn = ms[("xbn", False, "out")]
     worst = max(ms[("pcxbn", False, "out")], ms[("scxbn", False, "out")])
     limit = 2 if device.type == "cpu" else 3

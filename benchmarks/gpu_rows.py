@@ -246,18 +246,26 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
     epochs, checkpoint, files = [], Path(spec["work"]) / f"checkpoint-{os.getpid()}.pt", CheckpointWriter()
     with UtilisationSampler() as sampler:
         for metrics in trainer.fit():
-            start = time.perf_counter()
-            files.save(trainer.state_dict(), checkpoint)
+            # the checkpoint's wait in three parts: the state gathered, its copies queued, the copies run
+            marks = [time.perf_counter()]
+            state = trainer.state_dict()
+            marks.append(time.perf_counter())
+            files.save(state, checkpoint)
+            marks.append(time.perf_counter())
             if torch.cuda.is_available():   # the copies it queued: the next epoch's kernels run after them
                 torch.cuda.synchronize()
+            marks.append(time.perf_counter())
+            del state
             spent = {name: sum(end - begun for begun, end, _ in calls) for name, calls in parts.items()}
             spent["retrieval"] -= spent["nmi"]   # nmi runs inside evaluate_split
-            epochs.append((metrics, time.perf_counter() - start, spent))
+            epochs.append((metrics, marks[-1] - marks[0], spent))
             for calls in parts.values():
                 calls.clear()
+            state_s, queued_s, copied_s = (b - a for a, b in zip(marks, marks[1:]))
             phases(f"epoch {metrics['epoch']}: {metrics['images_per_s']:.0f} images/s, training "
                    f"{metrics.get('train_s', float('nan')):.1f} s, evaluation {metrics.get('eval_s', float('nan')):.1f} s, "
-                   f"checkpoint {epochs[-1][1]:.2f} s{'' if metrics['epoch'] > 1 else ' (untimed)'}")
+                   f"checkpoint {epochs[-1][1]:.3f} s (state {state_s:.3f}, copies queued {queued_s:.3f}, run "
+                   f"{copied_s:.3f}){'' if metrics['epoch'] > 1 else ' (untimed)'}")
     files.wait()
     checkpoint.unlink(missing_ok=True)
     if len(passes) != len(epochs):

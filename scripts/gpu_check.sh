@@ -11,30 +11,30 @@
 # targets pulled from its log (scripts/gpu_check_summary.py). Exit status 0 when every part ended ok (or
 # was skipped: no failed test to rerun).
 #
-#   part             what                                              H100, 2026-11-27 (s)  cap (s)
-#   wheels           (--wheels) install what the image lacks into $XBM_SITE            13      30
-#   env              GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm;  7      15
-#                    nmi's k-means (faiss or scikit-learn's, proven by a small nmi)
-#   cuda-tests       pytest -v -n auto -m cuda over the test files that touch CUDA      51      80
-#   cuda-rerun       the failed ones again, one process, --tb=long (when any failed)     -      25
-#   normalisers      benchmarks/bench_normalisers.py at full size (60,000 x 512)        10      35
-#   checkpoint       benchmarks/bench_checkpoint.py: what an epoch of `xbm-tune train`  ~15      30
-#                    waits for its checkpoint (300 MB on the GPU), torch.save against
-#                    the background writer (pinned buffers, kept after its first
-#                    save), on WORK's disk (not yet run on a GPU)
-#   bench-gpu        benchmarks/bench_gpu.py: its rows, then K = 1, 2, 4, at 4,000     200     200
-#                    photos (2,000 training images), 1 timed epoch, --row-timeout 60.
-#                    A row takes 20-41 s (its start: CUDA, image cache, references,
-#                    15 workers), all of them and K about 390 s: the cap ends after
-#                    the rows the targets need first (ceiling, timm, trainer cache,
-#                    XBN, PC-XBN); the rest is a second command (README, "GPU check")
-#   sweep            xbm-tune sweep on the synthetic CUB set, resnet50 224 px, batch     82     115
-#                    128, --gpus-per-trial 0.5 (2 trials on the GPU at once, each
-#                    capped), ASHA, 8 samples x 4 epochs, --time-budget 65s; then
-#                    trials per hour, trials at once, GPU utilisation, memory vs caps
-#                    (the budget starts once Ray is up: ~8 s, then trials end their epoch)
-#   in all, one H100 with 16 cores (run F, docs/trainer.md "GPU check", and the      ~380     530
-#   checkpoint part's estimate)
+#   part         what                                                   H100 (s): run F / runs H-J  cap (s)
+#   wheels       (--wheels) install what the image lacks into $XBM_SITE                 13 / 1-13      30
+#   env          GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm;      7 / 7-11      15
+#                nmi's k-means (faiss or scikit-learn's, proven by a small nmi)
+#   cuda-tests   pytest -v -n auto -m cuda over the test files that touch CUDA          51 / 48-49     80
+#   cuda-rerun   the failed ones again, one process, --tb=long (when any failed)          - / -        25
+#   normalisers  benchmarks/bench_normalisers.py at full size (60,000 x 512)            10 / 13-16     35
+#   checkpoint   benchmarks/bench_checkpoint.py: what an epoch of `xbm-tune train`        - / 18       30
+#                waits for its checkpoint (300 MB on the GPU), torch.save against the
+#                background writer (pinned buffers, kept after its first save), on
+#                WORK's disk
+#   bench-gpu    benchmarks/bench_gpu.py: its rows, then K = 1, 2, 4, at 4,000 photos   200 / -       200
+#                (2,000 training images), 1 timed epoch, --row-timeout 60. A row takes
+#                20-45 s (its start: CUDA, image cache, references, 15 workers), all of
+#                them and K about 390 s: the cap ends after the rows the targets need
+#                first (ceiling, timm, trainer cache, XBN, PC-XBN); the rest is a second
+#                command (README, "GPU check"; run H: 4 rows and K = 1, 2, 4 in 273 s)
+#   sweep        xbm-tune sweep on the synthetic CUB set, resnet50 224 px, batch 128,    82 / 87      115
+#                --gpus-per-trial 0.5 (2 trials on the GPU at once, each capped), ASHA,
+#                8 samples x 4 epochs, --time-budget 65s; then trials per hour, trials
+#                at once, GPU utilisation, memory vs caps (the budget starts once Ray
+#                is up: ~8 s, then trials end their epoch)
+#   in all, one H100 with 16 cores (run F, docs/trainer.md "GPU check", and the     ~380          530
+#   checkpoint part's 18 s from run H)
 #   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9 minutes at worst)
 #
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick,

@@ -17,6 +17,10 @@ Flow of ``norm(memory, memory_labels, batch, batch_labels, epoch=e)`` (all kinds
    ``out=`` (same shape and dtype) receives it instead; ``out=memory`` adapts in place, which
    ``XBMLoss`` uses so that no second [N, d] tensor is allocated per step.
 
+On a GPU, the kinds marked ``graphable`` (PC-XBN, SC-XBN: stateless, and bound by their launches) run
+steps 2-5 of an ``out=`` call as a replay of one CUDA graph once their inputs stop changing (``graphed.py``);
+the values are the eager path's.
+
 E and sigma are per-dimension means and standard deviations (``stats.py``); sigma uses Bessel's
 correction (torch's default) and is floored at ``eps``.
 """
@@ -29,6 +33,7 @@ from torch import Tensor, nn
 
 from xbm.normalisers import stats
 from xbm.normalisers.config import NormaliserConfig
+from xbm.normalisers.graphed import GraphedCall
 from xbm.normalisers.stats import Moments, moments
 
 
@@ -77,12 +82,16 @@ class Normaliser(nn.Module):
 
     kind: ClassVar[str] = ""
     needs_superclasses: ClassVar[bool] = False
+    graphable: ClassVar[bool] = False
 
     def __init__(self, cfg: NormaliserConfig) -> None:
         super().__init__()
         if not isinstance(cfg, NormaliserConfig):
             raise ValueError(f"cfg must be a NormaliserConfig, but got {type(cfg).__name__}")
         self.cfg = cfg
+        # A kind whose call is a pure function of its inputs replays it as a CUDA graph on a GPU when called
+        # with ``out=`` (graphed.py); None: always eager.
+        self.graphs: GraphedCall | None = GraphedCall() if self.graphable else None
 
     def active(self, epoch: int) -> bool:
         """Whether this call adapts: not during the first ``delay_epochs`` epochs (thesis §4.3.3)."""
@@ -96,15 +105,26 @@ class Normaliser(nn.Module):
         with torch.no_grad():
             if not self.active(epoch) or memory.shape[0] < 2 or batch.shape[0] < 2:
                 return memory.detach().clone() if out is None else out.copy_(memory)
-            z = memory.detach().float()
-            zb = batch.detach().to(device=z.device, dtype=torch.float32)
-            result = out if out is not None and out.dtype == torch.float32 else torch.empty_like(z)
-            rows = self.adapt(z, memory_labels.to(z.device), zb, batch_labels.to(z.device), result)
-            if self.cfg.unit_norm:
-                normalise_rows_(result, rows)
-            if out is None:
-                return result.to(memory.dtype)
-            return out if result is out else out.copy_(result)
+            memory_labels, batch_labels = memory_labels.to(memory.device), batch_labels.to(memory.device)
+            if out is not None and self.graphs is not None and self.graphs.handles(memory):
+                buffers = tuple(b.data_ptr() for b in self.buffers())
+                self.graphs(self._write_adapted, memory.detach(), memory_labels, batch.detach(), batch_labels, out,
+                            (self.cfg, buffers))
+                return out
+            return self._write_adapted(memory.detach(), memory_labels, batch.detach(), batch_labels, out)
+
+    def _write_adapted(self, memory: Tensor, memory_labels: Tensor, batch: Tensor, batch_labels: Tensor,
+                       out: Tensor | None) -> Tensor:
+        """Steps 2-5 of the flow (the labels already on the memory's device)."""
+        z = memory.float()
+        zb = batch.to(device=z.device, dtype=torch.float32)
+        result = out if out is not None and out.dtype == torch.float32 else torch.empty_like(z)
+        rows = self.adapt(z, memory_labels, zb, batch_labels, result)
+        if self.cfg.unit_norm:
+            normalise_rows_(result, rows)
+        if out is None:
+            return result.to(memory.dtype)
+        return out if result is out else out.copy_(result)
 
     def adapt(self, z: Tensor, labels: Tensor, zb: Tensor, batch_labels: Tensor, out: Tensor) -> Tensor | None:
         """Hook: write the adapted rows of ``z`` [N, d] (fp32) into ``out`` (fp32, may be ``z``:
