@@ -2,12 +2,15 @@
 
 PC-XBN and SC-XBN launch about a hundred small kernels a call, and on an H100 the host's launches, not the
 GPU's arithmetic, set their time: 2.42 ms a call for 0.99 ms of GPU work at 60,000 x 512, 3.6x XBN
-(2026-11-27). Captured once, the call is one graph launch plus two small copies (the batch and its labels into
-the captured buffers): 1.20 ms, 1.6x XBN, against 2.58 ms eager in the same run (docs/memory.md). A graph holds the addresses it was captured with, so it is replayed only while the
-memory, its labels and ``out`` are the same tensors (address, shape, strides, dtype), the batch has the same
-shape and dtype, and the options, the module's buffers and autocast are unchanged; the memory's ring buffer
-is all of these once it is full (while it fills, ``valid()`` grows each step and every call stays eager).
-A graph runs the kernels its capture recorded, the eager path's, so replays give the eager path's values.
+(2026-11-27). Captured once, the call is one graph launch plus two small copies (the batch and its labels
+into the captured buffers): 1.20 ms, 1.6x XBN, against 2.58 ms eager in the same run (docs/memory.md).
+
+A graph holds the addresses it was captured with, so it is replayed only while the memory, its labels and
+``out`` are the same tensors (address, shape, strides, dtype), the batch has the same shape and dtype, and the
+options, the module's buffers and autocast are unchanged; the memory's ring buffer is all of these once it is
+full (while it fills, ``valid()`` grows each step and every call stays eager). A graph runs the kernels its
+capture recorded, the eager path's, so replays give the eager path's values. Each kept graph also keeps the
+call's temporaries (the eager call frees them after each call) in a memory pool of its own.
 
 The capture is taken on a side stream after ``after`` identical eager calls, the last of them on that stream
 (cuBLAS keeps a workspace per stream, which must exist before a capture), in ``thread_local`` mode so that
