@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a fast sanity run with fewer, shorter trials")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     print(f"Ray {ray.__version__}, {os.cpu_count()} CPU core(s); toy trainable: the quickstart's trial (mlp, embedding 32, batch 32)")
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as root:
         if args.quick:

@@ -8,14 +8,21 @@ fixture below reads every setting of :data:`SETTINGS` before and after each test
 gets a teardown error naming the setting and its two values, and the setting is put back so that the next
 tests run as they would alone.
 
+Under pytest-xdist (``make test`` runs two workers), :func:`pytest_configure` also gives each worker's torch its
+share of the CPUs and, in the controller, writes Ray's token before the workers start (:func:`ray_token_written`).
+
 This file must stay self-contained (no imports from the project's tests): tests/test_conftest.py runs a copy
 of it in a fresh pytest on planted leaks.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -35,6 +42,21 @@ def pytest_configure(config: pytest.Config) -> None:
         from joblib import cpu_count   # the affinity mask and a cgroup CPU quota, as xbm.cpus counts them
 
         torch.set_num_threads(max(1, cpu_count() // int(workers)))
+    elif getattr(config.option, "numprocesses", None):   # pytest-xdist's controller, before it starts the workers
+        ray_token_written()
+
+
+def ray_token_written() -> None:
+    """Writes Ray's token (``~/.ray/auth_token``) once, before pytest-xdist starts its workers, where none is yet.
+
+    Ray 2.60's first local ``ray.init()`` on a machine generates the key of its token authentication and writes
+    it there; every process of that Ray (the workers it starts for trials, later) reads the file. Two xdist
+    workers starting their first Ray at once can each write their own key, and the cluster whose key was
+    overwritten then rejects its own new processes. ``ray get-auth-token --generate`` is Ray's command for it."""
+    if importlib.util.find_spec("ray") is None or (Path.home() / ".ray" / "auth_token").exists():
+        return
+    subprocess.run([sys.executable, "-c", "from ray.scripts.scripts import main; main()", "get-auth-token",
+                    "--generate"], capture_output=True, check=True, timeout=120)   # captured: the key stays off logs
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ over planted tests, run in file order: each leaking test must get a teardown err
 values, and the test after it must see the setting as it was before the leak."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -111,3 +112,18 @@ def test_each_xdist_worker_runs_torch_on_its_share_of_the_cpus(tmp_path):
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_under_xdist_rays_token_is_written_before_the_workers_start(tmp_path):
+    """Bug caught: two xdist workers each starting the machine's first local Ray at once (a fresh CI machine runs
+    ``make test`` with two): each writes its own key to ~/.ray/auth_token and the cluster whose key was overwritten
+    rejects the worker processes it starts later. The controller writes it first (HOME here: an empty folder)."""
+    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HOME": str(home)})
+    assert run.returncode == 0, run.stdout + run.stderr
+    token = (home / ".ray" / "auth_token").read_text()
+    assert len(token) >= 32 and token not in run.stdout + run.stderr   # Ray's key, kept off the output

@@ -75,6 +75,27 @@ def test_without_an_address_a_sweep_starts_its_own_ray_not_the_one_a_stale_file_
     assert [c.get("address") for c in calls] == ["local", None, "auto"]
 
 
+def test_every_ray_init_in_the_repository_names_its_address():
+    """Bug caught: a ``ray.init(num_cpus=2)`` (two test fixtures and a benchmark had one) joins the cluster that
+    /tmp/ray/ray_current_cluster names: under ``make test``'s two xdist workers, the other worker's ``Cluster``
+    above while it runs (a fixture error, "num_cpus ... must not be provided", or trials on the wrong cluster);
+    on a user's machine a ``ray start`` cluster. ``address="local"`` starts a new one whatever the file says."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    bare = []
+    for folder in ("xbm", "tune", "analysis", "benchmarks", "scripts", "tests"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "init"
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "ray"
+                        and not node.args and "address" not in {k.arg for k in node.keywords}
+                        and None not in {k.arg for k in node.keywords}):   # **options: tune.cluster's, tested above
+                    bare.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert bare == [], f"ray.init without address=: {bare}"
+
+
 class MostAtOnce(Callback):
     """The largest number of trials RUNNING at the same time."""
 

@@ -134,7 +134,7 @@ def test_resume_moves_only_the_data_and_only_an_unswept_key(tmp_path, monkeypatc
 # ---- Ray ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ray_session():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
