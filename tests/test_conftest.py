@@ -127,3 +127,24 @@ def test_under_xdist_rays_token_is_written_before_the_workers_start(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     token = (home / ".ray" / "auth_token").read_text()
     assert len(token) >= 32 and token not in run.stdout + run.stderr   # Ray's key, kept off the output
+
+
+def test_a_failing_ray_token_command_warns_and_the_tests_still_run(tmp_path):
+    """Bug caught: the token's command failing (a GPU image whose Ray cannot start its CLI) stopping pytest before
+    any test, the GPU check's CUDA tests with it. A stand-in ``ray`` package whose command exits 3."""
+    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    scripts = tmp_path / "fake" / "ray" / "scripts"
+    scripts.mkdir(parents=True)
+    for folder in (scripts.parent, scripts):
+        (folder / "__init__.py").write_text("")
+    (scripts / "scripts.py").write_text("import sys\n\n\ndef main():\n    sys.exit(3)\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), *sys.path])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and "1 passed" in out, out
+    assert "`ray get-auth-token --generate` failed (exit status 3" in out, out
+    assert not (home / ".ray" / "auth_token").exists()
