@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -37,11 +36,12 @@ def pytest_configure(config: pytest.Config) -> None:
     loop finished in 0.55 s with one thread each and not within 150 s with 16 each; the first GPU run of the
     suite (``-n 16``) was cut at 45 % with the longest CPU trainer tests failing. Runs without xdist keep
     torch's default. The share is the baseline the guard below compares each test with."""
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
-    if workers:
+    # xdist's own marks, not its PYTEST_XDIST_* variables: a pytest started inside a worker (tests/test_conftest.py
+    # runs some) inherits those and would take itself for a worker
+    if hasattr(config, "workerinput"):
         from joblib import cpu_count   # the affinity mask and a cgroup CPU quota, as xbm.cpus counts them
 
-        torch.set_num_threads(max(1, cpu_count() // int(workers)))
+        torch.set_num_threads(max(1, cpu_count() // int(config.workerinput["workercount"])))
     elif getattr(config.option, "numprocesses", None):   # pytest-xdist's controller, before it starts the workers
         ray_token_written(config)
 

@@ -117,13 +117,16 @@ def test_each_xdist_worker_runs_torch_on_its_share_of_the_cpus(tmp_path):
 def test_under_xdist_rays_token_is_written_before_the_workers_start(tmp_path):
     """Bug caught: two xdist workers each starting the machine's first local Ray at once (a fresh CI machine runs
     ``make test`` with two): each writes its own key to ~/.ray/auth_token and the cluster whose key was overwritten
-    rejects the worker processes it starts later. The controller writes it first (HOME here: an empty folder)."""
+    rejects the worker processes it starts later. The controller writes it first (HOME here: an empty folder), also
+    when it inherits xdist's variables (in make test it took itself for a worker and wrote nothing)."""
     (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
     (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
     home = tmp_path / "home"
     home.mkdir()
+    # xdist's variables set, as in a pytest started inside an xdist worker (make test's): still the controller
+    env = {**os.environ, "HOME": str(home), "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "2"}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "HOME": str(home)})
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     token = (home / ".ray" / "auth_token").read_text()
     assert len(token) >= 32 and token not in run.stdout + run.stderr   # Ray's key, kept off the output
@@ -141,7 +144,8 @@ def test_a_failing_ray_token_command_warns_and_the_tests_still_run(tmp_path):
     (scripts / "scripts.py").write_text("import sys\n\n\ndef main():\n    sys.exit(3)\n")
     home = tmp_path / "home"
     home.mkdir()
-    env = {**os.environ, "HOME": str(home), "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), *sys.path])}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env.update(HOME=str(home), PYTHONPATH=os.pathsep.join([str(tmp_path / "fake"), *sys.path]))
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     out = run.stdout + run.stderr
