@@ -72,16 +72,20 @@ def test_changes_and_restores():
 '''
 
 
+def fresh_pytest(folder: Path, tests: str, *options: str, env=None) -> subprocess.CompletedProcess:
+    """A fresh pytest (a subprocess) over ``tests`` (``folder/test_planted.py``) beside a copy of the conftest."""
+    (folder / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    (folder / "test_planted.py").write_text(tests)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, str(folder)],
+                          cwd=folder, capture_output=True, text=True, timeout=300, env=env)
+
+
 def test_the_guard_fails_each_leaking_test_and_puts_the_setting_back(tmp_path):
     """Bugs caught: a test leaving CUDA's sync debug mode at "error" (the first GPU run: every later CUDA test of
     that xdist worker failed), cuDNN's benchmark flag, the thread count or a dispatch mode changed for the rest of
     the process; the guard missing a leak, not naming it, not putting it back (the next test still poisoned),
     or failing a test that changed a setting and put it back itself."""
-    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
-    (tmp_path / "test_planted.py").write_text(PLANTED)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", "-p", "no:xdist",
-                          "-p", "no:randomly", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+    run = fresh_pytest(tmp_path, PLANTED, "-rfE", "-p", "no:xdist", "-p", "no:randomly")
     out = run.stdout + run.stderr
     assert run.returncode == 1, out
     errors = sorted(line.split("::")[1].split(" ")[0] for line in out.splitlines() if line.startswith("ERROR "))
@@ -105,13 +109,13 @@ def test_each_xdist_worker_runs_torch_on_its_share_of_the_cpus(tmp_path):
     tests of the first GPU run failing)."""
     from joblib import cpu_count
 
-    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
     share = max(1, cpu_count() // 2)
-    (tmp_path / "test_threads.py").write_text(
-        f"import torch\n\n\ndef test_share():\n    assert torch.get_num_threads() == {share}\n")
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    share_test = f"import torch\n\n\ndef test_share():\n    assert torch.get_num_threads() == {share}\n"
+    run = fresh_pytest(tmp_path, share_test, "-n", "2")
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+NOTHING = "def test_nothing():\n    pass\n"
 
 
 def test_under_xdist_rays_token_is_written_before_the_workers_start(tmp_path):
@@ -119,14 +123,11 @@ def test_under_xdist_rays_token_is_written_before_the_workers_start(tmp_path):
     ``make test`` with two): each writes its own key to ~/.ray/auth_token and the cluster whose key was overwritten
     rejects the worker processes it starts later. The controller writes it first (HOME here: an empty folder), also
     when it inherits xdist's variables (in make test it took itself for a worker and wrote nothing)."""
-    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
-    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
     home = tmp_path / "home"
     home.mkdir()
     # xdist's variables set, as in a pytest started inside an xdist worker (make test's): still the controller
     env = {**os.environ, "HOME": str(home), "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_WORKER_COUNT": "2"}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    run = fresh_pytest(tmp_path, NOTHING, "-n", "2", env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     token = (home / ".ray" / "auth_token").read_text()
     assert len(token) >= 32 and token not in run.stdout + run.stderr   # Ray's key, kept off the output
@@ -135,8 +136,6 @@ def test_under_xdist_rays_token_is_written_before_the_workers_start(tmp_path):
 def test_a_failing_ray_token_command_warns_and_the_tests_still_run(tmp_path):
     """Bug caught: the token's command failing (a GPU image whose Ray cannot start its CLI) stopping pytest before
     any test, the GPU check's CUDA tests with it. A stand-in ``ray`` package whose command exits 3."""
-    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
-    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
     scripts = tmp_path / "fake" / "ray" / "scripts"
     scripts.mkdir(parents=True)
     for folder in (scripts.parent, scripts):
@@ -146,8 +145,7 @@ def test_a_failing_ray_token_command_warns_and_the_tests_still_run(tmp_path):
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     env.update(HOME=str(home), PYTHONPATH=os.pathsep.join([str(tmp_path / "fake"), *sys.path]))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", str(tmp_path)],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    run = fresh_pytest(tmp_path, NOTHING, "-n", "2", env=env)
     out = run.stdout + run.stderr
     assert run.returncode == 0 and "1 passed" in out, out
     assert "`ray get-auth-token --generate` failed (exit status 3" in out, out
