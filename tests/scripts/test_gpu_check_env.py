@@ -20,7 +20,8 @@ def test_the_nmi_line_names_faiss_and_its_version_where_faiss_runs(capsys):
     carried for that call; a wheel built against another numpy may not import there)."""
     env.nmi_kmeans()
     out = capsys.readouterr().out
-    assert out.startswith(f"nmi k-means: faiss {faiss.__version__}; a 400 x 16 nmi ran ("), out
+    assert out.startswith(f"nmi k-means: faiss {faiss.__version__} (its C++ k-means on CPU embeddings, its Python "
+                          "loop over a torch assignment on CUDA ones); a 400 x 16 nmi ran ("), out
 
 
 def test_the_nmi_line_says_scikit_learn_when_faiss_cannot_be_imported(monkeypatch, capsys):

@@ -32,9 +32,10 @@ from typing import Callable, Iterable
 import torch
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.utils import accuracy_calculator as pml_acc
-from pytorch_metric_learning.utils.inference import CustomKNN, FaissKMeans, FaissKNN
+from pytorch_metric_learning.utils.inference import CustomKNN, FaissKNN
 
 from xbm.evaluate import knn as knn_search
+from xbm.evaluate.kmeans import kmeans_for
 
 _PML_METRICS = {"map_at_r": "mean_average_precision_at_r", "r_precision": "r_precision"}
 
@@ -189,30 +190,24 @@ NMI_SEED = 0  # k-means' seed: the same clustering of the same embeddings in eve
 def nmi(embeddings, labels, seed: int = NMI_SEED) -> float:
     """``nmi``: normalised mutual information between the classes and a k-means clustering of ``embeddings``
     into as many clusters as there are classes (the NMI of metric learning, e.g. Song et al. 2016;
-    Musgrave et al. 2020 Sec. 3.2), computed by PML's ``AccuracyCalculator`` ("NMI": faiss k-means, then
-    scikit-learn's ``normalized_mutual_info_score``, arithmetic normalisation). ``seed`` seeds k-means.
-    Without faiss, scikit-learn's k-means (same k, same seed) clusters instead."""
-    x = _check_embeddings("embeddings", embeddings, device=None).cpu()
-    y = torch.as_tensor(labels).cpu()
+    Musgrave et al. 2020 Sec. 3.2), computed by PML's ``AccuracyCalculator`` ("NMI": k-means, then
+    scikit-learn's ``normalized_mutual_info_score``, arithmetic normalisation). The k-means is seeded by
+    ``seed`` and runs where the embeddings are (:func:`xbm.evaluate.kmeans.kmeans_for`: faiss's on the CPU,
+    faiss's loop with a torch assignment on a GPU, scikit-learn's without faiss)."""
+    x = _check_embeddings("embeddings", embeddings, device=None)
+    if knn_search.faiss is None:
+        x = x.cpu()   # scikit-learn's k-means
+    y = torch.as_tensor(labels).to(x.device)
     if y.shape != (len(x),):
         raise ValueError(f"labels must have shape ({len(x)},) to match the embeddings, but got {tuple(y.shape)}")
-    if knn_search.faiss is None and len(x) * len(y.unique()) > SLOW_KMEANS_WORK:
-        warnings.warn(f"nmi: k-means of {len(x)} embeddings into {len(y.unique())} clusters without faiss (scikit-"
+    classes = len(y.unique())
+    if knn_search.faiss is None and len(x) * classes > SLOW_KMEANS_WORK:
+        warnings.warn(f"nmi: k-means of {len(x)} embeddings into {classes} clusters without faiss (scikit-"
                       f"learn's) takes minutes at each evaluation; pip install faiss-cpu (16x faster here), or set "
                       f"eval_nmi=false to leave the nmi column empty", stacklevel=2)
-    # A retrieval class has a handful of samples (SOP: ~5), far under the 39 per centroid below which faiss
-    # prints a warning to stdout at every call; min_points_per_centroid changes nothing else.
-    kmeans = (FaissKMeans(seed=seed, min_points_per_centroid=1) if knn_search.faiss is not None
-              else functools.partial(_sklearn_kmeans, seed=seed))
-    calc = pml_acc.AccuracyCalculator(include=("NMI",), kmeans_func=kmeans, knn_func=default_knn(),
-                                      device=torch.device("cpu"))
+    calc = pml_acc.AccuracyCalculator(include=("NMI",), kmeans_func=kmeans_for(x.device, seed),
+                                      knn_func=default_knn(), device=x.device)
     return float(calc.get_accuracy(x, y, include=("NMI",))["NMI"])
-
-
-def _sklearn_kmeans(x: torch.Tensor, clusters: int, seed: int) -> torch.Tensor:
-    from sklearn.cluster import KMeans
-
-    return torch.as_tensor(KMeans(clusters, random_state=seed, n_init=1).fit_predict(x.cpu().numpy()))
 
 
 def _relabel_by_class_size(knn_labels: torch.Tensor, labels: torch.Tensor, class_size: torch.Tensor):

@@ -140,6 +140,14 @@ def _add_by_group(out: Tensor, x: Tensor, group: Tensor, term: Callable[[Tensor,
     return out
 
 
+def sum_by_group(x: Tensor, group: Tensor, n_groups: int, dense: Optional[bool] = None) -> Tensor:
+    """Row sums [G, d] of ``x`` [n, d] by group id ``group`` [n] in [0, G), the same bits on every run: the
+    first pass of :func:`group_sums` (its ``dense`` rule). Also k-means' centroid step for ``nmi``
+    (:mod:`xbm.evaluate.kmeans`), where G is the number of classes."""
+    dense = uses_dense_sums(x.device) if dense is None else dense
+    return _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group, lambda part, ids: part, dense)
+
+
 def group_sums(x: Tensor, group: Tensor, n_groups: int, with_std: bool = True,
                dense: Optional[bool] = None) -> GroupSums:
     """``GroupSums`` of the rows of ``x`` [n, d] with group ids ``group`` [n] in [0, G).
