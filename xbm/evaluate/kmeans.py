@@ -8,12 +8,13 @@
   clusters) over :class:`DeviceAssign`, whose assignment and centroid steps run in torch on the embeddings'
   device. faiss-cpu would copy them to the host and cluster them on the CPU threads beside the loader
   workers: on an H100 node (16 cores, 15 workers) ``nmi`` took 0.05-0.06 s for 2,000 x 100 (2026-11-27, run
-  H), where the 2-core CI machine takes 0.014 s; and its work grows as N x k x d: SOP's 60,000 x 11,316 x 512
-  is 0.35 TFLOP an iteration (docs/evaluation.md, "nmi's k-means": the figures).
+  H), where the 2-core CI machine takes 0.014 s; and its work grows as N x k x d: SOP's 60,502 x 11,316 x 512
+  is 0.7 TFLOP an iteration (docs/evaluation.md, "nmi's k-means": the figures).
 - No faiss: scikit-learn's ``KMeans`` on the CPU (slow at SOP's size; ``nmi`` warns).
 
 Both faiss paths cluster the same way, but not to the same bits (different random streams for the
-initial centroids): on clustered data their NMI agrees to ~0.002 (tests/xbm/evaluate/test_kmeans.py).
+initial centroids): one seed's NMI differs by up to ~0.02 from path to path, as from seed to seed; averaged
+over four seeds they agree within 0.01 (tests/xbm/evaluate/test_kmeans.py).
 Each path gives the same clustering of the same embeddings in every run: the device path's centroid sums
 are :func:`xbm.normalisers.stats.sum_by_group` (a one-hot product off the CPU, no atomics) and its distances
 full fp32 (no TF32, which would reorder near-equidistant centroids from one device's settings to another's).
