@@ -1,5 +1,6 @@
 """``nmi``'s k-means where the embeddings are (xbm/evaluate/kmeans.py): faiss's C++ one on the CPU, faiss's
 Python loop over a torch assignment elsewhere. The device path runs here on CPU tensors: the same code a GPU runs."""
+import functools
 import importlib.util
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from xbm.evaluate import kmeans as kmeans_module
 from xbm.evaluate import knn as knn_module
 from xbm.evaluate.kmeans import DeviceAssign, device_kmeans, kmeans_for
 from xbm.evaluate.metrics import nmi
+from xbm.normalisers import stats
 
 from ..conftest import needs_cuda
 
@@ -23,11 +25,14 @@ _spec.loader.exec_module(bench_nmi)
 clustered = bench_nmi.clustered
 
 
+@pytest.mark.parametrize("dense", [False, True])   # the CPU's index_add_; the one-hot product a GPU takes
 @pytest.mark.parametrize("block_elements", [2**25, 2])   # one block; one row per block
-def test_device_assignment_and_sums_match_a_hand_computation(monkeypatch, block_elements):
+def test_device_assignment_and_sums_match_a_hand_computation(monkeypatch, block_elements, dense):
     """Bug caught: the cross term's factor or sign wrong, |c|^2 left out (which favours the shortest centroid),
-    a block boundary dropping or repeating rows, or means handed to faiss, which divides the sums by the counts."""
+    a block boundary dropping or repeating rows, means handed to faiss, which divides the sums by the counts,
+    or the GPU's one-hot sums adding rows to the wrong centroid."""
     monkeypatch.setattr(kmeans_module, "ASSIGN_ELEMENTS", block_elements)
+    monkeypatch.setattr(kmeans_module, "sum_by_group", functools.partial(stats.sum_by_group, dense=dense))
     x = torch.tensor([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [11.0, 1.0], [4.0, 0.0]])
     centroids = torch.tensor([[0.5, 0.0], [10.0, 0.0]])
     # squared distances: row 0: 0.25 | 100; row 1: 0.25 | 81; row 2: 90.25 | 0; row 3: 111.25 | 2;
