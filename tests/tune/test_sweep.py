@@ -44,13 +44,6 @@ def space_file(tmp_path):
     return write
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def options(tmp_path, **changes) -> SweepOptions:
     return SweepOptions(storage=str(tmp_path / "sweeps"), dashboard=False, **changes)
 

@@ -132,13 +132,6 @@ def test_resume_moves_only_the_data_and_only_an_unswept_key(tmp_path, monkeypatc
 
 
 # ---- Ray ----------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.slow
 def test_sweep_from_another_directory_with_relative_paths_trains(ray_session, layout):
     """Bug (the README's own example): a relative data_root was read inside each trial's directory, every
