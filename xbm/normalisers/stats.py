@@ -140,12 +140,13 @@ def _add_by_group(out: Tensor, x: Tensor, group: Tensor, term: Callable[[Tensor,
     return out
 
 
-def sum_by_group(x: Tensor, group: Tensor, n_groups: int, dense: Optional[bool] = None) -> Tensor:
+def sum_by_group(x: Tensor, group: Tensor, n_groups: int, dense: Optional[bool] = None,
+                 hot: Optional[Tensor] = None) -> Tensor:
     """Row sums [G, d] of ``x`` [n, d] by group id ``group`` [n] in [0, G), the same bits on every run: the
-    first pass of :func:`group_sums` (its ``dense`` rule). Also k-means' centroid step for ``nmi``
-    (:mod:`xbm.evaluate.kmeans`), where G is the number of classes."""
+    first pass of :func:`group_sums` (its ``dense`` rule; ``hot``: the one-hot matrix, if built). Also k-means'
+    centroid step for ``nmi`` (:mod:`xbm.evaluate.kmeans`), where G is the number of classes."""
     dense = uses_dense_sums(x.device) if dense is None else dense
-    return _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group, lambda part, ids: part, dense)
+    return _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group, lambda part, ids: part, dense, hot)
 
 
 def group_sums(x: Tensor, group: Tensor, n_groups: int, with_std: bool = True,
@@ -165,8 +166,7 @@ def group_sums(x: Tensor, group: Tensor, n_groups: int, with_std: bool = True,
     dense = uses_dense_sums(x.device) if dense is None else dense
     hot = one_hot_once(group, n_groups, x.dtype) if dense else None
     counts = group_counts(group, n_groups, x.dtype, dense, hot).unsqueeze(1)
-    sums = _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group, lambda part, ids: part, dense, hot)
-    mean = sums.div_(counts.clamp_min(1))
+    mean = sum_by_group(x, group, n_groups, dense, hot).div_(counts.clamp_min(1))
     if not with_std:
         return GroupSums(counts, mean, None)
     m2 = _add_by_group(x.new_zeros(n_groups, x.shape[1]), x, group,
