@@ -2,7 +2,6 @@
 writing one while training goes on (:class:`CheckpointWriter`)."""
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import numbers
@@ -14,6 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from xbm.errors import BadCheckpointError
+from xbm.training.host_buffers import HostBuffers
 
 
 def load_checkpoint(path) -> dict[str, Any]:
@@ -39,88 +39,6 @@ def improves(value: Any, best: Optional[float], mode: str = "max") -> bool:
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
         return False
     return best is None or (value > best if mode == "max" else value < best)
-
-
-def cpu_copy(value: Any, buffers: "HostBuffers") -> Any:
-    """``value`` with every tensor copied into ``buffers``' host memory (detached; a CPU tensor copied too) and
-    every other leaf deep-copied, through dicts, lists and tuples: a snapshot that the originals' in-place
-    updates (the next optimiser step, the memory's next enqueue) cannot reach. Tensors that view one storage
-    are copied apart, which ``torch.save`` would have kept shared: a trainer's state holds no such views (its
-    buffers, weights and optimiser moments are each their own). A CUDA tensor's copy is only queued
-    (:meth:`HostBuffers.snapshot` gives the events it is whole after)."""
-    if isinstance(value, torch.Tensor):
-        return buffers.copy(value)
-    if isinstance(value, dict):
-        return type(value)((k, cpu_copy(v, buffers)) for k, v in value.items())   # an OrderedDict stays one
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(cpu_copy(v, buffers) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(cpu_copy(v, buffers) for v in value)
-    return copy.deepcopy(value)
-
-
-class HostBuffers:
-    """The CPU tensors one file's snapshots are copied into, kept from one save to the next: the i-th tensor of
-    a state reuses the i-th buffer when shape, stride and dtype match (a trainer's state keeps them from epoch
-    to epoch), else a new one is allocated. A CUDA tensor's buffer is pinned and its copy queued on the
-    tensor's current stream (``non_blocking``): the caller goes on at once, later kernels on that stream (the
-    next optimiser step) run after the copy, and :meth:`snapshot` gives the events a reader waits on. Each
-    ``.to("cpu")`` into fresh pageable memory instead waited for its own transfer, about a thousand of them
-    for a ResNet50's weights and AdamW's moments (pageable transfers also run slower than pinned ones).
-
-    Not torch.distributed.checkpoint's stagers: they copy whole storages (a view would carry all of its base)
-    and key their cache on storage identity, through a private module. A snapshot must not be read after the
-    next :meth:`snapshot`: :class:`CheckpointWriter` lets a file's next save start only once its last write has
-    landed."""
-
-    def __init__(self) -> None:
-        self._buffers: list[tuple[tuple, torch.Tensor, bool]] = []   # (the source's layout, buffer, pinned)
-        self._next = 0
-        self._devices: set[torch.device] = set()
-
-    def snapshot(self, state: Any) -> tuple[Any, list]:
-        """``state`` copied into these buffers (:func:`cpu_copy`, the i-th tensor into the i-th buffer) and one
-        CUDA event per device it copied from, recorded after its copies: the snapshot is whole once they have
-        completed. Buffers it did not use (a state that shrank) are let go."""
-        self._next, self._devices = 0, set()
-        copied = cpu_copy(state, self)
-        del self._buffers[self._next:]
-        events = []
-        for device in self._devices:
-            event = torch.cuda.Event(blocking=True)   # the write thread sleeps on it, not spins beside the loaders
-            event.record(torch.cuda.current_stream(device))
-            events.append(event)
-        return copied, events
-
-    def copy(self, tensor: torch.Tensor) -> torch.Tensor:
-        tensor, index = tensor.detach(), self._next
-        self._next += 1
-        layout = (tensor.shape, tensor.dtype, tensor.stride(), tensor.is_cuda)
-        if index < len(self._buffers) and self._buffers[index][0] == layout:
-            _, buffer, pinned = self._buffers[index]
-        else:
-            buffer, pinned = _host_buffer(tensor, pin=tensor.is_cuda)
-            self._buffers[index:index + 1] = [(layout, buffer, pinned)]
-        buffer.copy_(tensor, non_blocking=pinned)
-        if pinned:
-            self._devices.add(tensor.device)
-        return buffer
-
-    @property
-    def nbytes(self) -> int:
-        """Host memory held, in bytes."""
-        return sum(buffer.numel() * buffer.element_size() for _, buffer, _ in self._buffers)
-
-
-def _host_buffer(tensor: torch.Tensor, pin: bool) -> tuple[torch.Tensor, bool]:
-    """An empty CPU tensor laid out as ``tensor`` (channels-last weights stay a plain memcpy), pinned when asked
-    and possible: a host that cannot pin (a locked-memory limit) still gets its checkpoint, copied blocking."""
-    if pin:
-        try:
-            return torch.empty_like(tensor, device="cpu", pin_memory=True), True
-        except RuntimeError:
-            pass
-    return torch.empty_like(tensor, device="cpu"), False
 
 
 class CheckpointWriter:

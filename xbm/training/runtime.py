@@ -81,8 +81,10 @@ class Runtime:
         return x
 
     def synchronize(self) -> None:
+        """Wait for the training stream, which times a pass: work on other streams (a checkpoint's transfer to
+        the host, xbm.training.host_buffers) runs beside the pass and is not waited for."""
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            torch.cuda.current_stream(self.device).synchronize()
 
     def grad_scaler(self) -> torch.amp.GradScaler:
         return torch.amp.GradScaler(self.device.type, enabled=self.needs_scaler)
