@@ -9,9 +9,10 @@ memory, cuDNN autotuner and per-process image readers).
 - trainer rows: ``Trainer.fit()``, its training passes timed around ``Trainer.train_epoch``, evaluation
   read from the epoch's metrics and split into its parts (``EVAL_PARTS``: retrieval, ``nmi``'s k-means, the
   drift and staleness probes, each timed around its ``xbm.evaluate.epoch`` function), and after
-  each epoch ``xbm-tune train``'s checkpoint (``CheckpointWriter.save``): the wait timed is the copy to the
-  CPU, queued into pinned buffers and run to its end; the write runs beside the next epoch (it was a
-  ``torch.save``, 0.37-0.50 s, before 2026-11-27);
+  each epoch ``xbm-tune train``'s checkpoint (``CheckpointWriter.save``): the wait timed is the state gathered
+  and what that queued on the training stream run to its end (since 2026-11-28 one gathering copy per dtype;
+  before, a copy per tensor to pinned buffers); the transfer to the host (on a side stream) and the write run
+  beside the next epoch (it was a ``torch.save``, 0.37-0.50 s, before 2026-11-27);
 - ``shared``: one of K trainer processes sharing a GPU, training passes only, timed after a barrier.
 
 Every row reports its phases as they happen (``gpu_phases.Phases``: data, cache, model, references,
@@ -252,8 +253,8 @@ def trainer_row(spec: dict, phases: Phases) -> dict:
             marks.append(time.perf_counter())
             files.save(state, checkpoint)
             marks.append(time.perf_counter())
-            if torch.cuda.is_available():   # the copies it queued: the next epoch's kernels run after them
-                torch.cuda.synchronize()
+            if torch.cuda.is_available():   # what it queued on the training stream: the next epoch runs after it
+                torch.cuda.current_stream().synchronize()   # (a packed state's transfer runs beside, on a side stream)
             marks.append(time.perf_counter())
             del state
             spent = {name: sum(end - begun for begun, end, _ in calls) for name, calls in parts.items()}

@@ -64,7 +64,7 @@ KEY: dict[str, Callable[[list[str]], list[str]]] = {
     "cuda-tests": _pytest,
     "cuda-rerun": lambda lines: _pytest(lines) + [line for line in lines if line.startswith("E ")][:12],
     "normalisers": _starting("device=", "PairMarginMiner", "targets"),
-    "checkpoint": _starting("state ", "torch.save", "CheckpointWriter"),
+    "checkpoint": _starting("state ", "torch.save", "CheckpointWriter", "the copy alone"),
     "bench-gpu": _bench_gpu,
     "sweep": _sweep,
 }

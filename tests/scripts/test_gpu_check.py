@@ -44,7 +44,8 @@ def test_every_part_runs_without_cuda_and_the_summary_lists_each(tmp_path):
 
     assert (site / "xbm_probe.py").is_file() and "installed 1 of 1 wheels" in summary
     assert "SKIPPED" in (out / "cuda-tests.log").read_text()  # -v: each test named as it ends
-    assert "CheckpointWriter.save: the epoch waits" in summary.split("## checkpoint")[1]
+    checkpoint = summary.split("## checkpoint")[1]
+    assert "CheckpointWriter.save: the epoch waits" in checkpoint and "the copy alone, packed per dtype" in checkpoint
     bench = (out / "bench-gpu.log").read_text()
     assert "first batch after" in bench and "references in" in bench and "photos: wrote" in bench
     lines = [json.loads(line) for line in (out / "bench_gpu.jsonl").read_text().splitlines()]
