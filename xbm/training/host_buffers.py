@@ -4,6 +4,7 @@ tensor."""
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -173,16 +174,21 @@ class HostBuffers:
 
 
 def _host_buffer(tensor: torch.Tensor, pin: bool) -> tuple[torch.Tensor, bool]:
-    """An empty CPU tensor laid out as ``tensor`` (channels-last weights stay a plain memcpy), pinned when asked
-    and possible: a host that cannot pin (a locked-memory limit) still gets its checkpoint, copied blocking."""
-    if pin:
-        try:
-            return torch.empty_like(tensor, device="cpu", pin_memory=True), True
-        except RuntimeError:
-            pass
-    return torch.empty_like(tensor, device="cpu"), False
+    """An empty CPU tensor laid out as ``tensor`` (channels-last weights stay a plain memcpy): :func:`_pinned`."""
+    return _pinned(functools.partial(torch.empty_like, tensor, device="cpu"), pin)
 
 
 def _host_tensor(size: int, dtype: torch.dtype, pin: bool) -> tuple[torch.Tensor, bool]:
-    """A flat CPU tensor of ``size`` elements: :func:`_host_buffer` for a pack."""
-    return _host_buffer(torch.empty(size, dtype=dtype, device="meta"), pin)
+    """A flat CPU tensor of ``size`` elements, a pack's host side: :func:`_pinned`."""
+    return _pinned(functools.partial(torch.empty, size, dtype=dtype), pin)
+
+
+def _pinned(empty: Callable[..., torch.Tensor], pin: bool) -> tuple[torch.Tensor, bool]:
+    """``empty()``, pinned when asked and possible: a host that cannot pin (a locked-memory limit) still gets its
+    checkpoint, copied blocking."""
+    if pin:
+        try:
+            return empty(pin_memory=True), True
+        except RuntimeError:
+            pass
+    return empty(), False

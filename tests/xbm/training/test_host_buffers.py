@@ -155,9 +155,9 @@ def test_a_gpu_snapshot_holds_its_values_while_the_next_steps_reuse_the_memory()
     size, filled on the training stream, lands in the snapshot; a snapshot read before its events. The side
     stream is held back so that its copy runs after the training stream's next kernels."""
     state = mixed_state("cuda")
-    expected = [t.cpu() for t in tensors_of(state)]
+    expected = [t.to("cpu", copy=True) for t in tensors_of(state)]   # copies: advance() changes the CPU ones too
     buffers = HostBuffers()
-    side = buffers._stream(torch.device("cuda"))
+    side = buffers._stream(state["after"].device)   # cuda:0, the key snapshot uses (torch.device("cuda") is not)
     with torch.cuda.stream(side):
         torch.cuda._sleep(200_000_000)   # the copy engine's queue still busy with an earlier transfer
     snapshot, events = buffers.snapshot(state)
