@@ -20,7 +20,7 @@ from ray.tune.schedulers.pb2 import PB2  # imports without scikit-learn (Ray che
 
 from tune.extras import require
 from tune.options import SweepInputError
-from tune.search.pbt import RecordsExploits
+from tune.search.pbt import ClipToBounds, RecordsExploits
 from tune.trial.guards import TIME_ATTR, GuardedScheduler
 
 
@@ -39,22 +39,6 @@ def hyperparam_bounds(space) -> dict[str, list[float]]:
                                   f"a choice of numbers), or use --scheduler pbt, which resamples choices")
         bounds[key] = [numeric[0], numeric[1]]
     return bounds
-
-
-class ClipToBounds:
-    """PB2's ``custom_explore_fn``: each explored value clipped to its bounds, as a plain Python number. Ray's
-    PB2 maps the GP's point back to ``lo + x * (hi - lo)`` and casts it to float32, which can land just
-    outside the bounds (float32(3e-3) > 3e-3) where a config rule (``lambda_mu <= 1``) would refuse it."""
-
-    def __init__(self, bounds: dict[str, list[float]]) -> None:
-        self.bounds = bounds
-
-    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
-        for key, (lo, hi) in self.bounds.items():
-            if key in config:
-                value = min(max(float(config[key]), lo), hi)
-                config[key] = int(round(value)) if isinstance(lo, int) and isinstance(hi, int) else value
-        return config
 
 
 class RecordingPB2(GuardedScheduler, RecordsExploits, PB2):

@@ -34,6 +34,24 @@ class RecordingPBT(GuardedScheduler, RecordsExploits, PopulationBasedTraining):
     state, objective state: ``Trainer.state_dict``) with the explored values of the mutable keys."""
 
 
+class ClipToBounds:
+    """PBT's and PB2's ``custom_explore_fn``: each explored value clipped to its bounds, as a plain Python
+    number (an int for int bounds). Ray's PBT multiplies a range's value by 0.8 or 1.2 and does not clip it:
+    a lambda_mu of 0.97 explored to 1.17, which the config refuses (``lambda_mu <= 1``), and the sweep
+    stopped (seen in CI). Ray's PB2 maps the GP's point back to ``lo + x * (hi - lo)`` and casts it to
+    float32, which can land just outside the bounds (float32(3e-3) > 3e-3)."""
+
+    def __init__(self, bounds: dict[str, list[float]]) -> None:
+        self.bounds = bounds
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for key, (lo, hi) in self.bounds.items():
+            if key in config:
+                value = min(max(float(config[key]), lo), hi)
+                config[key] = int(round(value)) if isinstance(lo, int) and isinstance(hi, int) else value
+        return config
+
+
 def check_population(options, space) -> None:
     """What PBT and PB2 both need: ``mutable: true`` params to explore, and a population drawn at random."""
     name = options.scheduler
@@ -50,5 +68,9 @@ def build_pbt(options, space) -> RecordingPBT:
     copies a top-quarter trial's state and perturbs the space's ``mutable: true`` params."""
     check_population(options, space)
     mutations = space.mutations()
+    # a range is explored by multiplying its value (kept inside by the clip); a choice moves along its list
+    ranges = {key: list(space.params[key].branches[0].dist.numeric_bounds())
+              for key, mutation in mutations.items() if not isinstance(mutation, list)}
     return RecordingPBT(time_attr=TIME_ATTR, perturbation_interval=options.perturbation_interval,
-                        hyperparam_mutations=mutations, quantile_fraction=0.25, synch=options.pbt_synch)
+                        hyperparam_mutations=mutations, quantile_fraction=0.25, synch=options.pbt_synch,
+                        custom_explore_fn=ClipToBounds(ranges))

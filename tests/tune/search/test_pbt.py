@@ -50,6 +50,35 @@ def test_pbt_needs_mutable_params_and_random_search(tmp_path):
     assert plan.options.search == "random" and plan.space.mutable == ("normaliser.lambda_mu", "lr")
 
 
+@pytest.mark.parametrize("factor, start, explored", [
+    (1.2, {"normaliser.lambda_mu": 0.97, "lr": 2.9e-3, "miner.pos_margin": 0.2, "clip_grad": 9},
+     {"normaliser.lambda_mu": 1.0, "lr": 3e-3, "miner.pos_margin": 0.3, "clip_grad": 10}),
+    (0.8, {"normaliser.lambda_mu": 0.5, "lr": 1.1e-6, "miner.pos_margin": 0.1, "clip_grad": 1},
+     {"normaliser.lambda_mu": 0.4, "lr": 1e-6, "miner.pos_margin": 0.1, "clip_grad": 1}),
+])
+def test_explore_keeps_every_value_inside_its_space_and_the_config_valid(tmp_path, monkeypatch, factor, start,
+                                                                          explored):
+    """Bugs caught: Ray's PBT multiplying a range's value out of it, unclipped (lambda_mu 0.97 explored to
+    1.17: the config refused it when the trial restarted, and the sweep stopped: seen in CI), and a choice
+    explored as a range (a margin of 0.2 multiplied to 0.24, a value the space never lists) instead of moving
+    to the next listed value (the list is sorted: 0.3, not 0.1's neighbour in the order written)."""
+    import random
+
+    from ray.tune.schedulers.pbt import _explore
+
+    from tune.options import train_config
+
+    space = PBT.replace("  lr:", "  miner.pos_margin: {choice: [0.1, 0.3, 0.2], mutable: true}\n"
+                                 "  clip_grad: {int: [1, 10], mutable: true}\n  lr:")
+    scheduler = _plan(tmp_path, space, name="explore").scheduler
+    shift = 1 if factor > 1 else -1   # a choice moves up with the larger factor, down with the smaller
+    monkeypatch.setattr(random, "choice", lambda options: shift if options == [-1, 1] else options[0])
+    config, _ = _explore(dict(start), scheduler._hyperparam_mutations, resample_probability=0.0,
+                         perturbation_factors=(factor,), custom_explore_fn=scheduler._custom_explore_fn)
+    assert config == pytest.approx(explored) and type(config["clip_grad"]) is int
+    train_config({**config, "normaliser.kind": "pcxbn"})   # what the sink and the trial build from it
+
+
 @pytest.mark.slow
 def test_a_pbt_sweep_exploits_records_and_changes_the_values_mid_run(ray_session, tmp_path):
     """Bugs caught: exploits not recorded (no way to read a trial's schedule), epoch rows that keep the

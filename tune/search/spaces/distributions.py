@@ -73,6 +73,11 @@ class Distribution(ABC):
     def to_tune(self):
         """The Ray Tune domain (or grid_search dict)."""
 
+    def to_pbt(self):
+        """PBT's mutation for a ``mutable: true`` param: the Ray domain, which explore resamples from or
+        multiplies the current value by 0.8 / 1.2 (``tune.search.pbt`` clips the product into the range)."""
+        return self.to_tune()
+
     @abstractmethod
     def to_optuna(self):
         """The Optuna distribution (to rebuild finished trials for warm start)."""
@@ -237,6 +242,13 @@ class Choice(Distribution):
         from ray import tune as ray_tune
 
         return ray_tune.choice(list(self.options))
+
+    def to_pbt(self) -> list:
+        """A list, which PBT's explore resamples from or moves along by one value: a Ray domain would be
+        multiplied by 0.8 / 1.2 like a range (a margin of 0.1 explored to 0.12, a value the space never
+        lists). Numbers in increasing order, so that a move reaches the next larger or smaller value."""
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.options)
+        return sorted(self.options) if numbers else list(self.options)
 
     def to_optuna(self):
         import optuna

@@ -104,9 +104,10 @@ class SearchSpace:
         return tuple(key for key, param in self.params.items() if param.mutable)
 
     def mutations(self) -> dict[str, Any]:
-        """PBT's ``hyperparam_mutations``: each mutable param's Ray domain (explore resamples from it or
-        perturbs the current value by 0.8 / 1.2, clipped to it)."""
-        return {key: self.params[key].branches[0].dist.to_tune() for key in self.mutable}
+        """PBT's ``hyperparam_mutations``: each mutable param's ``to_pbt()``, a range's Ray domain (explore
+        resamples from it or multiplies the value by 0.8 / 1.2, clipped into it by ``tune.search.pbt``) or a
+        choice's list (explore resamples from it or moves to a neighbouring value)."""
+        return {key: self.params[key].branches[0].dist.to_pbt() for key in self.mutable}
 
     # ---- Optuna define-by-run (search "optuna") ------------------------------------------------
     def define_by_run(self, trial, grid_as_choice: bool = False) -> dict[str, Any] | None:
