@@ -14,8 +14,6 @@ dependencies; GPy was the GP library of Ray's first PB2 and is not needed.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from ray.tune.schedulers.pb2 import PB2  # imports without scikit-learn (Ray checks it when PB2 is built)
 
 from tune.extras import require
