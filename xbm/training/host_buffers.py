@@ -57,12 +57,12 @@ class _Pack:
 
     @classmethod
     def for_layouts(cls, layouts: list[tuple], dtype: torch.dtype, pin: bool) -> "_Pack":
-        align = max(1, ALIGN_BYTES // torch.empty(0, dtype=dtype).element_size())
+        align = max(1, ALIGN_BYTES // dtype.itemsize)
         offsets, size = [], 0
         for shape, _ in layouts:
             offsets.append(size)
             size += -(-torch.Size(shape).numel() // align) * align
-        host, pinned = _host_tensor(size, dtype, pin)
+        host, pinned = _pinned(functools.partial(torch.empty, size, dtype=dtype), pin)
         pack = cls(layouts, host, pinned, offsets)
         pack.views = pack.views_of(host)
         return pack
@@ -138,7 +138,8 @@ class HostBuffers:
         if index < len(self._single) and self._single[index][0] == layout:
             _, buffer, pinned = self._single[index]
         else:
-            buffer, pinned = _host_buffer(tensor, pin=tensor.is_cuda)
+            # laid out as the tensor: channels-last weights stay a plain memcpy
+            buffer, pinned = _pinned(functools.partial(torch.empty_like, tensor, device="cpu"), tensor.is_cuda)
             self._single[index:index + 1] = [(layout, buffer, pinned)]
         buffer.copy_(tensor, non_blocking=pinned)   # on the tensor's stream: later kernels there run after it
         return buffer
@@ -171,16 +172,6 @@ class HostBuffers:
         """Host memory held, in bytes."""
         buffers = [b for _, b, _ in self._single] + [p.host for p in self._packs.values()]
         return sum(buffer.numel() * buffer.element_size() for buffer in buffers)
-
-
-def _host_buffer(tensor: torch.Tensor, pin: bool) -> tuple[torch.Tensor, bool]:
-    """An empty CPU tensor laid out as ``tensor`` (channels-last weights stay a plain memcpy): :func:`_pinned`."""
-    return _pinned(functools.partial(torch.empty_like, tensor, device="cpu"), pin)
-
-
-def _host_tensor(size: int, dtype: torch.dtype, pin: bool) -> tuple[torch.Tensor, bool]:
-    """A flat CPU tensor of ``size`` elements, a pack's host side: :func:`_pinned`."""
-    return _pinned(functools.partial(torch.empty, size, dtype=dtype), pin)
 
 
 def _pinned(empty: Callable[..., torch.Tensor], pin: bool) -> tuple[torch.Tensor, bool]:
