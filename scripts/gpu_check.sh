@@ -13,8 +13,10 @@
 #
 #   part         what                                                   H100 (s): run F / runs H-J  cap (s)
 #   wheels       (--wheels) install what the image lacks into $XBM_SITE                 13 / 1-13      30
-#   env          GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm;      7 / 7-11      15
-#                nmi's k-means (faiss or scikit-learn's, proven by a small nmi)
+#   env          GPU (nvidia-smi, torch), driver, memory; versions; CPUs, /dev/shm;      7 / 7-11      40
+#                nmi's k-means (faiss or scikit-learn's, proven by a small nmi); its
+#                imports from a cold disk (a new machine) take most of it: 5 s warm on
+#                the 2-core CI machine, over 15 s on its first run of a session
 #   cuda-tests   pytest -v -n auto -m cuda over the test files that touch CUDA          51 / 48-49     80
 #   cuda-rerun   the failed ones again, one process, --tb=long (when any failed)          - / -        25
 #   normalisers  benchmarks/bench_normalisers.py at full size (60,000 x 512)            10 / 13-16     35
@@ -33,9 +35,9 @@
 #                8 samples x 4 epochs, --time-budget 65s; then trials per hour, trials
 #                at once, GPU utilisation, memory vs caps (the budget starts once Ray
 #                is up: ~8 s, then trials end their epoch)
-#   in all, one H100 with 16 cores (run F, docs/trainer.md "GPU check", and the     ~380          530
+#   in all, one H100 with 16 cores (run F, docs/trainer.md "GPU check", and the     ~380          555
 #   checkpoint part's 18 s from run H)
-#   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9 minutes at worst)
+#   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9.5 minutes at worst)
 #
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick,
 # bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip; caps
@@ -94,7 +96,7 @@ export PYTHONPATH="$ROOT${WHEELS:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
 CAP_WHEELS=${CAP_WHEELS:-30}
-CAP_ENV=${CAP_ENV:-15}
+CAP_ENV=${CAP_ENV:-40}
 
 # run_part NAME CAP SIGNAL COMMAND...: COMMAND under timeout into OUT/NAME.log; a line in OUT/parts.tsv.
 run_part() {
