@@ -46,6 +46,19 @@ def _config_fields() -> tuple[pa.Field, ...]:  # the sink asks at every result; 
     return tuple(pa.field(CONFIG_PREFIX + k, _ARROW.get(type(v), pa.string())) for k, v in defaults.items())
 
 
+def given_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The dotted keys of ``config`` that ``TrainConfig`` has, each value cleaned to its column's type, or None
+    where it does not fit: the columns of a config ``TrainConfig`` refuses, written as it was given."""
+    kinds = {field.name[len(CONFIG_PREFIX):]: field.type for field in _config_fields()}
+    out = {}
+    for key in kinds.keys() & config.keys():
+        try:
+            out[key] = clean(config[key], kinds[key])
+        except (TypeError, ValueError):
+            out[key] = None
+    return out
+
+
 def clean(value: Any, kind: pa.DataType) -> Any:
     """A Python value that fits ``kind`` (None stays None; numpy scalars become Python numbers)."""
     return None if value is None else _converter(kind)(value)

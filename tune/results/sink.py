@@ -36,7 +36,7 @@ from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 from analysis import contract
 from analysis.contract import CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, train_fraction, trial_fields
 from tune.options import train_config
-from tune.results.parquet import clean_row, config_fields, table_from_values
+from tune.results.parquet import clean_row, config_fields, given_config, table_from_values
 from analysis.location import Folder
 from tune.results.keys import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY
 from tune.workers import config_workers, gpu_hours, trial_gpus
@@ -240,8 +240,15 @@ class ParquetSink(Callback):
         return row
 
     def _config_columns(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """``config.*`` of the resolved TrainConfig; swept parameters absent from the trial are null."""
-        resolved = train_config(config).to_dict()
+        """``config.*`` of the resolved TrainConfig; swept parameters absent from the trial are null.
+
+        A config the trainer refuses keeps the values it was given (each that fits its column; its trial fails
+        with the reason, which ``on_trial_error`` records): raised here, in a Tune callback, it would stop the
+        whole sweep, every other trial with it (as Ray's PBT exploring past a range's bound once did)."""
+        try:
+            resolved = train_config(config).to_dict()
+        except ValueError:
+            resolved = given_config(config)
         out = {CONFIG_PREFIX + k: v for k, v in resolved.items()}
         for key in self.swept:
             if config.get(key) is None:

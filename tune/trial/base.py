@@ -1,9 +1,10 @@
 """What every trial process shares, one worker or a data-parallel rank: its ``TrainConfig`` from Ray's dict,
 its device, its policy, its ``Trainer``, and the last row of a trial ended by an error every retry would meet.
 
-A non-finite loss, a CUDA out-of-memory error, a bad image under ``on_bad_image=stop`` and loader workers too
-many for ``/dev/shm`` are deterministic: retrying would only burn ``max_failures``, so the trial reports one
-last row carrying ``error`` and ``stop_reason`` and the worst value of the metric (schedulers rank it last).
+A config the trainer refuses, a non-finite loss, a CUDA out-of-memory error, a bad image under
+``on_bad_image=stop`` and loader workers too many for ``/dev/shm`` are deterministic: retrying would only burn
+``max_failures``, so the trial reports one last row carrying ``error`` and ``stop_reason`` and the worst value of
+the metric (schedulers rank it last).
 """
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from tune.results import live
 from tune.results.keys import ERROR_KEY, NOSET_VISIBLE_DEVICES, STOP_REASON_KEY
 from tune.trial.checkpoints import DEFAULT_PERIOD_S
+
+
+CONFIG_REFUSED = "config refused (see error)"
 
 
 class MissingOnNodeError(FileNotFoundError):
@@ -79,6 +84,19 @@ def deterministic_failure(exc: BaseException, cfg, epoch: int, gpu_share: float)
         return epoch + 1, "bad image (on_bad_image=stop)"
     if isinstance(exc, SharedMemoryError):  # /dev/shm's size, not its use: a retry cannot fit either
         return epoch + 1, "shared memory too small for the loader workers (/dev/shm; see error)"
+    return None
+
+
+def refused_config(config: Mapping[str, Any], metric: str, mode: str, trial_id: str) -> dict[str, Any] | None:
+    """The error row of a trial whose config ``TrainConfig`` refuses, printed; None for a config it accepts. As
+    deterministic as the errors above: every retry would be refused again (reported at epoch 1, trained none)."""
+    from tune.options import train_config
+
+    try:
+        train_config(config)
+    except ValueError as exc:
+        print(f"{live.PREFIX} trial {trial_id} failed before training: config refused: {exc}", flush=True)
+        return error_row((1, CONFIG_REFUSED), metric, mode, {}, exc)
     return None
 
 

@@ -39,7 +39,8 @@ from ray.train.v2.api.callback import UserCallback
 from tune.results import live
 from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
-from tune.trial.base import TrialPolicy, assigned_device, build_trainer, deterministic_failure, error_row
+from tune.trial.base import (TrialPolicy, assigned_device, build_trainer, deterministic_failure, error_row,
+                             refused_config)
 from tune.trial.loop import Reporter, TrialLoop, follow, load_trainer_state
 
 #: the folder of a trial's Train runs, inside its Tune trial folder
@@ -91,6 +92,10 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
     context = ray_tune.get_context()
     trial_id = context.get_trial_id()
     live.print_header(trial_id, context.get_trial_name(), config)
+    refused = refused_config(config, metric, mode, trial_id)
+    if refused is not None:   # before any worker starts
+        ray_tune.report(refused)
+        return
     storage = context.get_storage()
     runs = f"{storage.trial_fs_path}/{TRAIN_RUNS}"
     _delete(storage.storage_filesystem, runs)  # an earlier launch's runs: Tune's checkpoint is the one to resume

@@ -124,6 +124,30 @@ def test_statuses_and_reasons(tmp_path):
     assert pq.read_table(tmp_path / "epochs" / "nan.parquet").num_rows == 1  # the error report is no epoch
 
 
+def test_a_config_the_trainer_refuses_fails_its_trial_alone_and_keeps_the_values_it_was_given(tmp_path):
+    """Bugs caught: the sink building a refused config's TrainConfig inside a Tune callback, which raises and stops
+    the whole sweep with every other trial (Ray's PBT once explored lambda_mu to 1.17); the refused trial's row
+    losing the values that made it fail, or a value that fits no column breaking trials.parquet's write."""
+    sink = make_sink(tmp_path)
+    refused = FakeTrial("refused", {**BASE, "normaliser.kind": "pcxbn", "normaliser.lambda_mu": 1.17,
+                                    "batch_size": "many", "not_a_key": 1},
+                        error="Traceback ...\nValueError: normaliser.lambda_mu must satisfy 0 <= lambda_mu <= 1")
+    good = FakeTrial("good", {**BASE, "normaliser.kind": "xbn", "normaliser.lambda_mu": None})
+    sink.on_trial_start(0, [], refused)
+    feed(sink, good, [1, 2, 3, 4])
+    refused.num_failures = 1
+    sink.on_trial_error(0, [], refused)
+    sink.on_trial_complete(0, [], good)
+
+    rows = {r["trial_id"]: r for r in pq.read_table(tmp_path / "trials.parquet").to_pylist()}
+    assert rows["good"]["status"] == "completed" and rows["good"]["config.normaliser.kind"] == "xbn"
+    assert rows["refused"]["status"] == "failed" and "lambda_mu <= 1" in rows["refused"]["error"]
+    assert rows["refused"]["config.normaliser.lambda_mu"] == 1.17
+    assert rows["refused"]["config.normaliser.kind"] == "pcxbn" and rows["refused"]["config.embedding_size"] == 32
+    assert rows["refused"]["config.batch_size"] is None   # given a word: no int64 column holds it
+    assert "config.not_a_key" not in rows["refused"]
+
+
 def test_resume_keeps_every_row_once(tmp_path):
     sink = make_sink(tmp_path)
     done = FakeTrial("done", {**BASE, "normaliser.kind": "none", "epochs": 2})

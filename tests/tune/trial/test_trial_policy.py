@@ -12,7 +12,7 @@ from ray.tune import Callback
 
 from tune.trial.checkpoints import BEST_WEIGHTS, KeepLatestCheckpoint
 from tune.results.sink import ParquetSink
-from tune.trial.base import TrialPolicy
+from tune.trial.base import CONFIG_REFUSED, TrialPolicy
 from tune.trial.trainable import make_trainable, run_trial
 
 TOY = {"dataset": "toy", "model": "mlp", "embedding_size": 16, "epochs": 3, "warmup_epochs": 0,
@@ -103,3 +103,23 @@ def test_a_deterministic_error_fails_the_trial_at_once_with_what_to_change(ray_s
     assert reason in row["stop_reason"] and row["error"].startswith(error)
     if fail_with == "oom":
         assert "--gpus-per-trial" in row["stop_reason"]
+
+
+@pytest.mark.slow
+def test_a_refused_config_fails_its_trial_at_once_and_the_sweep_goes_on(ray_session, tmp_path):
+    """Bugs caught: a config the trainer refuses (Ray's PBT once explored lambda_mu to 1.17) stopping the whole
+    sweep, the sink's callback raising on it, or retried max_failures times into the same refusal; its row
+    losing the value that was refused."""
+    trainable = ray_tune.with_parameters(run_trial, metric="recall_at_1", mode="max")
+    sink = ParquetSink(str(tmp_path / "r" / "results"), "r", "recall_at_1", "max")
+    ray_tune.Tuner(trainable, param_space={**TOY, "epochs": 1, "normaliser.kind": "pcxbn",
+                                           "normaliser.lambda_mu": ray_tune.grid_search([0.5, 1.17])},
+                   tune_config=ray_tune.TuneConfig(metric="recall_at_1", mode="max", max_concurrent_trials=1),
+                   run_config=ray_tune.RunConfig(storage_path=str(tmp_path), name="r", verbose=0, callbacks=[sink],
+                                                 failure_config=ray_tune.FailureConfig(max_failures=2))).fit()
+    rows = pq.read_table(tmp_path / "r" / "results" / "trials.parquet").to_pandas()
+    rows = rows.set_index("config.normaliser.lambda_mu")
+    assert rows.loc[0.5, "status"] == "completed"
+    assert rows.loc[1.17, "status"] == "failed" and rows.loc[1.17, "retries"] == 0
+    assert rows.loc[1.17, "stop_reason"] == CONFIG_REFUSED
+    assert rows.loc[1.17, "error"] == "ValueError: normaliser.lambda_mu must satisfy 0 <= lambda_mu <= 1, but got 1.17"
