@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from tune.options import train_config
 from tune.results import live
 from tune.results.keys import ERROR_KEY, NOSET_VISIBLE_DEVICES, STOP_REASON_KEY
 from tune.trial.checkpoints import DEFAULT_PERIOD_S
@@ -90,8 +91,6 @@ def deterministic_failure(exc: BaseException, cfg, epoch: int, gpu_share: float)
 def refused_config(config: Mapping[str, Any], metric: str, mode: str, trial_id: str) -> dict[str, Any] | None:
     """The error row of a trial whose config ``TrainConfig`` refuses, printed; None for a config it accepts. As
     deterministic as the errors above: every retry would be refused again (reported at epoch 1, trained none)."""
-    from tune.options import train_config
-
     try:
         train_config(config)
     except ValueError as exc:
