@@ -2,12 +2,15 @@
 ASHA, is one trial per row in Parquet; a 2-worker trial whose launcher is killed resumes exactly from its
 Tune checkpoint. Ray gets 8 logical CPUs on this 2-core machine (oversubscribed on purpose: each trial is a
 launcher of 0.01 CPU and 2 one-CPU workers; a killed launcher's Train placement group can outlive it here,
-where several Ray instances share the machine and Train's clean-up cannot reach its state API)."""
+where several Ray instances share the machine and Train's clean-up cannot reach its state API). A trial whose
+config the trainer refuses ends before its Train run (on a stand-in of Tune's context, no Ray)."""
 from __future__ import annotations
 
+import math
 import os
 import signal
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -19,6 +22,8 @@ from tune.options import SweepOptions
 from tune.plan import prepare
 from tune.results.record import outcome
 from tune.sweep import start
+from tune.trial import data_parallel
+from tune.trial.base import CONFIG_REFUSED, TrialPolicy
 
 SPACE = """description: data-parallel
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 3, warmup_epochs: 0, batch_size: 16,
@@ -122,3 +127,17 @@ def test_a_nan_on_the_ranks_fails_the_two_worker_trial_without_a_retry(eight_cpu
     (trial,) = outcome(plan.experiment_uri, "recall_at_1", "max").trials.itertuples()
     assert trial.status == "failed" and trial.stop_reason == "non-finite loss" and trial.retries == 0
     assert trial.error.startswith("NonFiniteLossError: non-finite loss nan at epoch 1") and trial.workers == 2
+
+
+def test_a_refused_config_ends_the_two_worker_trial_before_its_train_run_starts(monkeypatch):
+    """Bug caught: a data-parallel trial of a config the trainer refuses setting up its Train run (each worker
+    refusing it in turn, then the trial retried max_failures times) instead of reporting one error row."""
+    reported = []
+    context = SimpleNamespace(get_trial_id=lambda: "t1", get_trial_name=lambda: "t1_name",
+                              get_storage=lambda: pytest.fail("the trial set up its Train run"))
+    monkeypatch.setattr(data_parallel, "ray_tune", SimpleNamespace(get_context=lambda: context,
+                                                                   report=reported.append))
+    config = {"dataset": "toy", "model": "mlp", "normaliser.kind": "pcxbn", "normaliser.lambda_mu": 1.17}
+    data_parallel.run_parallel_trial(config, "recall_at_1", "max", None, None, TrialPolicy(), 2, {"CPU": 1.0})
+    assert len(reported) == 1 and reported[0]["stop_reason"] == CONFIG_REFUSED
+    assert reported[0]["recall_at_1"] == -math.inf and "lambda_mu <= 1" in reported[0]["error"]
