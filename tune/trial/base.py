@@ -14,7 +14,6 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from tune.options import train_config
 from tune.results import live
 from tune.results.keys import ERROR_KEY, NOSET_VISIBLE_DEVICES, STOP_REASON_KEY
 from tune.trial.checkpoints import DEFAULT_PERIOD_S
@@ -88,15 +87,11 @@ def deterministic_failure(exc: BaseException, cfg, epoch: int, gpu_share: float)
     return None
 
 
-def refused_config(config: Mapping[str, Any], metric: str, mode: str, trial_id: str) -> dict[str, Any] | None:
-    """The error row of a trial whose config ``TrainConfig`` refuses, printed; None for a config it accepts. As
-    deterministic as the errors above: every retry would be refused again (reported at epoch 1, trained none)."""
-    try:
-        train_config(config)
-    except ValueError as exc:
-        print(f"{live.PREFIX} trial {trial_id} failed before training: config refused: {exc}", flush=True)
-        return error_row((1, CONFIG_REFUSED), metric, mode, {}, exc)
-    return None
+def refused_row(exc: ValueError, metric: str, mode: str, trial_id: str) -> dict[str, Any]:
+    """The error row of a trial whose config ``TrainConfig`` refused (``exc``), printed. As deterministic as the
+    errors above: every retry would be refused again (reported at epoch 1, trained none)."""
+    print(f"{live.PREFIX} trial {trial_id} failed before training: config refused: {exc}", flush=True)
+    return error_row((1, CONFIG_REFUSED), metric, mode, {}, exc)
 
 
 def error_row(failure: tuple[int, str], metric: str, mode: str, where: Mapping[str, Any],

@@ -40,7 +40,7 @@ from tune.results import live
 from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
 from tune.trial.base import (TrialPolicy, assigned_device, build_trainer, deterministic_failure, error_row,
-                             refused_config)
+                             refused_row)
 from tune.trial.loop import Reporter, TrialLoop, follow, load_trainer_state
 
 #: the folder of a trial's Train runs, inside its Tune trial folder
@@ -92,9 +92,10 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
     context = ray_tune.get_context()
     trial_id = context.get_trial_id()
     live.print_header(trial_id, context.get_trial_name(), config)
-    refused = refused_config(config, metric, mode, trial_id)
-    if refused is not None:   # before any worker starts
-        ray_tune.report(refused)
+    try:
+        train_config(config)   # refused before any worker starts: one error row, no retry
+    except ValueError as exc:
+        ray_tune.report(refused_row(exc, metric, mode, trial_id))
         return
     storage = context.get_storage()
     runs = f"{storage.trial_fs_path}/{TRAIN_RUNS}"

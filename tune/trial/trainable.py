@@ -18,7 +18,7 @@ from tune.results import live
 from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
 from tune.trial.base import (TrialPolicy, assigned_device, build_trainer, deterministic_failure, error_row,
-                             refused_config)
+                             refused_row)
 from tune.trial.checkpoints import BestWeights, finish_best_weights, storage_uri
 from analysis.location import Folder
 # CHECKPOINT_FILE, SETUP_KEY, BEST_WEIGHTS_KEY: re-exported (the loop that writes them moved to tune.trial.loop)
@@ -48,11 +48,11 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     trial_id = context.get_trial_id()
     live.print_header(trial_id, context.get_trial_name(), config)
     moved = {k: v for k, v in (paths or {}).items() if config.get(k) != v}
-    refused = refused_config({**config, **moved}, metric, mode, trial_id)
-    if refused is not None:
-        ray_tune.report(refused)
+    try:
+        cfg = train_config({**config, **moved})
+    except ValueError as exc:   # deterministic: one error row, no retry
+        ray_tune.report(refused_row(exc, metric, mode, trial_id))
         return
-    cfg = train_config({**config, **moved})
     gpu_ids = [str(g) for g in ray.get_gpu_ids()]
     cfg = cfg.replace(device=assigned_device(cfg.device, gpu_ids))
     seed_everything(cfg.seed)
