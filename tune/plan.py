@@ -98,6 +98,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     warnings = space.fairness_warnings(rungs[0] if rungs else options.grace_period, options.scheduler)
     if warnings and options.strict:
         raise SweepInputError("unfair early stopping (--strict):\n  " + "\n  ".join(warnings))
+    warnings += filter(None, [space.combination_warning()])
     if rungs and options.rungs == GEOMETRIC_RUNGS:  # placed rungs are the user's (or the schedule's) choice
         warnings += filter(None, [straddle_warning(tuple(r for r in rungs if r < max_epochs), space)])
     warm = None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from tune.options import bad_input, parse_overrides
 
@@ -18,4 +19,7 @@ def run(args: argparse.Namespace) -> int:
     with bad_input():
         space = load_space(args.name, overrides=parse_overrides(args.set) or None)
     print(space.describe())
+    warning = space.combination_warning()
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0

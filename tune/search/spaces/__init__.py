@@ -18,6 +18,7 @@ Contract with the sweep layer (``tune/cli.py``, ``tune/plan.py``, ``tune/trial/t
     space.resolve(sampled)            # base + sampled minus absent params (and None values)
     drop_absent(config)               # the trainable: TrainConfig.from_dict(drop_absent(config))
     space.fairness_warnings(grace_period, scheduler) -> list[str]   # --strict refuses when non-empty
+    space.combination_warning() -> str | None   # some swept values' combinations break a cross rule
     space.describe() -> str           # xbm-tune show-space
     list_spaces() -> list[(name, description)]
 
@@ -26,7 +27,8 @@ the trainable drops ``None`` values (``drop_absent``) and the sink writes null. 
 not in the config at all. TrainConfig has no field whose value may be None, so None always means absent.
 
 Layout: ``errors`` (SpaceError), ``distributions`` (registry), ``param`` (Param/Branch, conditions),
-``schema`` (YAML shape), ``validation`` (against TrainConfig), ``space`` (SearchSpace, conversion),
+``schema`` (YAML shape), ``validation`` (against TrainConfig), ``combinations`` (cross rules between
+swept keys), ``space`` (SearchSpace, conversion),
 ``fairness`` (ASHA rung check), ``loader`` (load_space, list_spaces).
 """
 from tune.search.spaces.distributions import DISTRIBUTIONS

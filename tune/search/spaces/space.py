@@ -141,6 +141,12 @@ class SearchSpace:
 
         return fairness_warnings(self, grace_period, scheduler)
 
+    def combination_warning(self) -> str | None:
+        """Whether some combinations of the swept keys' values break a cross rule (``combinations``)."""
+        from tune.search.spaces.combinations import combination_warning
+
+        return combination_warning(self.base, self.params)
+
     def describe(self) -> str:
         """What ``xbm-tune show-space`` prints: the resolved, validated space."""
         lines = [f"space: {self.name}", f"file: {self.source}", f"description: {self.description or '-'}"]

@@ -8,21 +8,23 @@ Rules, each failing with a ``SpaceError`` naming file, key, rule and value:
 3. ``when`` tests a fixed key (base or default) or a choice/grid param, with values of its type;
    conditions form no cycle; every branch can hold (an impossible condition is a typo);
 4. the config's own rules judge the values: base alone, then every probed value of every param
-   (bounds of ranges, every choice) with its condition made true, through ``TrainConfig.from_dict``;
-   for grid-only spaces (<= 4096 points) every grid point is built.
+   (bounds of ranges, every choice) with its condition made true, through ``TrainConfig.from_dict``,
+   refused only when no combination of the other unconditional swept keys' probed values admits it
+   (``tune.search.spaces.combinations``); for grid-only spaces every grid point is built (a fixed-seed
+   sample of 4096 points of a larger grid).
 
-Cross-parameter rules between two swept keys outside a grid (e.g. ``batch_size`` and
-``samples_per_class`` both sampled) are left to the trial's own ``TrainConfig.from_dict``.
+Combinations of swept keys outside a grid that break a cross rule (``min_lr > lr`` under cosine, both
+sampled) are warned about by ``combination_warning`` and refused by the trial's own ``TrainConfig``.
 After ``--set`` overrides, branches that can no longer hold are dropped instead of refused.
 """
 from __future__ import annotations
 
 import difflib
-import itertools
 from typing import Any, Mapping
 
 from xbm.config import TrainConfig, coerce
 
+from tune.search.spaces.combinations import admitted, combinations, free_values, refusal
 from tune.search.spaces.distributions import Choice
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Branch, Param, member
@@ -30,7 +32,6 @@ from tune.search.spaces.schema import RawSpace
 
 DEFAULTS: dict[str, Any] = TrainConfig().to_dict()
 TYPES: dict[str, type] = {key: type(value) for key, value in DEFAULTS.items()}
-MAX_GRID_CHECK = 4096
 
 
 def check_key(key: str, source: str, where: str) -> None:
@@ -143,35 +144,27 @@ def _reachable(params: dict[str, Param], base: Mapping, source: str, prune: bool
     return out
 
 
-def _build(values: Mapping[str, Any]) -> None:
-    TrainConfig.from_dict(values)
-
-
 def _probe(base: dict, params: Mapping[str, Param], source: str) -> None:
-    try:
-        _build(base)
-    except ValueError as exc:
+    exc = refusal(base)
+    if exc is not None:
         culprit = next((k for k in base if str(exc).startswith(k)), "base")
-        raise SpaceError(source, culprit, f"base value breaks the config's rule: {exc}") from None
+        raise SpaceError(source, culprit, f"base value breaks the config's rule: {exc}")
+    free = free_values(params)
     for key, param in params.items():
         for branch in param.branches:
             context = {**base, **_witness(branch, params)}
+            others = {k: v for k, v in free.items() if k != key and k not in context}
             for value in branch.dist.probe_values():
-                try:
-                    _build({**context, key: value})
-                except ValueError as exc:
+                if not admitted({**context, key: value}, others):
+                    beside = f" (nor beside any bound or choice of {', '.join(others)})" if others else ""
                     raise SpaceError(source, key, f"{branch.dist.name} value {value!r} breaks the config's "
-                                     f"rule: {exc}") from None
-    if params and all(p.is_grid for p in params.values()):
-        keys = list(params)
-        grids = [params[k].branches[0].dist.values() for k in keys]
-        if len(list(itertools.islice(itertools.product(*grids), MAX_GRID_CHECK + 1))) <= MAX_GRID_CHECK:
-            for point in itertools.product(*grids):
-                try:
-                    _build({**base, **dict(zip(keys, point))})
-                except ValueError as exc:
-                    raise SpaceError(source, keys[0], f"grid point {dict(zip(keys, point))} breaks the "
-                                     f"config's rule: {exc}") from None
+                                     f"rule: {refusal({**context, key: value})}{beside}")
+    if params and all(p.is_grid for p in params.values()):  # every grid point is a trial: none may be refused
+        points, _ = combinations(free)
+        for point in points:
+            exc = refusal({**base, **point})
+            if exc is not None:
+                raise SpaceError(source, next(iter(point)), f"grid point {point} breaks the config's rule: {exc}")
 
 
 def _witness(branch: Branch, params: Mapping[str, Param]) -> dict[str, Any]:
