@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tune.search.spaces.combinations import combination_warning
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Param
 from tune.search.spaces.schema import header_comments
@@ -143,8 +144,6 @@ class SearchSpace:
 
     def combination_warning(self) -> str | None:
         """Whether some combinations of the swept keys' values break a cross rule (``combinations``)."""
-        from tune.search.spaces.combinations import combination_warning
-
         return combination_warning(self.base, self.params)
 
     def describe(self) -> str:
