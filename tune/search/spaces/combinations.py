@@ -63,6 +63,8 @@ def admitted(values: Mapping[str, Any], others: Mapping[str, list]) -> bool:
 
 def combination_warning(base: Mapping[str, Any], params: Mapping[str, Param]) -> str | None:
     """What a sweep prints when some combinations of two or more swept keys' values break a rule."""
+    if all(param.is_grid for param in params.values()):
+        return None  # validation built these very points (``_probe``) and refused the space on any of them
     free = free_values(params)
     if len(free) < 2:
         return None  # one swept key: each of its values was judged against the base already
