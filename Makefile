@@ -11,8 +11,9 @@ setup:
 # processes and subprocesses rather than compute: on this 2-core CI machine the suite took 24 min 45 s in one
 # process and 19 min 01 s in two (2026-11-27, the same commit, all passed both ways). TESTS_WORKERS=1 runs it
 # in one process (the order of the tests is then the files'; a failure's traceback is easier to read).
+# Whole modules go to the workers (their module-scoped sweeps run once), the slow ones first (tests/conftest.py).
 TESTS_WORKERS ?= 2
-PYTEST_WORKERS := $(if $(filter 1,$(TESTS_WORKERS)),,-n $(TESTS_WORKERS))
+PYTEST_WORKERS := $(if $(filter 1,$(TESTS_WORKERS)),,-n $(TESTS_WORKERS) --dist loadscope --no-loadscope-reorder)
 
 test: setup
 	$(PY) -m pytest -q $(PYTEST_WORKERS) tests

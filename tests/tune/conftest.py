@@ -1,5 +1,5 @@
-"""Shared fixtures of the tune tests: one local Ray per module, a toy search-space file, and a sweep
-driver killed halfway (for the resume tests on a folder and on a bucket)."""
+"""Shared fixtures of the tune tests: one local Ray per test process, shared by the modules that ask for it,
+a toy search-space file, and a sweep driver killed halfway (for the resume tests on a folder and on a bucket)."""
 from __future__ import annotations
 
 import os
@@ -41,35 +41,72 @@ def run_toy_sweep(root: Path, name: str, space: str, **options: Any):
     return plan, built
 
 
-def _local_ray() -> None:
+# One local Ray per test process, shared by every module that asks for ``ray_session`` (a Ray start and its
+# shutdown cost 10-20 s on a busy 2-core machine: once per module, they were about 400 s of a CI run's 21 modules).
+# The hooks below start it before a test that asks for it and stop it before the first test of a module that
+# does not (such a module sees no Ray, as when each module had its own). Only this Ray is stopped by them: one that
+# a module's own fixture starts (8 CPUs, a two-node cluster) is that fixture's to stop, and a test that asks for
+# ``ray_session`` after one is left up gets the shared Ray instead (the old fixture would have failed there).
+_SHARED: dict[str, Any] = {"gcs": None, "modules": set()}
+
+
+def _shared_is_up() -> bool:
     import ray
 
+    return ray.is_initialized() and ray.get_runtime_context().gcs_address == _SHARED["gcs"]
+
+
+def _start_shared() -> None:
+    import ray
+
+    if _shared_is_up():
+        return
+    ray.shutdown()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    _SHARED["gcs"] = ray.get_runtime_context().gcs_address
+
+
+def _stop_shared() -> None:
+    if _SHARED["gcs"] is not None and "ray" in sys.modules and _shared_is_up():
+        sys.modules["ray"].shutdown()
+    _SHARED["gcs"] = None
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Note the modules with a test asking for ``ray_session``: Ray stays up through each of those."""
+    _SHARED["modules"] = {item.path for item in items if "ray_session" in item.fixturenames}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    if "ray_session" in item.fixturenames:
+        _start_shared()
+    elif item.path not in _SHARED["modules"]:
+        _stop_shared()
+
+
+def pytest_runtest_teardown(item, nextitem) -> None:
+    # the next test is outside tests/tune (these hooks do not run for it): no idle Ray under the rest of the run
+    if nextitem is None or Path(__file__).parent not in nextitem.path.parents:
+        _stop_shared()
 
 
 @pytest.fixture(scope="module")
 def ray_session():
-    """A local Ray with 2 CPUs and no dashboard for the whole test module (starting Ray costs seconds)."""
-    import ray
-
-    _local_ray()
+    """A local Ray with 2 CPUs and no dashboard, up for this test (the hooks above start it; it is shared by
+    every module of this process that asks for it)."""
     yield
-    ray.shutdown()
 
 
 @pytest.fixture
 def ray_down():
-    """No Ray in this process during the test, for tests that check a command never starts (or leaves) one:
-    a module's ``ray_session`` stays up until the module ends, so an earlier test's Ray would make the check
-    fail in the full run while it passes alone. Brought back up afterwards for the module's later tests."""
+    """No Ray in this process during the test, for tests that check a command never starts (or leaves) one.
+    The next test that asks for ``ray_session`` starts the shared one again."""
     import ray
 
-    was_up = ray.is_initialized()
     ray.shutdown()
     yield
     ray.shutdown()
-    if was_up:
-        _local_ray()
 
 
 @pytest.fixture
