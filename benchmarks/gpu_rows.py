@@ -1,5 +1,6 @@
-"""The rows of benchmarks/bench_gpu.py, each run in its own process by :func:`child` (spawned: fresh GPU
-memory, cuDNN autotuner and per-process image readers).
+"""The rows of benchmarks/bench_gpu.py, each run in its own process by :func:`child` (spawned on a GPU: fresh
+GPU memory, cuDNN autotuner and per-process image readers; forked from a server that imported them in the CPU
+toy run: ``bench_gpu.row_context``).
 
 - ``ceiling``, ``timm``, ``bare``: loops around the trainer's model (``create_embedding_model``), loss
   (SupCon + PairMarginMiner) and optimiser; 1 untimed epoch, then ``spec["epochs"]`` timed ones. ``ceiling``
