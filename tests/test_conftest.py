@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PLANTED = '''
 import pytest
 import torch
@@ -80,6 +82,7 @@ def fresh_pytest(folder: Path, tests: str, *options: str, env=None) -> subproces
                           cwd=folder, capture_output=True, text=True, timeout=300, env=env)
 
 
+@pytest.mark.slow
 def test_the_guard_fails_each_leaking_test_and_puts_the_setting_back(tmp_path):
     """Bugs caught: a test leaving CUDA's sync debug mode at "error" (the first GPU run: every later CUDA test of
     that xdist worker failed), cuDNN's benchmark flag, the thread count or a dispatch mode changed for the rest of
@@ -103,6 +106,7 @@ def test_the_guard_fails_each_leaking_test_and_puts_the_setting_back(tmp_path):
     assert "1 failed, 11 passed" in out and "5 errors" in out, out   # the "sees ... put back" tests passed
 
 
+@pytest.mark.slow
 def test_each_xdist_worker_runs_torch_on_its_share_of_the_cpus(tmp_path):
     """Bug caught: every pytest-xdist worker running torch with one thread per core (``-n 16`` on 16 cores: 256
     spinning threads, a small training loop 270 times slower or worse on the GPU machine, the longest CPU trainer
@@ -118,6 +122,7 @@ def test_each_xdist_worker_runs_torch_on_its_share_of_the_cpus(tmp_path):
 NOTHING = "def test_nothing():\n    pass\n"
 
 
+@pytest.mark.slow
 def test_under_xdist_rays_token_is_written_before_the_workers_start(tmp_path):
     """Bug caught: two xdist workers each starting the machine's first local Ray at once (a fresh CI machine runs
     ``make test`` with two): each writes its own key to ~/.ray/auth_token and the cluster whose key was overwritten
@@ -133,6 +138,7 @@ def test_under_xdist_rays_token_is_written_before_the_workers_start(tmp_path):
     assert len(token) >= 32 and token not in run.stdout + run.stderr   # Ray's key, kept off the output
 
 
+@pytest.mark.slow
 def test_a_failing_ray_token_command_warns_and_the_tests_still_run(tmp_path):
     """Bug caught: the token's command failing (a GPU image whose Ray cannot start its CLI) stopping pytest before
     any test, the GPU check's CUDA tests with it. A stand-in ``ray`` package whose command exits 3."""

@@ -116,6 +116,7 @@ def test_export_card_records_the_preprocessing_and_where_the_weights_came_from(e
     assert (folder / WEIGHTS).stat().st_mode & 0o777 == (folder / CARD).stat().st_mode & 0o777
 
 
+@pytest.mark.slow
 def test_export_loads_in_a_process_without_ray(exported):
     """Bug caught: loading an export imports Ray (through tune), so a user needs the sweep's stack to embed."""
     _, trainer, folder = exported

@@ -42,6 +42,7 @@ def one_worker():
     return {name: record(build(values)) for name, values in CASES.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_two_workers_train_the_one_worker_run(case, two_workers, one_worker):
     """Bug caught: a rank that keeps only its own rows in the memory, normalises towards its own half of the
@@ -79,6 +80,7 @@ def test_every_rank_holds_the_same_memory_after_every_step(case, two_workers):
         assert all(same(m0[k], m1[k]) for k in m0 if k not in TIMING_KEYS), (m0, m1)
 
 
+@pytest.mark.slow
 def test_a_resumed_two_worker_run_repeats_the_uninterrupted_one_exactly(two_workers):
     """Bug caught: a checkpoint that differs between ranks (rank-local RNG, BatchNorm or memory state) or
     misses what a rank needs: 2 epochs, state_dict, a new process group, load, 1 more epoch must give the
@@ -97,12 +99,14 @@ def test_a_resumed_two_worker_run_repeats_the_uninterrupted_one_exactly(two_work
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_a_closed_trainer_lets_go_of_the_process_group():
     """Bug caught: a closed trainer still holding DDP, and through it the process group, which then outlives
     destroy_process_group: gloo's threads torn down with the interpreter can abort the rank (SIGABRT seen in CI)."""
     assert spawn(ddp_after_close, 2) == [0, 0]
 
 
+@pytest.mark.slow
 def test_cpu_sync_batchnorm_is_batchnorm_over_the_whole_batch():
     """Bug caught: a CPU SyncBatchNorm normalising by each rank's own statistics, dividing by the wrong count,
     updating the running variance without Bessel's correction, or whose gradient misses the path through the
@@ -121,6 +125,7 @@ def test_cpu_sync_batchnorm_is_batchnorm_over_the_whole_batch():
     assert one["buffers"]["1.num_batches_tracked"] == 1
 
 
+@pytest.mark.slow
 def test_sync_batchnorm_and_moco_shuffle_give_the_one_worker_loss_on_a_resnet():
     """Bug caught: BatchNorm over each worker's half batch (sync_bn not applied, or a CPU SyncBatchNorm whose
     statistics or gradients miss the other rank's rows), or MoCo's keys shuffled within each rank (their

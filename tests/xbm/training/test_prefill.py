@@ -105,6 +105,7 @@ def test_without_prefill_the_memory_starts_empty():
 
 
 
+@pytest.mark.slow
 def test_two_workers_prefill_the_same_memory_as_one_worker():
     """Bug caught: each rank prefilling from its own forward pass or its own draw (memories that differ between
     ranks, which the data-parallel run requires bit-identical), or a rank left with an empty memory."""
