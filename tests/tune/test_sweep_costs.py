@@ -69,7 +69,7 @@ def test_eval_every_skips_evaluations_but_never_a_rung_and_asha_decides_the_same
     """Bugs caught: an ASHA rung epoch left unevaluated (the trial ranked on NaN: stopped or kept blindly),
     the last epoch unevaluated, or eval_every changing what is learnt, so that ASHA's decisions on the same
     seeded sweep depend on how often it evaluates."""
-    options = dict(scheduler="asha", grace_period=2, reduction_factor=3, cpus_per_trial=2)  # one trial at a time
+    options = dict(scheduler="asha", grace_period=2, reduction_factor=3)
     every_plan, every = _sweep(tmp_path, "every", ASHA, **options)
     plan, sparse = _sweep(tmp_path, "sparse", ASHA, **options, overrides={"eval_every": 4})
     key = "config.lr"

@@ -154,7 +154,7 @@ def test_a_time_budget_ends_the_sweep_with_complete_parquet(ray_session, tmp_pat
     (tmp_path / "toy.yaml").write_text(GUARDED.replace("2.5, 0.2", "0.2, 0.3, 0.4"))
     plan = prepare(str(tmp_path / "toy.yaml"), SweepOptions(
         storage=str(tmp_path / "sweeps"), name="budget", dashboard=False, search="grid", scheduler="fifo",
-        cpus_per_trial=2, stop_collapsed=False, time_budget_s=3600.0))  # one trial at a time
+        max_concurrent=1, stop_collapsed=False, time_budget_s=3600.0))  # one trial at a time
     guards = plan.scheduler.guards
     start(plan, callbacks=(SpendOnFirstResult(guards),)).tuner.fit()
     assert guards.spent == "budget: the time budget (1h) was spent"
