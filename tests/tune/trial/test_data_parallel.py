@@ -1,9 +1,10 @@
 """tune/trial/data_parallel.py end to end on the CPU (gloo): a sweep whose trials are 2-worker Ray Train runs, under
-ASHA, is one trial per row in Parquet; a 2-worker trial whose launcher is killed resumes exactly from its
-Tune checkpoint. Ray gets 8 logical CPUs on this 2-core machine (oversubscribed on purpose: each trial is a
-launcher of 0.01 CPU and 2 one-CPU workers; a killed launcher's Train placement group can outlive it here,
-where several Ray instances share the machine and Train's clean-up cannot reach its state API). A trial whose
-config the trainer refuses ends before its Train run (on a stand-in of Tune's context, no Ray)."""
+ASHA, is one trial per row in Parquet, and its trial with a NaN loss fails once; a 2-worker trial whose launcher
+is killed resumes exactly from its Tune checkpoint. Ray gets 8 logical CPUs on this 2-core machine
+(oversubscribed on purpose: each trial is a launcher of 0.01 CPU and 2 one-CPU workers; a killed launcher's Train
+placement group can outlive it here, where several Ray instances share the machine and Train's clean-up cannot
+reach its state API). A trial whose config the trainer refuses ends before its Train run (on a stand-in of
+Tune's context, no Ray)."""
 from __future__ import annotations
 
 import math
@@ -68,29 +69,36 @@ class Epochs(Callback):
 
 
 @pytest.mark.slow
-def test_a_two_worker_sweep_under_asha_is_one_row_per_trial(eight_cpus, tmp_path):
-    """Bug caught (issue 20): a multi-worker trial written as one row per worker, or without ``workers`` /
+def test_a_two_worker_sweep_under_asha_is_one_row_per_trial_and_a_nan_fails_without_a_retry(eight_cpus, tmp_path):
+    """Bugs caught (issue 20): a multi-worker trial written as one row per worker, or without ``workers`` /
     ``config.workers``; its GPU hours counted from the launcher's placement group; Tune starting more trials
-    than the cluster's CPUs hold workers for (Train runs then wait on each other); the Train run's own
-    checkpoint copies left in the trial's folder."""
+    than ``--max-concurrent`` allows (Train runs then wait on each other); the Train run's own checkpoint copies
+    left in the trial's folder. And a deterministic worker error (a non-finite loss here; out-of-memory and a bad
+    image take the same path, ``deterministic_failure``) that Ray Train wraps per rank, unwrapped nowhere: Tune
+    then retries the 2-worker trial into the same failure, and its row has no ``stop_reason`` or ``error``.
+    One sweep for both: each 2-worker trial starts a launcher, 2 workers and Train's helper actors."""
     watch = Epochs()
-    plan = run_sweep(tmp_path, "dp", SPACE, watch, search="grid", num_samples=1, scheduler="asha",
+    space = SPACE.replace("lr: {grid: [1.0e-4, 1.0e-3, 1.0e-2]}", "weight_decay: {grid: [1.0e-4, 1.0e30]}")
+    plan = run_sweep(tmp_path, "dp", space, watch, search="grid", num_samples=1, scheduler="asha",
                      workers_per_trial=2, cpus_per_trial=1.0, checkpoint_period=0, stop_collapsed=False,
-                     max_concurrent=2)
-    assert plan.options.max_concurrent == 2 and watch.most <= 2  # the cap holds for grid search
-    trials = outcome(plan.experiment_uri, "recall_at_1", "max").trials
-    assert len(trials) == 3 and set(trials.status) <= {"completed", "stopped_early"}
-    assert (trials.workers == 2).all() and (trials["config.workers"] == 2).all()
-    assert (trials.wall_time_s > 0).all() and (trials.gpu_hours == 0.0).all()  # CPU workers: 2 x 0 GPUs
-    assert (trials.setup_s > 0).all() and trials.best_weights.notna().all()
+                     max_concurrent=1, max_failures=1)
+    assert plan.options.max_concurrent == 1 and watch.most == 1  # the cap holds for grid search
+    trials = outcome(plan.experiment_uri, "recall_at_1", "max").trials.set_index("config.weight_decay")
+    assert len(trials) == 2 and (trials.workers == 2).all() and (trials["config.workers"] == 2).all()
+    nan = trials.loc[1.0e30]
+    assert nan.status == "failed" and nan.stop_reason == "non-finite loss" and nan.retries == 0
+    assert nan.error.startswith("NonFiniteLossError: non-finite loss nan at epoch 1")
+    trial = trials.loc[1.0e-4]
+    assert trial.status in {"completed", "stopped_early"} and trial.retries == 0
+    assert trial.wall_time_s > 0 and trial.gpu_hours == 0.0  # CPU workers: 2 x 0 GPUs
+    assert trial.setup_s > 0 and isinstance(trial.best_weights, str)
     epochs = pq.read_table(f"{plan.results_uri}/epochs").to_pandas()
-    for trial in trials.itertuples():
-        rows = epochs[epochs.trial_id == trial.trial_id].sort_values("epoch")
-        assert rows.epoch.tolist() == list(range(1, trial.epochs_completed + 1)) == watch.seen[trial.trial_id]
-        assert np.isfinite(rows.loss).all() and np.isfinite(rows.recall_at_1).all()  # rank 0's evaluation
-        folder = f"{plan.experiment_uri}/trial_{trial.trial_id}"
-        assert not os.path.exists(f"{folder}/data_parallel")  # Train's copies deleted, Tune's kept
-        assert any(name.startswith("checkpoint_") for name in os.listdir(folder))
+    rows = epochs[epochs.trial_id == trial.trial_id].sort_values("epoch")
+    assert rows.epoch.tolist() == list(range(1, trial.epochs_completed + 1)) == watch.seen[trial.trial_id]
+    assert np.isfinite(rows.loss).all() and np.isfinite(rows.recall_at_1).all()  # rank 0's evaluation
+    folder = f"{plan.experiment_uri}/trial_{trial.trial_id}"
+    assert not os.path.exists(f"{folder}/data_parallel")  # Train's copies deleted, Tune's kept
+    assert any(name.startswith("checkpoint_") for name in os.listdir(folder))
 
 
 @pytest.mark.slow
@@ -113,20 +121,6 @@ def test_a_killed_two_worker_trial_resumes_exactly_from_its_checkpoint(eight_cpu
     after, same = epochs[epochs.trial_id == killed], epochs[epochs.trial_id == twin]
     for column in ("loss", "recall_at_1", "memory_fill", "drift_mean"):
         np.testing.assert_array_equal(after[column].to_numpy(), same[column].to_numpy(), err_msg=column)
-
-
-@pytest.mark.slow
-def test_a_nan_on_the_ranks_fails_the_two_worker_trial_without_a_retry(eight_cpus, tmp_path):
-    """Bug caught (issue 20): a deterministic worker error (a non-finite loss here; out-of-memory and a bad
-    image take the same path, ``deterministic_failure``) that Ray Train wraps per rank, unwrapped nowhere: Tune
-    then retries the 2-worker trial into the same failure, and its row has no ``stop_reason`` or ``error``."""
-    space = SPACE.replace("lr: {grid: [1.0e-4, 1.0e-3, 1.0e-2]}", "weight_decay: {grid: [1.0e30]}")
-    plan = run_sweep(tmp_path, "dp-nan", space, Epochs(), search="grid", num_samples=1, scheduler="fifo",
-                     max_failures=1, workers_per_trial=2, cpus_per_trial=1.0, checkpoint_period=0,
-                     stop_collapsed=False)
-    (trial,) = outcome(plan.experiment_uri, "recall_at_1", "max").trials.itertuples()
-    assert trial.status == "failed" and trial.stop_reason == "non-finite loss" and trial.retries == 0
-    assert trial.error.startswith("NonFiniteLossError: non-finite loss nan at epoch 1") and trial.workers == 2
 
 
 def test_a_refused_config_ends_the_two_worker_trial_before_its_train_run_starts(monkeypatch):
