@@ -14,12 +14,16 @@ setup:
 # Whole modules go to the workers (their module-scoped sweeps run once), the slow ones first (tests/conftest.py).
 TESTS_WORKERS ?= 2
 PYTEST_WORKERS := $(if $(filter 1,$(TESTS_WORKERS)),,-n $(TESTS_WORKERS) --dist loadscope --no-loadscope-reorder)
+# A test whose DataLoader worker died of a signal runs once more; no other failure does. CI saw one (2026-11-28:
+# "double free or corruption" in the forked worker of a test process that had hosted Ray and its gRPC threads,
+# not reproduced in 150 forked loaders here); the rerun shows as R in the output and in the summary line.
+PYTEST_RERUN := --reruns 1 --only-rerun 'DataLoader worker \(pid.*(killed by signal|exited unexpectedly)'
 
 test: setup
-	$(PY) -m pytest -q $(PYTEST_WORKERS) tests
+	$(PY) -m pytest -q $(PYTEST_WORKERS) $(PYTEST_RERUN) tests
 
 test-fast: setup
-	$(PY) -m pytest -q $(PYTEST_WORKERS) -m "not slow" tests
+	$(PY) -m pytest -q $(PYTEST_WORKERS) $(PYTEST_RERUN) -m "not slow" tests
 
 sweep: setup
 	.venv/bin/xbm-tune sweep quickstart
