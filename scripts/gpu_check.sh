@@ -40,7 +40,7 @@
 #   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9.5 minutes at worst)
 #
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick,
-# bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~40 s; the CUDA tests skip; caps
+# bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~20 s; the CUDA tests skip; caps
 # doubled): 3.5 to 6 minutes on 2 cores (5 min 41 s beside a CI run, 2026-11-28), exit status 0.
 # --parts takes a comma-separated subset of tests (cuda-tests and cuda-rerun), normalisers, checkpoint, bench
 # (bench-gpu) and sweep; the others are listed as skipped. Two short leases can split the check, or a rerun
@@ -211,7 +211,7 @@ if [ $CUDA = 1 ]; then
          --gpus-per-trial 0.5 --num-samples 8 --max-epochs 4)
   GPUS=0.5
 else
-  BUDGET=$((CAP_SWEEP / 2 - 75))  # 40 s in the doubled 230
+  BUDGET=$((CAP_SWEEP / 2 - 95))  # 20 s in the doubled 230: enough for each trial started to end an epoch
   SIZES=(--set model=test_resnet --set image_size=32 --set batch_size=16 --set embedding_size=64
          --gpus-per-trial 0 --num-samples 6 --max-epochs 3)
   GPUS=0
