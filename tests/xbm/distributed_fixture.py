@@ -96,11 +96,20 @@ def _rank_main(rank: int, world_size: int, init: str, out: str, job: Callable, a
         dist.destroy_process_group()
 
 
+# The ranks fork from a server that imported torch, the trainer and these jobs once: a spawned rank imports them
+# again (5-10 s of CPU each on a 2-core machine, a dozen ranks in test_distributed). The server is a fresh
+# interpreter, so a rank does not inherit the test process's threads (Ray's gRPC, an earlier test's loaders).
+# The preload takes effect where this process starts its forkserver; started earlier, it is reused as it is.
+FORKSERVER_PRELOAD = ["torch", "xbm.trainer", __name__]
+
+
 def spawn(job: Callable, world_size: int, *args, backend: str = "gloo") -> list[Any]:
     """``job(ranks, *args)`` on ``world_size`` ranks of a fresh process group; each rank's value."""
+    mp.set_forkserver_preload(FORKSERVER_PRELOAD)
     with tempfile.TemporaryDirectory() as out:
         init = "file://" + str(Path(out) / "rendezvous")
-        mp.spawn(_rank_main, args=(world_size, init, out, job, args, backend), nprocs=world_size, join=True)
+        mp.start_processes(_rank_main, args=(world_size, init, out, job, args, backend), nprocs=world_size,
+                           join=True, start_method="forkserver")
         return [torch.load(Path(out) / f"rank{r}.pt", weights_only=False) for r in range(world_size)]
 
 
