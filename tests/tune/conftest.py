@@ -43,10 +43,6 @@ def run_toy_sweep(root: Path, name: str, space: str, **options: Any):
 
 # One local Ray per test process, shared by every module that asks for ``ray_session`` (a Ray start and its
 # shutdown cost 10-20 s on a busy 2-core machine: once per module, they were about 400 s of a CI run's 21 modules).
-# It has one CPU, so a sweep runs one trial at a time on one actor that Tune reuses (reuse_actors): a second
-# trial at once costs a second actor, whose imports (torch, Ray Tune, the trainer) take 12-15 s of CPU, and ran
-# no sooner on 2 cores that the other test process keeps busy. A test that needs trials at once gives them
-# fractional CPUs (PBT, PB2) or starts its own Ray.
 # The hooks below start it before a test that asks for it and stop it before the first test of a module that
 # does not (such a module sees no Ray, as when each module had its own). Only this Ray is stopped by them: one that
 # a module's own fixture starts (8 CPUs, a two-node cluster) is that fixture's to stop, and a test that asks for
@@ -66,7 +62,7 @@ def _start_shared() -> None:
     if _shared_is_up():
         return
     ray.shutdown()
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     _SHARED["gcs"] = ray.get_runtime_context().gcs_address
 
 
@@ -97,7 +93,7 @@ def pytest_runtest_teardown(item, nextitem) -> None:
 
 @pytest.fixture(scope="module")
 def ray_session():
-    """A local Ray with 1 CPU and no dashboard, up for this test (the hooks above start it; it is shared by
+    """A local Ray with 2 CPUs and no dashboard, up for this test (the hooks above start it; it is shared by
     every module of this process that asks for it)."""
     yield
 
