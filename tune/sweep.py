@@ -9,7 +9,8 @@ without it and ~3.5 s with it in Ray 2.60: a new actor per trial re-imports torc
 ``--checkpoint-period`` seconds and at the last epoch, ``tune.trial.checkpoints``; the last two are kept while a
 trial runs, see below, and one when it ends: ``KeepLatestCheckpoint``), each trial's ``TrialPolicy`` (the
 checkpoint period, and the scheduler's decision epochs, which ``eval_every`` never skips), the CPUs per
-trial resolved once Ray is connected (``--cpus-per-trial auto``, ``tune.trial.resources``), readable trial names (``TrialNamer``), the Parquet sink as a callback, and
+trial resolved once Ray is connected (``--cpus-per-trial auto``, ``tune.trial.resources``), readable trial names (``TrialNamer``), the Parquet sink as a callback, a copy of
+the experiment state that a killed driver cannot tear (``tune.results.state_backup``, which ``resume`` puts back), and
 what a running sweep shows (docs/sweeps.md "Watching a sweep"): the sweep's best published to the trials
 (``tune.results.live.SweepBest``), TensorBoard runs per trial (``SweepTensorBoard``), and for optuna sweeps on a
 local folder the searcher's study in ``results/optuna.journal`` (``tune.search.optuna_study``).
@@ -40,6 +41,7 @@ from tune.search.rungs import recorded_rungs
 from tune.search.schedulers import build_scheduler, decision_epochs
 from tune.search.searchers import FixedConfigs
 from tune.results.sink import ParquetSink
+from tune.results.state_backup import StateBackup, repair_state
 from tune.results.tensorboard_logger import SweepTensorBoard
 from tune.trial.base import TrialPolicy
 from tune.trial.trainable import TrialNamer, make_trainable, trial_dirname
@@ -179,7 +181,8 @@ def _run_config(options: SweepOptions, name: str, storage_path: str, callbacks: 
     # (num_to_keep) or the donor's end (KeepLatestCheckpoint) would have deleted: keep them all until the end
     pbt = options.population_based
     return ray_tune.RunConfig(
-        name=name, storage_path=storage_path, callbacks=[*callbacks, KeepLatestCheckpoint(at_end=pbt)], verbose=1,
+        name=name, storage_path=storage_path, callbacks=[*callbacks, KeepLatestCheckpoint(at_end=pbt), StateBackup()],
+        verbose=1,
         failure_config=ray_tune.FailureConfig(max_failures=options.max_failures),
         checkpoint_config=ray_tune.CheckpointConfig(num_to_keep=None if pbt else KEEP_CHECKPOINTS))
 
@@ -251,6 +254,10 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     uri = absolute(path)
     record = read_record(uri)
     moved.install()  # Tune's pickles of a sweep started before the layout of issue 31 name the old modules
+    torn = repair_state(uri)
+    if torn:
+        print(f"resume: {', '.join(torn)} torn (the driver was killed while copying it): resuming from the last "
+              f"whole snapshot of the sweep's state", flush=True)
     if not ray_tune.Tuner.can_restore(uri):
         raise SweepInputError(f"resume needs a sweep folder with Tune's experiment state, but {uri!r} has none "
                               f"(the driver died before Tune saved it): start the sweep again with a new --name")

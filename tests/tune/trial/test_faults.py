@@ -70,8 +70,13 @@ def test_killed_trial_is_retried_from_its_checkpoint_and_nan_fails_alone(ray_ses
 
 
 @pytest.mark.slow
-def test_killed_driver_then_resume_finishes_the_sweep(ray_session, killed_driver, tmp_path):
+def test_killed_driver_then_resume_finishes_the_sweep(ray_session, killed_driver, tmp_path, capsys):
+    """Bugs caught: resume losing or repeating rows; and a driver killed while Tune copied its experiment state
+    (a file of 0 bytes, seen in CI), after which Tune restarted the sweep and its trial failed without a config:
+    resume puts back the last whole snapshot (tune/results/state_backup.py; test_s3.py resumes an intact one)."""
     killed = killed_driver(ray.get_runtime_context().gcs_address, str(tmp_path / "out"))
+    torn = killed.tear_state()
     result = resume_sweep(killed.uri, dashboard=False)
+    assert f"resume: {torn} torn" in capsys.readouterr().out
     assert result.exit_code() == 0
     killed.assert_finished_once(result.trials)
