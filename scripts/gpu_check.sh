@@ -40,7 +40,7 @@
 #   (plus ~10 s uncapped: the CUDA probe, the sweep's photo check, the summary; 9.5 minutes at worst)
 #
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick,
-# bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~20 s; the CUDA tests skip; caps
+# bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~20 s; the CUDA tests skip, in one process; caps
 # doubled): 3.5 to 6 minutes on 2 cores (5 min 41 s beside a CI run, 2026-11-28), exit status 0.
 # --parts takes a comma-separated subset of tests (cuda-tests and cuda-rerun), normalisers, checkpoint, bench
 # (bench-gpu) and sweep; the others are listed as skipped. Two short leases can split the check, or a rerun
@@ -147,7 +147,8 @@ mapfile -t TEST_FILES < <(grep -rlE "needs_cuda|mark\.cuda" tests --include='tes
 PYTEST=("$PY" -m pytest -o "cache_dir=$WORK/pytest_cache")
 has pytest_timeout && PYTEST+=(--timeout 60)
 PARALLEL=()
-has xdist && PARALLEL=(-n auto)
+# without CUDA every test skips: two xdist workers would only import the test files twice (24 s in all here)
+has xdist && [ $CUDA = 1 ] && PARALLEL=(-n auto)
 # a file that fails to import is reported (ERROR) and the other files still run
 if wanted tests; then
   run_part cuda-tests "$CAP_TESTS" TERM "${PYTEST[@]}" -v -rfE --continue-on-collection-errors "${PARALLEL[@]}" \

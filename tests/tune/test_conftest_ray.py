@@ -48,7 +48,7 @@ import ray
 
 def test_one_ray_serves_two_modules(ray_session):
     with open("gcs.txt") as written:
-        assert written.read().split()[-1] == ray.get_runtime_context().gcs_address   # test_c's, not a new one
+        assert written.read().split()[-1] == ray.get_runtime_context().gcs_address   # test_a's, not a new one
 '''
 
 
@@ -58,11 +58,11 @@ def test_the_shared_ray_is_up_where_asked_and_down_in_a_module_that_does_not_ask
     that asks for ``ray_session`` after a ``ray_down`` test finding no Ray, or a Ray started again for each
     module (the per-module start this replaced)."""
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
-    for name, text in (("test_a_asks.py", ASKS), ("test_b_own.py", OWN), ("test_c_asks.py", ASKS),
-                       ("test_d_again.py", AGAIN)):
+    # three Ray starts (four before): a's first, a's after its ray_down, c's own (the shared one b reused stopped)
+    for name, text in (("test_a_asks.py", ASKS), ("test_b_again.py", AGAIN), ("test_c_own.py", OWN)):
         (tmp_path / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                           "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0 and "8 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    assert run.returncode == 0 and "5 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
