@@ -10,8 +10,9 @@ trial failed three times without a config.
 ``StateBackup`` (a callback; callbacks run in the controller's thread after its snapshot is saved, so the
 staging files are whole then) packs the staging folder's top-level files into one zip whenever they change
 and writes it into the sweep folder as ``STATE_BACKUP`` atomically (``analysis.location.Folder.write_bytes``).
-``repair_state`` (``resume``, before ``Tuner.restore``) checks each state file the backup names, and when one
-does not parse, puts back the backup's files, all of them: they are one consistent snapshot.
+``repair_state`` (``resume``, before ``Tuner.restore``) checks the experiment-state files and those the backup
+holds, and when one is torn, puts back the backup's files, all of them: they are one consistent snapshot. A torn
+file the backup lacks is kept aside as ``<name>.torn`` (never deleted), so that Tune takes the newest whole one.
 """
 from __future__ import annotations
 
@@ -87,8 +88,11 @@ def repair_state(uri: str) -> list[str]:
     folder = Folder(uri)
     backup: dict[str, bytes] = {}
     if folder.exists(STATE_BACKUP):
-        with zipfile.ZipFile(io.BytesIO(folder.read_bytes(STATE_BACKUP))) as pack:
-            backup = {name: pack.read(name) for name in pack.namelist()}
+        try:
+            with zipfile.ZipFile(io.BytesIO(folder.read_bytes(STATE_BACKUP))) as pack:
+                backup = {name: pack.read(name) for name in pack.namelist()}
+        except zipfile.BadZipFile as exc:  # written atomically, so only damaged after the fact: resume without it
+            logger.warning("ignoring %s: %s", folder.display(STATE_BACKUP), exc)
     checked = sorted(set(backup) | set(state_files(folder)))
     torn = [name for name in checked if not folder.exists(name) or not whole(name, folder.read_bytes(name))]
     if not torn:

@@ -99,3 +99,11 @@ def test_a_torn_state_without_any_whole_copy_is_refused_with_what_to_do(tmp_path
     with pytest.raises(SweepInputError, match=f"{STATE}.*torn.*new --name"):
         repair_state(str(tmp_path))
     assert (tmp_path / f"{STATE}.torn").exists()
+
+
+def test_a_damaged_backup_is_ignored_and_a_whole_state_still_resumes(tmp_path):
+    """Bug caught: resume ending in a zipfile traceback over a backup damaged after the fact, when the sweep's
+    own state is whole and needs no backup."""
+    (tmp_path / STATE).write_bytes(b'{"step": 2}')
+    (tmp_path / STATE_BACKUP).write_bytes(b"PK not a zip")
+    assert repair_state(str(tmp_path)) == [] and (tmp_path / STATE).read_bytes() == b'{"step": 2}'
