@@ -9,12 +9,12 @@ want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
-echo "setting up .venv (first run or dependencies changed; a few minutes)"
+echo "setting up .venv (first run or dependencies changed; about a minute)"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # uv (pinned in constraints.txt, from the registry) fills .venv with the same versions as pip in 41 s where pip
 # took 4 min 17 s on this 2-core machine (2026-11-28/29); pip does it when uv cannot be installed. uv reads no
 # pip.conf: it takes the packages from the registry (PyPI), as pip did for every one this project pins.
-if .venv/bin/python -m pip install -q -c constraints.txt uv; then
+if .venv/bin/python -m pip install -qq -c constraints.txt uv; then  # -qq: not the local indexes' "no uv here" warnings
   .venv/bin/uv pip install -q --python .venv/bin/python -c constraints.txt -e ".[dev]"
 else
   echo "uv could not be installed: pip fills .venv instead (slower)"
