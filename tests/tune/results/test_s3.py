@@ -131,7 +131,7 @@ def test_sweep_on_s3_killed_resumed_loaded_reported(ray_session, killed_driver, 
 
     keys = _keys("sweeps/drv")
     assert "sweeps/drv/results/sweep.json" in keys and any(k.startswith("sweeps/drv/experiment_state") for k in keys)
-    assert "sweeps/drv/state-backup.zip" in keys  # the copy a torn state is mended from (state_backup.py)
+    assert "sweeps/drv/state-backup.zip" not in keys  # an object appears whole: no backup (state_backup.py)
     for trial_id in killed.before.index:  # each trial's last checkpoint is in the bucket
         assert any(trial_id in k and "/checkpoint_" in k for k in keys), trial_id
 

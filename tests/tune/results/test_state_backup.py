@@ -107,3 +107,11 @@ def test_a_damaged_backup_is_ignored_and_a_whole_state_still_resumes(tmp_path):
     (tmp_path / STATE).write_bytes(b'{"step": 2}')
     (tmp_path / STATE_BACKUP).write_bytes(b"PK not a zip")
     assert repair_state(str(tmp_path)) == [] and (tmp_path / STATE).read_bytes() == b'{"step": 2}'
+
+
+def test_no_backup_is_written_to_an_object_store(tmp_path):
+    """Bug caught: a backup uploaded at every snapshot to a bucket, whose objects are never torn (requests for nothing)."""
+    (tmp_path / STATE).write_text('{"step": 1}')
+    storage = SimpleNamespace(experiment_driver_staging_path=str(tmp_path), experiment_fs_path="bucket/sweep",
+                              storage_filesystem=SimpleNamespace(type_name="s3"))  # any use of it would raise
+    StateBackup().on_step_end(iteration=1, trials=[SimpleNamespace(storage=storage)])
