@@ -8,8 +8,9 @@ which ``Tuner.restore`` logged "Failed to restore the run state", restarted the 
 trial failed three times without a config.
 
 ``StateBackup`` (a callback, on file systems, not object stores: ``WHOLE_OBJECTS``; callbacks run in the
-controller's thread after its snapshot is saved, so the staging files are whole then) packs the staging folder's top-level files into one zip whenever they change
-and writes it into the sweep folder as ``STATE_BACKUP`` atomically (``analysis.location.Folder.write_bytes``).
+controller's thread after its snapshot is saved, so the staging files are whole then) packs the staging folder's
+top-level files into one zip whenever they change and writes it into the sweep folder as ``STATE_BACKUP``
+atomically (``analysis.location.Folder.write_bytes``).
 ``repair_state`` (``resume``, before ``Tuner.restore``) checks the experiment-state files and those the backup
 holds, and when one is torn, puts back the backup's files, all of them: they are one consistent snapshot. A torn
 file the backup lacks is kept aside as ``<name>.torn`` (never deleted), so that Tune takes the newest whole one.
