@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,19 @@ def run_toy_sweep(root: Path, name: str, space: str, **options: Any):
 
 # One local Ray per test process, shared by every module that asks for ``ray_session`` (a Ray start and its
 # shutdown cost 10-20 s on a busy 2-core machine: once per module, they were about 400 s of a CI run's 21 modules).
+# It has one CPU, so a sweep runs one trial at a time on one actor that Tune reuses (reuse_actors): a second
+# trial at once costs a second actor, whose imports (torch, Ray Tune, the trainer) take 12-15 s of CPU, and ran
+# no sooner on 2 cores that the other test process keeps busy. A test that needs trials at once gives them
+# fractional CPUs (PBT, PB2) or starts its own Ray. With one CPU, an actor or placement group that a failed test
+# leaves behind would hold it and every later sweep would wait forever (a full run hung so, 2026-11-28): before
+# each test, a shared Ray whose CPU is not free within CPU_FREE_S is replaced by a new one, with a warning that
+# names the test before it.
 # The hooks below start it before a test that asks for it and stop it before the first test of a module that
 # does not (such a module sees no Ray, as when each module had its own). Only this Ray is stopped by them: one that
 # a module's own fixture starts (8 CPUs, a two-node cluster) is that fixture's to stop, and a test that asks for
 # ``ray_session`` after one is left up gets the shared Ray instead (the old fixture would have failed there).
-_SHARED: dict[str, Any] = {"gcs": None, "modules": set()}
+_SHARED: dict[str, Any] = {"gcs": None, "modules": set(), "last": None}
+CPU_FREE_S = 20.0  # a finished sweep's actors and placement groups are released in a second or two
 
 
 def _shared_is_up() -> bool:
@@ -57,13 +66,29 @@ def _shared_is_up() -> bool:
     return ray.is_initialized() and ray.get_runtime_context().gcs_address == _SHARED["gcs"]
 
 
+def _cpus_held(wait_s: float) -> float:
+    """The shared Ray's CPUs still held after waiting up to ``wait_s`` for them to be released."""
+    import ray
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        held = ray.cluster_resources().get("CPU", 0.0) - ray.available_resources().get("CPU", 0.0)
+        if held <= 0 or time.monotonic() > deadline:
+            return held
+        time.sleep(0.2)
+
+
 def _start_shared() -> None:
     import ray
 
     if _shared_is_up():
-        return
+        held = _cpus_held(CPU_FREE_S)
+        if held <= 0:
+            return
+        warnings.warn(f"the shared test Ray still had {held:g} CPU held {CPU_FREE_S:g} s after {_SHARED['last']} "
+                      "(an actor or placement group left behind): replaced by a new Ray", stacklevel=1)
     ray.shutdown()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     _SHARED["gcs"] = ray.get_runtime_context().gcs_address
 
 
@@ -87,6 +112,7 @@ def pytest_runtest_setup(item) -> None:
 
 
 def pytest_runtest_teardown(item, nextitem) -> None:
+    _SHARED["last"] = item.nodeid
     # the next test is outside tests/tune (these hooks do not run for it): no idle Ray under the rest of the run
     if nextitem is None or Path(__file__).parent not in nextitem.path.parents:
         _stop_shared()
@@ -94,7 +120,7 @@ def pytest_runtest_teardown(item, nextitem) -> None:
 
 @pytest.fixture(scope="module")
 def ray_session():
-    """A local Ray with 2 CPUs and no dashboard, up for this test (the hooks above start it; it is shared by
+    """A local Ray with 1 CPU and no dashboard, up for this test (the hooks above start it; it is shared by
     every module of this process that asks for it)."""
     yield
 
@@ -172,20 +198,22 @@ class KilledDriver:
 
 @pytest.fixture
 def killed_driver(tmp_path):
-    """A function ``(address, storage) -> KilledDriver``: runs ``xbm-tune sweep`` of RESUME_SPACE (3 trials x
-    4 epochs, one at a time) as a driver process joining the test's Ray at ``address`` into
-    ``<storage>/drv`` (a folder or a bucket URI), and kills it (SIGKILL) once trials.parquet shows a
-    completed trial and another trial's epoch file holds 2 rows (a checkpoint every epoch,
-    ``--checkpoint-period 0``, so both its checkpoints are kept,
-    whichever the last uploaded experiment snapshot names: see KEEP_CHECKPOINTS in tune/sweep.py)."""
+    """A function ``(address, storage, snapshot_s=0.3) -> KilledDriver``: runs ``xbm-tune sweep`` of RESUME_SPACE
+    (3 trials x 4 epochs, one at a time, an experiment snapshot every ``snapshot_s``) as a driver process joining
+    the test's Ray at ``address`` into ``<storage>/drv`` (a folder or a bucket URI), and kills it (SIGKILL) once
+    trials.parquet shows a completed trial and another trial's epoch file holds 2 rows (a checkpoint every epoch,
+    ``--checkpoint-period 0``, so both its checkpoints are kept, whichever the last uploaded experiment snapshot
+    names: see KEEP_CHECKPOINTS in tune/sweep.py)."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 
-    def run(address: str, storage: str) -> KilledDriver:
+    def run(address: str, storage: str, snapshot_s: float = 0.3) -> KilledDriver:
         (tmp_path / "resume.yaml").write_text(RESUME_SPACE)
         # experiment snapshots every 0.3 s: shorter than an epoch (0.5-0.8 s at batch 4 since issue 18's
-        # step without host waits), so the snapshot names each checkpoint before the next replaces it
-        env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": "0.3", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        # step without host waits), so the snapshot names each checkpoint before the next replaces it; on a
+        # bucket a longer ``snapshot_s`` (test_s3.py)
+        env = {**os.environ, "TUNE_GLOBAL_CHECKPOINT_S": str(snapshot_s), "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": str(REPO)}
         argv = [sys.executable, "-m", "tune.cli", "sweep", str(tmp_path / "resume.yaml"), "--search", "grid",
                 "--num-samples", "1", "--scheduler", "fifo", "--max-concurrent", "1", "--storage", storage,
                 "--name", "drv", "--address", address, "--no-dashboard", "--checkpoint-period", "0",
