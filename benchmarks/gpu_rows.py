@@ -24,6 +24,7 @@ its first timed batch. A row still running ``spec["stack_at"]`` seconds after it
 from __future__ import annotations
 
 import faulthandler
+import multiprocessing
 import os
 import time
 import traceback
@@ -341,6 +342,11 @@ def child(kind: str, spec: dict, queue, barrier=None) -> None:
         # the CPU toy run: one thread per process, or its loader worker and the other rows' leftovers
         # oversubscribe 2 shared cores and the figures swing tenfold
         torch.set_num_threads(len(spec["cpus"]) if spec["config"]["device"] != "cpu" else 1)
+        if spec["config"]["device"] == "cpu":
+            # a toy row is forked from bench_gpu's forkserver, whose start method its loader's workers would take:
+            # each worker then imported torch and the trainer again (4-6 s before a row's first batch, and as
+            # much CPU). Forked, as a trial's and `xbm-tune train`'s are on Linux. GPU rows keep spawn's default.
+            multiprocessing.set_start_method("fork", force=True)
         if spec.get("budget") is not None:  # --quick: a toy set "over" the in-memory budget, as CUB is
             import xbm.data.cache
 
