@@ -41,7 +41,7 @@
 #
 # Without CUDA the same parts run at toy size (bench_gpu --quick with K = 1, 2, bench_normalisers --quick,
 # bench_checkpoint with 3 rounds, a CPU sweep of test_resnet at 32 px for ~20 s; the CUDA tests skip, in one process; caps
-# doubled): 3.5 to 6 minutes on 2 cores (5 min 41 s beside a CI run, 2026-11-28), exit status 0.
+# doubled): 3 to 6 minutes on 2 cores (3 min 13 s beside a CI run, 2026-11-29), exit status 0.
 # --parts takes a comma-separated subset of tests (cuda-tests and cuda-rerun), normalisers, checkpoint, bench
 # (bench-gpu) and sweep; the others are listed as skipped. Two short leases can split the check, or a rerun
 # after a fix take only the part it fixed. Caps can be changed: CAP_TESTS=150 bash scripts/gpu_check.sh OUT (CAP_WHEELS, CAP_ENV, CAP_TESTS,

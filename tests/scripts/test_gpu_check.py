@@ -1,8 +1,9 @@
 """scripts/gpu_check.sh end to end without CUDA: every part runs at toy size and the summary names each.
 
-Slow (5 min 41 s on 2 cores shared with a CI run; up to 13 minutes before the toy rows forked from a preloaded
-server): the toy benchmark rows, a CPU sweep through Ray. It keeps the first command of a GPU lease working where
-no GPU is, as CI is; CUDA is hidden so a GPU machine runs it the same.
+Slow (3 min 13 s on 2 cores shared with a CI run, 5 min 41 s before the toy rows' loaders forked their workers;
+up to 13 minutes before the toy rows forked from a preloaded server): the toy benchmark rows, a CPU sweep through
+Ray. It keeps the first command of a GPU lease working where no GPU is, as CI is; CUDA is hidden so a GPU machine
+runs it the same.
 """
 from __future__ import annotations
 
