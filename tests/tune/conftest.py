@@ -112,7 +112,8 @@ def pytest_runtest_setup(item) -> None:
 
 
 def pytest_runtest_teardown(item, nextitem) -> None:
-    _SHARED["last"] = item.nodeid
+    if "ray_session" in item.fixturenames:  # the guard's warning names the last test that used the shared Ray
+        _SHARED["last"] = item.nodeid
     # the next test is outside tests/tune (these hooks do not run for it): no idle Ray under the rest of the run
     if nextitem is None or Path(__file__).parent not in nextitem.path.parents:
         _stop_shared()

@@ -62,6 +62,10 @@ def test_leaves_the_only_cpu_held(ray_session):
     assert LEFT[0].wait(timeout_seconds=60)
 
 
+def test_without_ray_in_between():   # the guard's warning must still name the test before, which held the CPU
+    assert ray.is_initialized()   # the module asks for ray_session: the shared Ray stays up through this test
+
+
 def test_a_later_test_gets_the_cpu(ray_session):
     assert placement_group([{"CPU": 1}]).wait(timeout_seconds=30)
 '''
@@ -72,7 +76,8 @@ def test_the_shared_ray_is_up_where_asked_and_down_in_a_module_that_does_not_ask
     """Bugs caught: the shared Ray left up into a module that starts its own (its ``ray.init`` fails), a test
     that asks for ``ray_session`` after a ``ray_down`` test finding no Ray, a Ray started again for each
     module (the per-module start this replaced), or the one CPU left held by an earlier test (every later
-    sweep then waits forever: the guard replaces that Ray and says so)."""
+    sweep then waits forever: the guard replaces that Ray and says so, naming the last test that used it, not
+    a test without Ray run in between)."""
     shutil.copy(HERE / "conftest.py", tmp_path / "conftest.py")
     # four Ray starts: a's first, a's after its ray_down, b's replacement of the held one, c's own
     for name, text in (("test_a_asks.py", ASKS), ("test_b_again.py", AGAIN), ("test_c_own.py", OWN)):
@@ -81,6 +86,6 @@ def test_the_shared_ray_is_up_where_asked_and_down_in_a_module_that_does_not_ask
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
                           "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0 and "7 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    assert run.returncode == 0 and "8 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
     assert run.stdout.count("replaced by a new Ray") == 1   # only after the test that left the CPU held
     assert "held 2 s after test_b_again.py::test_leaves_the_only_cpu_held" in run.stdout
