@@ -54,6 +54,8 @@ IMMUTABLE_REASONS = {
     "sampler": "a data key: the sampler's batches follow it",
     "image_size": "a data key: the images and the decoded cache follow it",
     "train_on": "a data key: the data, its splits and the memory's indices belong to one data set",
+    "val_by": "a data key: the data, its splits and the memory's indices belong to one data set",
+    "omniglot_rotations": "a data key: the data, its splits and the memory's indices belong to one data set",
 }
 # what a file that cannot be decoded does (xbm.data.bad_images owns it; repeated so config stays torch-free)
 ON_BAD_IMAGE = ("stop", "skip")
@@ -71,6 +73,11 @@ PREFILL_OBJECTIVES = ("supervised", "instance")
 # with them (a refit after the search, as scikit-learn's refit=True), or every class, test ones included (a data
 # set whose test protocol is external, e.g. Omniglot's one-shot runs)
 TRAIN_ON = ("train", "train+val", "all")
+# how val_fraction holds classes out (xbm.data.splits): single classes, or whole super-classes (Omniglot's alphabets),
+# so that validation sees super-classes never trained on, as a test on new alphabets does
+VAL_BY = ("class", "superclass")
+# Omniglot's classes: each character (1), or each of its four 90-degree rotations (4: Vinyals et al. 2016)
+OMNIGLOT_ROTATIONS = (1, 4)
 
 
 _check = checker()
@@ -278,17 +285,24 @@ class TrainConfig:
     ``prefetch_next_epoch``: draw the next main epoch's batches when a training pass ends, so that the loader's
     workers prepare them during evaluation and the checkpoint (``xbm.trainer``; the same batches either way);
     false starts each epoch's loader when the epoch starts (its workers' batches then hold no shared memory
-    while evaluation runs)."""
+    while evaluation runs). ``val_by`` (``VAL_BY``): ``val_fraction`` holds out single training classes
+    (``class``) or whole super-classes (``superclass``; never trained on, whatever ``train_on`` says, except
+    ``train+val``). ``oneshot_episodes``: the seeded one-shot episodes scored on the evaluated splits
+    (``val_oneshot_error``, ``oneshot_error``; 0: none; :mod:`xbm.data.episodes`). ``omniglot_rotations``
+    (``OMNIGLOT_ROTATIONS``): 4 makes each 90-degree rotation of an Omniglot character a class of its own."""
 
     dataset: str = "toy"
     data_root: str = ""
     val_fraction: float = 0.0
+    val_by: str = "class"
     train_on: str = "train"
     evaluate_test: bool = False
     eval_every: int = 1
     eval_ks: str = "auto"
     eval_nmi: bool = True
+    oneshot_episodes: int = 20
     vehicleid_test_size: int = 800
+    omniglot_rotations: int = 1
     model: str = "resnet50"
     embedding_size: int = 512
     pretrained: bool = False
@@ -337,6 +351,14 @@ class TrainConfig:
                 self.miner, kind=resolve_miner_kind(self.miner.kind, self.loss)))
         _check(0.0 <= self.val_fraction < 1.0, "val_fraction", "0 <= val_fraction < 1", self.val_fraction)
         _check(self.train_on in TRAIN_ON, "train_on", f"one of {list(TRAIN_ON)}", self.train_on)
+        _check(self.val_by in VAL_BY, "val_by", f"one of {list(VAL_BY)}", self.val_by)
+        _check(self.oneshot_episodes >= 0, "oneshot_episodes", ">= 0 (0: no one-shot episodes)",
+               self.oneshot_episodes)
+        _check(self.omniglot_rotations in OMNIGLOT_ROTATIONS, "omniglot_rotations",
+               f"one of {list(OMNIGLOT_ROTATIONS)}", self.omniglot_rotations)
+        _check(self.omniglot_rotations == 1 or self.dataset == "omniglot", "omniglot_rotations",
+               f"1 unless dataset=omniglot (rotated characters are Omniglot's classes; dataset is {self.dataset!r})",
+               self.omniglot_rotations)
         for name in ("embedding_size", "image_size", "epochs", "batch_size", "samples_per_class", "lr_step",
                      "eval_every"):
             _check(getattr(self, name) >= 1, name, ">= 1", getattr(self, name))

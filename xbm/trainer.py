@@ -11,7 +11,9 @@
    before ``memory.start_epoch`` (0-based) and against the cross-batch memory (``XBMLoss``, with the
    configured normaliser) from then on; ``memory.enabled=False`` never uses the memory;
 3. after each main epoch: retrieval metrics on the selection split (val when ``val_fraction > 0``, else
-   test), test metrics as ``test_*`` when ``evaluate_test``, and the diagnostics (xbm.evaluate.epoch);
+   test), test metrics as ``test_*`` when ``evaluate_test``, and the diagnostics (xbm.evaluate.epoch); the
+   one-shot error of the validation episodes as ``val_oneshot_error`` and of the test split's as
+   ``oneshot_error`` (:mod:`xbm.data.episodes`), with the held-out super-classes (``val_superclasses``);
    the pair counts of the epoch, among them ``loss_pos_pairs`` (0: the epoch collapsed, see ``collapsed``);
    and, on every row, the two references measured once before training (untrained model, raw inputs).
 
@@ -368,6 +370,10 @@ class Trainer:
         metrics: dict[str, Any] = {"eval_split": "val" if splits.val is not None else held_out}
         metrics.update(evaluation.evaluate_split(self.model, selection, self.embed, superclass_of, self.recall_ks,
                                                  with_nmi=self.cfg.eval_nmi))
+        if splits.val is not None and "oneshot_error" in metrics:   # the one-shot error a sweep selects on
+            metrics["val_oneshot_error"] = metrics.pop("oneshot_error")
+        if splits.val_superclasses:
+            metrics["val_superclasses"] = ",".join(splits.val_superclasses)
         label_free = not self.objective.uses_labels
         bank = functools.cache(lambda: self.embed(self.model, self.train_view))  # one embedding for both splits
         if label_free:
@@ -376,6 +382,8 @@ class Trainer:
             test = evaluation.evaluate_split(self.model, splits.test, self.embed, superclass_of, self.recall_ks, False)
             if label_free:
                 test.update(evaluation.knn(self.model, splits.test, self.train_view, self.embed, bank))
+            if "oneshot_error" in test:   # the one-shot error's own name on the test split
+                metrics["oneshot_error"] = test.pop("oneshot_error")
             metrics.update({f"test_{name}": value for name, value in test.items()})
         drift, self.previous_probe = evaluation.drift(self.model, self.train_view, self.probe, self.embed,
                                                       self.previous_probe)

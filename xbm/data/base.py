@@ -28,6 +28,12 @@ class RawData:
     ``labels[j]`` / ``superlabels[j]``: the builder's class / super-class id of sample ``j`` of ``source``
     (non-negative ints). ``train``, ``query``, ``gallery``: sample indices into ``source``; ``gallery`` None
     means leave-one-out retrieval on ``query``.
+
+    Optional, per sample ``j`` as well: ``drawers[j]``, who made it (Omniglot's drawer: one-shot episodes take
+    their training and test drawings from two drawers); ``rotations[j]``, the quarter turns a builder applied to
+    make new classes (episodes use unrotated samples only, as the real runs have none); ``class_groups[j]``,
+    a group whose classes always fall in the same split (a character's rotations). ``superclass_names[s]``
+    names super-class id ``s`` (the validation split records the held-out ones by name).
     """
 
     name: str
@@ -38,6 +44,10 @@ class RawData:
     gallery: Optional[np.ndarray] = None
     superlabels: Optional[np.ndarray] = None
     style: ImageStyle = PHOTO
+    drawers: Optional[np.ndarray] = None
+    rotations: Optional[np.ndarray] = None
+    class_groups: Optional[np.ndarray] = None
+    superclass_names: Optional[tuple[str, ...]] = None
 
 
 class Transforms:
@@ -137,10 +147,12 @@ def _identity(x):
 
 @dataclass
 class EvalSplit:
-    """Retrieval split: ``query`` against ``gallery``, or leave-one-out on ``query`` when gallery is None."""
+    """Retrieval split: ``query`` against ``gallery``, or leave-one-out on ``query`` when gallery is None.
+    ``episodes``: one-shot episodes over ``query``'s positions (:class:`xbm.data.episodes.Episodes`), or None."""
 
     query: SampleDataset
     gallery: Optional[SampleDataset] = None
+    episodes: Optional[object] = None
 
 
 @dataclass
@@ -169,6 +181,8 @@ class DatasetSplits:
     skipped_images: int = 0  # images left out for on_bad_image=skip (xbm.data.bad_images)
     # images: the evaluation input path as one object (xbm.data.preprocess.Preprocessing); None for vectors
     preprocessing: Optional[object] = None
+    # val_by=superclass: the held-out super-classes, by name where the data set names them (recorded per run)
+    val_superclasses: tuple[str, ...] = ()
 
     def batch_transform(self, role: str) -> Callable:
         """What the trainer applies to a batch of ``role`` ("train"/"eval") after moving it to its device:

@@ -43,14 +43,16 @@ def data_key(cfg) -> tuple:
 
 
 def _reader_key(style: ImageStyle, cfg) -> tuple:
-    return (*data_key(cfg), style, preset(cfg.augment, style).load_size(cfg.image_size), cfg.on_bad_image)
+    # omniglot_rotations: a source of rotated drawings holds other (and more) samples than the drawings'
+    return (*data_key(cfg), style, preset(cfg.augment, style).load_size(cfg.image_size), cfg.on_bad_image,
+            cfg.omniglot_rotations)
 
 
 def image_reader(source: SampleSource, style: ImageStyle, cfg):
     """The decoded-image reader of ``source`` for ``cfg`` (kept per process; :func:`image_store`). Under
     ``on_bad_image=skip`` its ``skipped`` names the samples that cannot be decoded (warned once)."""
     key = _reader_key(style, cfg)
-    _, root, _, load_size, _ = key
+    _, root, _, load_size = key[:4]   # the disk cache's key: "n" tells rotated drawings apart
 
     def make():
         reader = image_store(source, style, load_size, {"dataset": cfg.dataset, "root": root, "n": len(source),
@@ -78,7 +80,7 @@ def configure_images(splits: DatasetSplits, cfg) -> None:
     elif kind == "dataset":
         bare = chosen.eval(cfg.image_size)
         train = splits.train
-        stats = kept(("stats", key, chosen.name, cfg.image_size, cfg.val_fraction, cfg.train_on), lambda: dataset_stats(
+        stats = kept(("stats", key, chosen.name, cfg.image_size, cfg.val_fraction, cfg.val_by, cfg.train_on), lambda: dataset_stats(
             lambda i: splits.transforms.images(int(train.indices[i])), len(train), bare))
     else:
         stats = None

@@ -10,6 +10,14 @@ alphabet. Black strokes on white: decoded grey and inverted, so strokes are high
 (:data:`xbm.data.style.DARK_STROKES`). Classes, never drawings, are split: in each alphabet the first
 half of the characters (in character order, the larger half when odd) trains, the rest is the test split
 (leave-one-out retrieval).
+
+Each drawing's drawer is read from its file name (``<drawing>_<drawer>.png``): one-shot episodes
+(:mod:`xbm.data.episodes`) take their training and test drawings from two drawers, as the real runs do.
+``omniglot_rotations=4`` makes each 90-degree rotation of a character a class of its own (Vinyals et al.,
+"Matching networks for one shot learning", NeurIPS 2016; Snell et al., "Prototypical networks", NeurIPS 2017):
+sample ``k * n + j`` is drawing ``j`` turned ``k`` quarter turns (:class:`~xbm.data.sources.RotatedSource`), its
+class ``(alphabet, character, k)``, its super-class still the alphabet; the four rotations of a character form
+one class group, so they always share a split.
 """
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ import numpy as np
 
 from xbm.data.base import RawData
 from xbm.data.layout import require_root
-from xbm.data.sources import ZipImageSource
+from xbm.data.sources import RotatedSource, ZipImageSource
 from xbm.data.splits import encode
 from xbm.data.style import DARK_STROKES
 from xbm.errors import BadImageError, DatasetNotFoundError
@@ -91,9 +99,24 @@ def build_omniglot(cfg) -> RawData:
         ordered = sorted(chars, key=_character_number)
         train_classes.update((alphabet, c) for c in ordered[: (len(ordered) + 1) // 2])
     classes = [(a, c) for a, c, _ in keys]
-    labels = encode(classes)
     is_train = np.array([k in train_classes for k in classes])
-    return RawData(name="omniglot", source=ZipImageSource(archives, archive_of, members, "omniglot", root),
-                   labels=labels,
-                   train=np.flatnonzero(is_train), query=np.flatnonzero(~is_train),
-                   superlabels=encode([a for a, _ in classes]), style=DARK_STROKES)
+    drawers = encode([(a, _drawer(name)) for a, _, name in keys])
+    source = ZipImageSource(archives, archive_of, members, "omniglot", root)
+    turns = int(getattr(cfg, "omniglot_rotations", 1))
+    n = len(keys)
+    turn = np.repeat(np.arange(turns), n)          # sample k * n + j: drawing j turned k quarter turns
+    rotated = [(a, c, int(k)) for k, (a, c) in zip(turn, classes * turns)]
+    alphabets = sorted({a for a, _ in classes})
+    return RawData(name="omniglot", source=RotatedSource(source, turns) if turns > 1 else source,
+                   labels=encode(rotated), train=np.flatnonzero(np.tile(is_train, turns)),
+                   query=np.flatnonzero(~np.tile(is_train, turns)),
+                   superlabels=encode([a for a, _ in classes] * turns), style=DARK_STROKES,
+                   drawers=np.tile(drawers, turns), rotations=turn if turns > 1 else None,
+                   class_groups=np.tile(encode(classes), turns) if turns > 1 else None,
+                   superclass_names=tuple(alphabets))
+
+
+def _drawer(name: str) -> str:
+    """The drawer of ``<drawing>_<drawer>.png``; the whole name when it has no such part (a drawer of its own)."""
+    stem = PurePosixPath(name).stem
+    return stem.rsplit("_", 1)[1] if "_" in stem else stem

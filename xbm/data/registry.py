@@ -74,7 +74,7 @@ def build_dataset(cfg, images: bool = True) -> DatasetSplits:
         balanced = cfg.objective == "supervised" and cfg.sampler == "m_per_class"
         per_class = cfg.samples_per_class if balanced else 0  # what the sampler draws
         raw, skipped = without_samples(raw, image_reader(raw.source, raw.style, cfg).skipped, per_class)
-    splits = assemble(raw, cfg.val_fraction, cfg.image_size, cfg.train_on)
+    splits = assemble(raw, cfg.val_fraction, cfg.image_size, cfg.train_on, cfg.val_by, cfg.oneshot_episodes)
     splits.skipped_images = skipped
     if images:
         configure_images(splits, cfg)

@@ -198,3 +198,36 @@ class ZipImageSource(SampleSource):
     def file_of(self, j: int) -> Optional[str]:
         a = int(self.archive_of[j])
         return self.members[j] if self.archives[a] is None else self.archives[a]
+
+
+class RotatedSource(SampleSource):
+    """Every sample of ``base`` in ``turns`` orientations: sample ``k * n + j`` (``n = len(base)``) is base sample
+    ``j`` turned ``k`` quarter turns counter-clockwise, as ``numpy.rot90(pixels, k)`` turns an array. A decoded
+    cache over it rotates each image once, when it decodes it."""
+
+    _TURNS = (None, Image.Transpose.ROTATE_90, Image.Transpose.ROTATE_180, Image.Transpose.ROTATE_270)
+
+    def __init__(self, base: SampleSource, turns: int = 4) -> None:
+        if not 1 <= turns <= 4:
+            raise ValueError(f"turns must be 1 to 4 (quarter turns of a sample), but got {turns}")
+        self.base, self.turns = base, turns
+        self.input_kind = base.input_kind
+
+    def __len__(self) -> int:
+        return len(self.base) * self.turns
+
+    def split(self, j: int) -> tuple[int, int]:
+        """(quarter turns, base sample) of sample ``j``."""
+        return divmod(int(j), len(self.base))
+
+    def load(self, j: int, min_size: Optional[int] = None):
+        turns, i = self.split(j)
+        image = self.base.load(i, min_size)
+        return image if turns == 0 else image.transpose(self._TURNS[turns])
+
+    def where(self, j: int) -> str:
+        turns, i = self.split(j)
+        return self.base.where(i) + (f" (turned {90 * turns} degrees)" if turns else "")
+
+    def file_of(self, j: int) -> Optional[str]:
+        return self.base.file_of(self.split(j)[1])

@@ -6,7 +6,9 @@
   pairs, near 0 when the embedding collapses; ``inter_distance_mean``: over pairs of different classes;
   ``intra_distance_mean``: to the class mean), ``nmi`` (k-means with as many clusters as classes) and, when
   super-classes exist, ``superclass_top_1`` .. ``_5`` (true super-class among the k nearest super-class
-  means, thesis Table 5.16) and ``superclass_neighbour_share`` (of the 10 nearest neighbours).
+  means, thesis Table 5.16) and ``superclass_neighbour_share`` (of the 10 nearest neighbours); where the
+  split has one-shot episodes (:mod:`xbm.data.episodes`), ``oneshot_error`` (percent) and ``oneshot_way``
+  from the same query embeddings.
 - References computed once, before training (:func:`references`): Recall@1 of the untrained model and
   of nearest neighbours on the raw inputs. A trained model below them is broken, not a finding.
 - ``knn_accuracy`` for label-free objectives (:func:`knn`): weighted 20-NN classification of the split's
@@ -31,6 +33,7 @@ from xbm.evaluate import diagnostics
 from xbm.data import EvalSplit
 from xbm.evaluate import knn_accuracy, retrieval_metrics
 from xbm.evaluate.metrics import nmi
+from xbm.evaluate.oneshot import episodes_error
 from xbm.memory import EmbeddingMemory
 from xbm.training.loaders import Embedder
 
@@ -51,6 +54,8 @@ def evaluate_split(model: nn.Module, split: EvalSplit, embed: Embedder, supercla
     # One k-NN search serves Recall@K, MAP@R and the super-class top-k proportion.
     metrics = retrieval_metrics(query, query_labels, gallery, gallery_labels, ks=ks,
                                 superclass_of=superclass_of if with_diagnostics else None)
+    if split.episodes is not None:   # the one-shot episodes are drawings of the query set: no second pass
+        metrics.update(episodes_error(query, split.episodes))
     if not with_diagnostics:
         return metrics
     every = query if gallery is None else torch.cat([query, gallery])
@@ -100,12 +105,17 @@ class RawInputs(nn.Module):
 def references(model: nn.Module, split: EvalSplit, embed: Embedder) -> dict[str, float]:
     """``reference_untrained_recall_at_1`` (``model`` as it is now, before any training) and
     ``reference_raw_recall_at_1`` (nearest neighbours on the flattened eval-transformed inputs) of
-    ``split``, the split ``recall_at_1`` is measured on."""
+    ``split``, the split ``recall_at_1`` is measured on; where it has one-shot episodes, their
+    ``reference_untrained_oneshot_error`` and ``reference_raw_oneshot_error`` too (cosine on raw pixels)."""
     untrained = evaluate_split(model, split, embed, None, (1,), with_diagnostics=False)
     size = len(split.query) + (len(split.gallery) if split.gallery is not None else 0)
     raw = evaluate_split(RawInputs(size), split, embed, None, (1,), with_diagnostics=False)
-    return {"reference_untrained_recall_at_1": untrained["recall_at_1"],
-            "reference_raw_recall_at_1": raw["recall_at_1"]}
+    out = {"reference_untrained_recall_at_1": untrained["recall_at_1"],
+           "reference_raw_recall_at_1": raw["recall_at_1"]}
+    if split.episodes is not None:   # the same episodes the run's one-shot error is scored on
+        out.update(reference_untrained_oneshot_error=untrained["oneshot_error"],
+                   reference_raw_oneshot_error=raw["oneshot_error"])
+    return out
 
 
 def probe_indices(n_train: int, seed: int, size: int = PROBE_SIZE) -> torch.Tensor:

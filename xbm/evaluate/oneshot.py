@@ -114,6 +114,17 @@ def misclassified(test: torch.Tensor, train: torch.Tensor, answers: Sequence[int
     return similarity.argmax(dim=1) != torch.as_tensor(answers, dtype=torch.long)
 
 
+def episodes_error(embeddings: torch.Tensor, episodes) -> dict[str, float]:
+    """``oneshot_error``: the mean over ``episodes`` (:class:`xbm.data.episodes.Episodes`, positions into the rows
+    of ``embeddings``) of each episode's share of misclassified test drawings, in percent, each scored as a real
+    run is (:func:`misclassified`); ``oneshot_way``: the episodes' mean number of ways (20 when all are 20-way)."""
+    errors = [float(misclassified(embeddings[torch.as_tensor(test)], embeddings[torch.as_tensor(train)],
+                                  range(len(train))).double().mean())
+              for train, test in zip(episodes.train, episodes.test)]
+    return {"oneshot_error": 100.0 * sum(errors) / len(errors),
+            "oneshot_way": sum(episodes.ways) / len(episodes)}
+
+
 def evaluate_runs(runs: Sequence[OneShotRun], embed: Callable[[list[str]], torch.Tensor]) -> list[RunResult]:
     """Each run's :class:`RunResult`; ``embed(paths)`` -> rows [n, d], e.g. an export's ``ImageEmbedder.embed``
     (which reads the drawings with the export's own preprocessing: mode, polarity, size, statistics)."""

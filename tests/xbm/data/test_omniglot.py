@@ -83,3 +83,49 @@ def test_omniglot_without_drawings(tmp_path, config):
     with pytest.raises(DatasetNotFoundError) as info:
         build_dataset(config(dataset="omniglot", data_root=str(tmp_path)))
     assert "characterNN" in str(info.value) and "images_background.zip" in str(info.value)
+
+
+def test_rotated_drawings_are_numpy_rot90_of_the_drawing(tmp_path, config):
+    """Bug: omniglot_rotations=4 labelled four classes per character but fed the same (or wrongly turned)
+    pixels: drawing k * n + j must be np.rot90(drawing j, k), in the source and in the decoded cache."""
+    from tests.xbm.data.conftest import make_drawings
+
+    make_drawings(tmp_path, characters=2, drawers=2)
+    plain = build_dataset(config(dataset="omniglot", data_root=str(tmp_path), image_size=24, augment="none"))
+    turned = build_dataset(config(dataset="omniglot", data_root=str(tmp_path), image_size=24, augment="none",
+                                  omniglot_rotations=4))
+    n = len(plain.train.source)
+    assert len(turned.train.source) == 4 * n and turned.num_classes == 4 * plain.num_classes
+    for j in range(n):
+        drawing = np.asarray(plain.train.source.load(j))
+        decoded = np.asarray(plain.transforms.images(j))
+        for k in range(4):
+            assert np.array_equal(np.asarray(turned.train.source.load(k * n + j)), np.rot90(drawing, k))
+            assert np.array_equal(np.asarray(turned.transforms.images(k * n + j)), np.rot90(decoded, k))
+
+
+def test_a_characters_rotations_share_every_split(tmp_path, config):
+    """Bug: a rotation of a character landed in another split than the character (the builder's train/test
+    halves, or the validation classes under either val_by), so the model was scored on a character it trained
+    on, turned; the four rotations are four classes of the character's alphabet."""
+    from tests.xbm.data.conftest import make_drawings
+
+    make_drawings(tmp_path, alphabets=("Alpha", "Beta", "Gamma"), characters=6, drawers=2)
+    for val_by in ("class", "superclass"):
+        splits = build_dataset(config(dataset="omniglot", data_root=str(tmp_path), omniglot_rotations=4,
+                                      val_fraction=0.34, val_by=val_by))
+        source = splits.train.source
+        n = len(source.base)
+        parts = {"train": splits.train, "val": splits.val.query, "test": splits.test.query}
+        where = {}
+        for name, part in parts.items():
+            for j, label in zip(part.indices, part.labels.tolist()):
+                character = int(j) % n // 2   # 2 drawings per character, in scan order
+                where.setdefault(character, set()).add(name)
+                assert int(splits.superclass_of[label]) == character // 6   # Alpha, Beta, Gamma: 6 characters each
+        assert all(len(names) == 1 for names in where.values()) and len(where) == 18
+        assert {"train", "val", "test"} == set().union(*where.values())
+        # four classes per character, all in its alphabet
+        labels = torch.cat([p.labels for p in parts.values()])
+        assert len(labels.unique()) == 4 * 18 == splits.num_classes
+        assert torch.equal(splits.superclass_of.bincount(), torch.full((3,), 24))
