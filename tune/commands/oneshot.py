@@ -1,15 +1,17 @@
-"""``xbm-tune oneshot EXPORT --runs DIR``: an export's error on Omniglot's 20-way one-shot classification runs.
+"""``xbm-tune oneshot EXPORT --runs PATH``: an export's error on Omniglot's 20-way one-shot classification runs.
 
 The runs are ``all_runs.zip`` of github.com/brendenlake/omniglot (Lake, Salakhutdinov and Tenenbaum, Science
-2015), extracted into ``DIR`` (``run01`` .. ``run20``; :mod:`xbm.evaluate.oneshot`). Each test drawing is
-assigned the run's training drawing of highest cosine similarity, the drawings read with the export's own
-preprocessing (``embedder.yaml``: grey, inverted for Omniglot's dark strokes, size, statistics). Prints each
-run's error and their mean with a 95% Student-t interval over runs (``mean ± t_{0.975, n-1} s / sqrt(n)``,
-:func:`analysis.compare.t_interval`; none for one run), in percent, and writes a Parquet of one row per run:
-``run``, ``n_test``, ``n_train``, ``errors``, ``error`` (a fraction), schema metadata ``oneshot`` (the mean and
-interval) and ``embedder`` (the export's provenance). Exit 2 naming what is wrong, nothing written: a folder
-without runs, a run without ``class_labels.txt``, a listed drawing missing, a drawing that cannot be decoded,
-an export folder missing a file.
+2015): ``PATH`` is that zip itself (extracted into a temporary folder while the runs are scored, the runs at
+its top or inside its one top folder) or the folder it extracts to (``run01`` .. ``run20``;
+:mod:`xbm.evaluate.oneshot`), with the same result. Each test drawing is assigned the run's training drawing
+of highest cosine similarity, the drawings read with the export's own preprocessing (``embedder.yaml``: grey,
+inverted for Omniglot's dark strokes, size, statistics). Prints each run's error and their mean with a 95%
+Student-t interval over runs (``mean ± t_{0.975, n-1} s / sqrt(n)``, :func:`analysis.compare.t_interval`; none
+for one run), in percent, and writes a Parquet of one row per run: ``run``, ``n_test``, ``n_train``,
+``errors``, ``error`` (a fraction), schema metadata ``oneshot`` (the mean and interval and ``runs``, the PATH
+given) and ``embedder`` (the export's provenance). Exit 2 naming what is wrong, nothing written: a folder or
+zip without runs, a damaged zip, a run without ``class_labels.txt``, a listed drawing missing, a drawing that
+cannot be decoded, an export folder missing a file.
 """
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ CONFIDENCE = 0.95
 SUFFIX = ".oneshot.parquet"
 
 ONESHOT_EXAMPLES = """examples:
-  xbm-tune oneshot embedder/ --runs omniglot/all_runs        # writes embedder.oneshot.parquet beside embedder/
-  xbm-tune oneshot embedder/ --runs omniglot/all_runs --out oneshot.parquet --device cpu
+  xbm-tune oneshot embedder/ --runs omniglot/all_runs.zip    # writes embedder.oneshot.parquet beside embedder/
+  xbm-tune oneshot embedder/ --runs omniglot/all_runs        # the same, the zip extracted
+  xbm-tune oneshot embedder/ --runs omniglot/all_runs.zip --out oneshot.parquet --device cpu
 """
 
 
@@ -33,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "over runs, in percent; writes one Parquet row per run.")
     parser.epilog = ONESHOT_EXAMPLES
     parser.add_argument("export", metavar="EXPORT", help="an export folder (xbm-tune export)")
-    parser.add_argument("--runs", metavar="DIR", required=True,
-                        help="the one-shot runs: all_runs.zip of brendenlake/omniglot, extracted (run01 .. run20)")
+    parser.add_argument("--runs", metavar="PATH", required=True,
+                        help="the one-shot runs: all_runs.zip of brendenlake/omniglot, as it is or extracted "
+                             "(a folder of run01 .. run20)")
     parser.add_argument("--out", metavar="FILE.parquet",
                         help=f"the per-run errors (default: beside EXPORT, <EXPORT>{SUFFIX})")
     parser.add_argument("--batch-size", type=int, default=64, help="(default %(default)s)")
@@ -51,14 +55,15 @@ def run(args: argparse.Namespace) -> int:
     from analysis.compare import t_interval
     from xbm.embedder import load_embedder
     from xbm.errors import BadImageError
-    from xbm.evaluate.oneshot import evaluate_runs, read_runs
+    from xbm.evaluate.oneshot import evaluate_runs, read_runs, runs_folder
 
     try:
         if args.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, but got {args.batch_size}")
-        runs = read_runs(args.runs)  # every run checked before the model is loaded
-        embedder = load_embedder(args.export, device=args.device)
-        results = evaluate_runs(runs, lambda paths: embedder.embed(paths, args.batch_size, args.device))
+        with runs_folder(args.runs) as folder:  # a zip: extracted until the runs are scored
+            runs = read_runs(folder)  # every run checked before the model is loaded
+            embedder = load_embedder(args.export, device=args.device)
+            results = evaluate_runs(runs, lambda paths: embedder.embed(paths, args.batch_size, args.device))
     except (ValueError, FileNotFoundError, BadImageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

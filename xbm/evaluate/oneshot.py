@@ -13,6 +13,10 @@ A listed path is relative to ``DIR`` when it begins with the run's folder name (
 its ``demo_classification.py`` reads it from ``DIR``), else relative to the run folder (``test/item01.png``).
 As that demo, a run's candidates are the training drawings its ``class_labels.txt`` lists (sorted).
 
+``all_runs.zip`` itself is read as its extracted folder: :func:`runs_folder` extracts it into a temporary
+folder that lasts as long as its ``with`` block (the embedder reads drawings by path), the runs at the zip's
+top (the release: ``run01/class_labels.txt`` ...) or inside its one top folder (``all_runs/run01/...``).
+
 Scoring: with embeddings ``z`` (any scale), test drawing ``i`` is assigned the candidate
 
     yhat_i = argmax_c  cos(z_test_i, z_train_c)        (the first such c on a tie, as numpy's argmax)
@@ -23,14 +27,19 @@ No Ray, no ``tune``: the command is ``tune/commands/oneshot.py``.
 from __future__ import annotations
 
 import re
+import tempfile
+import zipfile
+import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
 LABELS = "class_labels.txt"
 RUN_NAME = re.compile(r"run\d+")
+EXPECTED = f"run01 .. run20, each with {LABELS}"
 
 
 @dataclass(frozen=True)
@@ -58,16 +67,56 @@ class RunResult:
         return self.errors / self.n_test
 
 
+def _run_dirs(root: Path) -> list[Path]:
+    return sorted(p for p in root.iterdir() if p.is_dir() and RUN_NAME.fullmatch(p.name))
+
+
 def find_runs(folder: str | Path) -> list[Path]:
-    """The run folders (``run01`` ...) of ``folder``, by name; FileNotFoundError naming ``folder`` when none."""
+    """The run folders (``run01`` ...) of ``folder``, by name; FileNotFoundError naming ``folder`` when none
+    (a zip is read through :func:`runs_folder`)."""
     root = Path(folder)
     if not root.is_dir():
-        raise FileNotFoundError(f"--runs {root} is not a folder; give the folder of all_runs.zip, extracted")
-    runs = sorted(p for p in root.iterdir() if p.is_dir() and RUN_NAME.fullmatch(p.name))
+        raise FileNotFoundError(f"--runs {root} is not a folder; give all_runs.zip or the folder it extracts to")
+    runs = _run_dirs(root)
     if not runs:
         hint = f" (it holds all_runs/: give {root / 'all_runs'})" if (root / "all_runs").is_dir() else ""
-        raise FileNotFoundError(f"--runs {root} holds no run folder (run01 .. run20, each with {LABELS}){hint}")
+        raise FileNotFoundError(f"--runs {root} holds no run folder ({EXPECTED}){hint}")
     return runs
+
+
+@contextmanager
+def runs_folder(path: str | Path) -> Iterator[Path]:
+    """The folder that holds the runs: ``path`` itself when it is a folder; when it is a zip file
+    (``all_runs.zip``), a temporary folder it is extracted into, removed when the block ends, descending into
+    the zip's one top folder when the runs are not at its top. For a zip, errors raised in the block name
+    ``<zip>/run02/...`` instead of the temporary folder. ValueError naming a damaged zip or a file that is
+    neither; FileNotFoundError naming a zip that holds no run."""
+    given = Path(path)
+    if given.is_dir() or not given.exists():
+        yield given  # find_runs names what is missing
+        return
+    if not zipfile.is_zipfile(given):
+        what = "a damaged zip file (it cannot be opened)" if given.suffix.lower() == ".zip" else "not a zip file"
+        raise ValueError(f"--runs {given} is {what}; give all_runs.zip or the folder it extracts to")
+    with tempfile.TemporaryDirectory(prefix="xbm-oneshot-") as tmp:
+        try:
+            with zipfile.ZipFile(given) as archive:
+                archive.extractall(tmp)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise ValueError(f"--runs {given} is a damaged zip file: {exc}") from exc
+        root = Path(tmp)
+        tops = [p for p in root.iterdir() if p.name != "__MACOSX" and not p.name.startswith(".")]
+        if not _run_dirs(root) and len(tops) == 1 and tops[0].is_dir():
+            root = tops[0]  # all_runs/run01/...
+        if not _run_dirs(root):
+            raise FileNotFoundError(f"--runs {given} holds no run folder ({EXPECTED}) at its top or inside "
+                                    "its one top folder")
+        try:
+            yield root
+        except Exception as exc:  # name the zip, not the temporary folder that is gone once this ends
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (exc.args[0].replace(tmp, str(given)), *exc.args[1:])
+            raise
 
 
 def read_run(run_dir: Path) -> OneShotRun:
@@ -102,7 +151,8 @@ def _resolve(run_dir: Path, text: str) -> Path:
 
 
 def read_runs(folder: str | Path) -> list[OneShotRun]:
-    """Every run of ``folder`` (:func:`find_runs`, :func:`read_run`): all input checked before any embedding."""
+    """Every run of ``folder`` (:func:`find_runs`, :func:`read_run`): all input checked before any embedding.
+    For ``all_runs.zip`` itself: ``with runs_folder(zip) as folder: read_runs(folder)``, and score inside."""
     return [read_run(run_dir) for run_dir in find_runs(folder)]
 
 

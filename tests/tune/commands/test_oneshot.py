@@ -1,14 +1,16 @@
-"""``xbm-tune oneshot`` (tune/commands/oneshot.py): printed errors and interval, the Parquet, bad input exits 2."""
+"""``xbm-tune oneshot`` (tune/commands/oneshot.py): printed errors and interval, the Parquet, all_runs.zip as its
+folder, bad input exits 2."""
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import zipfile
 
 import pyarrow.parquet as pq
 import pytest
 
-from tests.xbm.evaluate.oneshot_fixture import identity_export, polarity_run, two_runs
+from tests.xbm.evaluate.oneshot_fixture import identity_export, polarity_run, two_runs, zip_runs
 from tune.cli import main
 from xbm.embedder import WEIGHTS
 
@@ -71,6 +73,28 @@ def test_the_exports_polarity_reaches_the_command(tmp_path, capsys):
     assert "run01  error   0.00%  (0/2 wrong, 2-way)" in out and "mean error 0.00% (no interval" in out
 
 
+def test_the_zip_gives_what_its_folder_gives(setup, tmp_path, capsys):
+    """Bug caught: ``--runs all_runs.zip`` (the release as downloaded, runs at its top, or inside one top folder)
+    refused, or printing or writing other runs or errors than its extracted folder; the Parquet's ``runs``
+    not the path given (the temporary folder it was extracted to)."""
+    export, root = setup
+    given = [root / "runs", zip_runs(root / "runs", tmp_path / "all_runs.zip"),
+             zip_runs(root / "runs", tmp_path / "top.zip", "all_runs")]
+    outputs = []
+    for i, runs in enumerate(given):
+        out = tmp_path / f"{i}.parquet"
+        assert main(["oneshot", str(export), "--runs", str(runs), "--out", str(out), "--device", "cpu"]) == 0
+        printed_lines = capsys.readouterr().out.splitlines()
+        assert printed_lines[0].endswith(f"on 2 run(s) of {runs}:") and printed_lines[-1] == f"wrote {out}"
+        table = pq.read_table(out)
+        summary = json.loads(table.schema.metadata[b"oneshot"])
+        assert summary.pop("runs") == str(runs)
+        outputs.append((printed_lines[1:-1], table.to_pylist(), summary, table.schema.metadata[b"embedder"]))
+    assert outputs[0][1] == [{"run": "run01", "n_test": 4, "n_train": 4, "errors": 1, "error": 0.25},
+                             {"run": "run02", "n_test": 4, "n_train": 4, "errors": 2, "error": 0.5}]
+    assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
+
+
 def bad_inputs(root, export):
     """(argv's EXPORT and --runs, text the error must hold) for each kind of bad input."""
     no_labels = root / "no_labels"
@@ -83,15 +107,23 @@ def bad_inputs(root, export):
     partial = root / "partial"
     partial.mkdir()
     (partial / "embedder.yaml").write_bytes((export / "embedder.yaml").read_bytes())
+    with zipfile.ZipFile(root / "no_runs.zip", "w") as archive:
+        archive.writestr("README.txt", "no run here")
+    good = zip_runs(root / "runs", root / "good.zip").read_bytes()
+    (root / "cut.zip").write_bytes(good[:len(good) // 2])
     return [(export, root / "empty", f"{root / 'empty'} holds no run folder"),
+            (export, root / "no_runs.zip", f"{root / 'no_runs.zip'} holds no run folder (run01 .. run20"),
+            (export, root / "cut.zip", f"{root / 'cut.zip'} is a damaged zip file"),
+            (export, zip_runs(no_labels, root / "no_labels.zip"), f"{root / 'no_labels.zip'}/run02 has no"),
             (export, no_labels, f"{no_labels / 'run02'} has no class_labels.txt"),
             (export, no_drawing, f"lists {no_drawing / 'run01' / 'test' / 'item04.png'}, which does not exist"),
             (partial, root / "runs", f"{partial} lacks {WEIGHTS}")]
 
 
 def test_bad_input_exits_2_naming_it_and_writes_nothing(setup, tmp_path, capsys):
-    """Bug caught: a folder without runs, a run without its labels, a missing drawing or an export folder
-    without weights failing with a traceback (exit 1), naming nothing, or leaving a Parquet behind."""
+    """Bug caught: a folder or zip without runs, a damaged zip, a run without its labels (in a folder or a zip),
+    a missing drawing or an export folder without weights failing with a traceback (exit 1), naming nothing
+    (or a zip's temporary folder), or leaving a Parquet behind."""
     export, root = setup
     shutil.copytree(root / "runs", tmp_path / "runs")
     for given, runs, named in bad_inputs(tmp_path, export):

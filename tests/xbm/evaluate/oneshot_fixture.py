@@ -1,5 +1,6 @@
-"""Builders for the one-shot tests: 4x4 Omniglot-style drawings, run folders, and an export whose embedding is
-the drawing itself, so that every similarity can be computed by hand.
+"""Builders for the one-shot tests: 4x4 Omniglot-style drawings, run folders (and zips of them, as the release's
+all_runs.zip), and an export whose embedding is the drawing itself, so that every similarity can be computed
+by hand.
 
 The export (``mlp``, grey, 4 px, no statistics) has identity weights: its embedding of a drawing is the
 flattened decoded pixels / 255, L2-normalised. Drawings are 1-bit PNGs, black strokes on white, as Omniglot's;
@@ -8,6 +9,7 @@ for stroke sets S, T (pixels numbered row by row, 0..15).
 """
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -90,3 +92,12 @@ def polarity_run(root: Path) -> Path:
     item02 is its class's drawing (cos 1 either way): error 0% inverted, 50% not."""
     return write_run(root, "run01", {"class01": ROWS[0], "class02": {15}},
                      [("item01", {0}, "class01"), ("item02", {15}, "class02")])
+
+
+def zip_runs(folder: Path, path: Path, top: str = "") -> Path:
+    """A zip of ``folder``'s contents as all_runs.zip holds them: ``run01/``, ``run01/class_labels.txt``, ...
+    at its top (folders as their own entries, as the release's), or under ``top/`` when given."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member in sorted(folder.rglob("*")):
+            archive.write(member, f"{top}/{member.relative_to(folder)}" if top else member.relative_to(folder))
+    return path

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+import zipfile
 
 import pytest
 import torch
 
-from tests.xbm.evaluate.oneshot_fixture import identity_export, polarity_run, two_runs
+from tests.xbm.evaluate.oneshot_fixture import identity_export, polarity_run, two_runs, zip_runs
 from xbm.embedder import load_embedder
-from xbm.evaluate.oneshot import RunResult, evaluate_runs, misclassified, read_run, read_runs
+from xbm.evaluate.oneshot import RunResult, evaluate_runs, misclassified, read_run, read_runs, runs_folder
 
 
 def errors_of(results: list[RunResult]) -> dict[str, int]:
@@ -80,3 +81,67 @@ def test_error_is_a_share_of_the_test_drawings():
     """Bug caught: errors divided by the training drawings' count (or a percentage where a fraction is kept)."""
     assert math.isclose(RunResult("run01", n_test=20, n_train=20, errors=3).error, 0.15)
     assert RunResult("run01", n_test=4, n_train=2, errors=1).error == 0.25
+
+
+def test_a_zip_of_the_runs_scores_as_their_folder(tmp_path):
+    """Bug caught: all_runs.zip read otherwise than its extracted folder (other runs, drawings, answers or
+    errors), runs inside the zip's one top folder (all_runs/run01/...) not found, the drawings gone before
+    the scoring (the temporary folder removed when read_runs returns), or that folder left behind."""
+    two_runs(tmp_path / "runs")
+    embedder = load_embedder(identity_export(tmp_path / "export"), "cpu")
+
+    def embed(paths):
+        return embedder.embed(paths, device="cpu")
+
+    def shape(runs, root):  # each run with its paths relative to the folder that holds the runs
+        return [(r.name, [p.relative_to(root) for p in (*r.tests, *r.training)], r.answers) for r in runs]
+
+    with runs_folder(tmp_path / "runs") as folder:
+        assert folder == tmp_path / "runs"
+        runs = read_runs(folder)
+        expected = (shape(runs, folder), evaluate_runs(runs, embed))
+    assert [r.errors for r in expected[1]] == [1, 2]
+    for top in ("", "all_runs"):
+        archive = zip_runs(tmp_path / "runs", tmp_path / f"runs{top}.zip", top)
+        with runs_folder(archive) as folder:
+            runs = read_runs(folder)
+            assert (shape(runs, folder), evaluate_runs(runs, embed)) == expected, top
+        assert not folder.exists(), top
+
+
+def test_a_zip_without_runs_or_damaged_is_named(tmp_path):
+    """Bug caught: a zip that holds no run (or only another folder) read as zero runs or failing on a
+    temporary path, a damaged zip (cut short, or a member's bytes changed) raising BadZipFile or zlib.error
+    (no ValueError: a traceback from the command) without the zip's name, a file that is no zip not named."""
+    two_runs(tmp_path / "runs")
+    for name, members in (("readme.zip", ["README.txt"]), ("other.zip", ["other/run01.txt", "other/x/y.png"])):
+        with zipfile.ZipFile(tmp_path / name, "w") as archive:
+            for member in members:
+                archive.writestr(member, "not a run")
+        with pytest.raises(FileNotFoundError, match=f"{tmp_path / name} holds no run folder .run01 .. run20"):
+            with runs_folder(tmp_path / name):
+                pass
+    good = zip_runs(tmp_path / "runs", tmp_path / "good.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(good[:len(good) // 2])
+    info = zipfile.ZipFile(tmp_path / "good.zip").getinfo("run01/class_labels.txt")
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)  # the member's data
+    flipped = bytearray(good)
+    flipped[start + 2] ^= 0xFF
+    (tmp_path / "flipped.zip").write_bytes(bytes(flipped))
+    (tmp_path / "labels.txt").write_text("run01/test/item01.png run01/training/class01.png\n")
+    for name in ("cut.zip", "flipped.zip", "labels.txt"):
+        with pytest.raises(ValueError, match=f"{tmp_path / name} is (a damaged zip|not a zip)"):
+            with runs_folder(tmp_path / name):
+                pass
+
+
+def test_an_error_inside_a_zip_names_the_zip_not_the_temporary_folder(tmp_path):
+    """Bug caught: a run of the zip without its labels (or a drawing missing) named by the temporary folder it
+    was extracted to, a path the user never saw and that is deleted by the time the message is read."""
+    two_runs(tmp_path / "runs")
+    (tmp_path / "runs" / "run02" / "class_labels.txt").unlink()
+    archive = zip_runs(tmp_path / "runs", tmp_path / "all_runs.zip", "all_runs")
+    with pytest.raises(FileNotFoundError) as caught:
+        with runs_folder(archive) as folder:
+            read_runs(folder)
+    assert f"the run {archive}/all_runs/run02 has no class_labels.txt" in str(caught.value)
