@@ -8,7 +8,8 @@ set). Each run is the trial's configuration with only these changed:
 
 * ``train_on`` (``--classes``): ``train+val`` (default) trains on the training and validation classes together,
   the test classes still held out and evaluated every epoch (``eval_split = test``); ``all`` trains on every
-  class, for a data set whose test protocol is external (Omniglot's one-shot runs: ``xbm-tune oneshot``);
+  class, validation ones included (``val_fraction`` set to 0), for a data set whose test protocol is external
+  (Omniglot's one-shot runs: ``xbm-tune oneshot``);
 * ``seed``: ``s0 + 1 .. s0 + N``, ``s0`` the sweep's seed (``--seed-start`` to change), as ``confirm``'s;
 * ``--set KEY=VALUE``, and the sweep's files where ``sweep.json`` says they are now.
 
@@ -39,11 +40,14 @@ EXTERNAL_PROTOCOLS = {"omniglot": "Omniglot's 20-way one-shot runs: `xbm-tune ex
 def refit_configs(trial: Mapping[str, Any], seeds: Sequence[int], classes: str,
                   overrides: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The trial's flat dotted config (absent parameters dropped) once per seed, with ``train_on`` = ``classes``
-    and ``overrides``: nothing else changes."""
+    and ``overrides``; with ``all``, ``val_fraction`` 0 as well (the validation classes, or super-classes, the
+    sweep held out are trained on): nothing else changes."""
     from tune.results.parquet import config_of
 
     config = {k: v for k, v in config_of(trial).items() if v is not None}
-    return [{**config, **dict(overrides or {}), "train_on": classes, "seed": int(s)} for s in seeds]
+    # train_on=all holds out val_fraction of the classes (a sweep on every class but those): the refit adds them
+    back = {"val_fraction": 0.0} if classes == "all" else {}
+    return [{**config, **dict(overrides or {}), **back, "train_on": classes, "seed": int(s)} for s in seeds]
 
 
 def pick(rows: Sequence[Mapping[str, Any]], record: SweepRecord, trial_id: str | None) -> Mapping[str, Any]:

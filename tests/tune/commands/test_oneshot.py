@@ -131,3 +131,40 @@ def test_bad_input_exits_2_naming_it_and_writes_nothing(setup, tmp_path, capsys)
         assert main(["oneshot", str(given), "--runs", str(runs), "--out", str(out), "--device", "cpu"]) == 2, named
         assert named in capsys.readouterr().err
         assert not out.exists()
+
+
+def write_episodes_as_runs(split, folder):
+    """``split``'s one-shot episodes in the real runs' layout (runNN/training/classNN.png, runNN/test/itemNN.png,
+    runNN/class_labels.txt), the drawings copied from the data set's own files."""
+    source, indices = split.query.source, split.query.indices
+    for e, (train, test) in enumerate(zip(split.episodes.train, split.episodes.test), start=1):
+        run = folder / f"run{e:02d}"
+        (run / "training").mkdir(parents=True)
+        (run / "test").mkdir()
+        lines = []
+        for i, (a, b) in enumerate(zip(train, test), start=1):
+            shutil.copy(source.where(int(indices[a])), run / "training" / f"class{i:02d}.png")
+            shutil.copy(source.where(int(indices[b])), run / "test" / f"item{i:02d}.png")
+            lines.append(f"{run.name}/test/item{i:02d}.png {run.name}/training/class{i:02d}.png")
+        (run / "class_labels.txt").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_val_oneshot_error_is_oneshot_on_the_same_episodes(tmp_path, capsys):
+    """Bug caught: the per-epoch ``val_oneshot_error`` scoring the episodes otherwise than ``xbm-tune oneshot``
+    scores the real runs (another similarity, the drawings fed another way than the export feeds them, a
+    fraction instead of percent, a mean weighted other than per episode): the validation episodes written out in
+    the runs' layout and scored by the command on the trainer's export give the same mean error."""
+    from tests.xbm.embedder_fixture import export_trainer, omniglot_mlp_trainer
+
+    trainer = omniglot_mlp_trainer(tmp_path / "data", val_fraction=0.5, val_by="superclass", train_on="all",
+                                   oneshot_episodes=6)
+    metrics = next(trainer.fit())
+    runs = write_episodes_as_runs(trainer.splits.val, tmp_path / "runs")
+    export = export_trainer(trainer, tmp_path / "embedder")
+    out = tmp_path / "episodes.parquet"
+    assert main(["oneshot", str(export), "--runs", str(runs), "--out", str(out), "--device", "cpu"]) == 0
+    summary = json.loads(pq.read_table(out).schema.metadata[b"oneshot"])
+    assert 0.0 < metrics["val_oneshot_error"] < 100.0 and metrics["oneshot_way"] == 4.0
+    assert metrics["val_oneshot_error"] == pytest.approx(100 * summary["mean"], abs=1e-9)
+    trainer.close()

@@ -31,6 +31,16 @@ def test_refit_configs_change_only_the_seed_the_classes_and_the_set_keys():
         assert config["epochs"] == original["epochs"] and config["normaliser.lambda_mu"] == 0.3
 
 
+def test_refit_on_all_classes_adds_the_held_out_classes_back():
+    """Bug: a sweep on every class but its validation ones (train_on=all, val_fraction > 0, e.g. whole alphabets
+    under val_by=superclass) refit with --classes all kept holding them out: val_fraction must go to 0 there,
+    and only there."""
+    trial = {**ROWS[1], "config.val_fraction": 0.25, "config.val_by": "superclass", "config.train_on": "all"}
+    everything = refit_configs(trial, [1], "all")[0]
+    assert (everything["val_fraction"], everything["val_by"], everything["train_on"]) == (0.0, "superclass", "all")
+    assert refit_configs(trial, [1], "train+val")[0]["val_fraction"] == 0.25
+
+
 def test_best_picks_the_best_finished_sweep_stage_trial(tmp_path):
     """Bug: --best picked a confirm or refit row, a failed or NaN trial, or an early-stopped trial over a completed
     one (ASHA culled it at a rung), instead of the sweep trial confirm ranks first."""

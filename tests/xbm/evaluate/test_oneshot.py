@@ -145,3 +145,18 @@ def test_an_error_inside_a_zip_names_the_zip_not_the_temporary_folder(tmp_path):
         with runs_folder(archive) as folder:
             read_runs(folder)
     assert f"the run {archive}/all_runs/run02 has no class_labels.txt" in str(caught.value)
+
+
+def test_episodes_error_by_hand():
+    """Bug caught: the episodes' error weighted by drawings (2 of 5 wrong: 40%) instead of per episode as the
+    runs' mean is (1/2 and 1/3: 41.67%), a fraction instead of percent, or the answers not position-matched."""
+    import numpy as np
+
+    from xbm.data.episodes import Episodes
+    from xbm.evaluate.oneshot import episodes_error
+
+    rows = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.9, 0.1], [0.8, 0.2], [-1.0, 0.0], [-0.9, 0.1]])
+    episodes = Episodes(train=(np.array([0, 1]), np.array([0, 1, 4])), test=(np.array([2, 3]), np.array([2, 3, 5])))
+    scored = episodes_error(rows, episodes)
+    assert scored["oneshot_error"] == pytest.approx(100 * (1 / 2 + 1 / 3) / 2)
+    assert scored["oneshot_way"] == 2.5
