@@ -20,8 +20,9 @@ NO_MEMORY = "no_memory"
 VARIANT_FLAGS = ("config.normaliser.centre_only", "config.normaliser.unit_norm")
 SEED_COLUMNS = ("seed", "config.seed")
 KEY = ["sweep_dir", "trial_id"]  # a trial's identity: trial ids are only unique inside one sweep
-# Metrics where lower is better; every other metric (recalls, MAP@R, ...) is maximised.
-LOWER_IS_BETTER = ("loss", "epoch_time_s", "drift_mean", "drift_max", "staleness_mean",
+# Metrics where lower is better; every other metric (recalls, MAP@R, ...) is maximised. Only for a metric other
+# than the sweep's own (and its test_ twin), whose direction is the sweep's --mode (``higher_is_better``).
+LOWER_IS_BETTER = ("loss", "epoch_time_s", "drift_mean", "drift_max", "staleness_mean", "val_oneshot_error",
                    *(f"drift_{d}_{s}" for d in (10, 100, 1000) for s in ("mean", "max")),
                    "intra_distance_mean", "wall_time_s", "gpu_hours", *EPOCH_TIME_COLUMNS, SETUP_COLUMN,
                    "gpu_memory_peak_gib", "skipped_images")
@@ -55,10 +56,11 @@ def varying_columns(frame: pd.DataFrame, exclude: tuple[str, ...] = ("config.see
 
 
 def higher_is_better(metric: str, sweep_metric: str, sweep_mode: str) -> bool:
-    """The sweep's own mode for its metric; otherwise by name (``LOWER_IS_BETTER``)."""
-    if metric == sweep_metric:
-        return sweep_mode == "max"
+    """The sweep's own mode for its metric and for that metric on the test split (``test_<metric>``, what the
+    confirm stage reports); otherwise by name (``LOWER_IS_BETTER``)."""
     bare = metric[len("test_"):] if metric.startswith("test_") else metric
+    if sweep_metric in (metric, bare):
+        return sweep_mode == "max"
     return bare not in LOWER_IS_BETTER
 
 

@@ -151,9 +151,11 @@ def load(path_or_paths: str | Path | Iterable[str | Path]) -> Sweep:
                 problems.append(Problem(folder.uri, f"sweep.json {key}={other.get(key)!r} differs from the "
                                         f"first sweep's {options.get(key)!r}; analyses use the first"))
     probe = Sweep(pd.DataFrame(), pd.DataFrame(), options=options)
+    # the sweep's other objectives (--metric repeated), each summarised under its own mode like the sink does
+    extra = dict(zip(probe.record.extra_metrics, probe.record.extra_modes))
     trials, epochs = [], []
     for folder in folders:
-        t, e = _read_folder(folder, probe.metric, probe.higher_is_better(probe.metric), problems)
+        t, e = _read_folder(folder, probe.metric, probe.higher_is_better(probe.metric), problems, extra)
         trials.append(t)
         epochs.append(e)
     trials_df = _settle(pd.concat(trials, ignore_index=True)) if trials else pd.DataFrame()
@@ -199,7 +201,8 @@ _TYPES = {pa.int64(): pd.Int64Dtype(), pa.int32(): pd.Int64Dtype(), pa.bool_(): 
           pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}
 
 
-def _read_folder(folder: Folder, metric: str, maximise: bool, problems: list[Problem]):
+def _read_folder(folder: Folder, metric: str, maximise: bool, problems: list[Problem],
+                 extra: dict[str, str] | None = None):
     frames = []
     if folder.is_dir("results/epochs"):
         for name in folder.list("results/epochs", ".parquet"):
@@ -242,8 +245,8 @@ def _read_folder(folder: Folder, metric: str, maximise: bool, problems: list[Pro
                                 f"that have epoch rows (sweep still running?): derived from their epochs, "
                                 f"status {DERIVED_STATUS!r}"))
     if len(unknown):
-        trials = pd.concat([trials, _trials_from_epochs(unknown, metric, maximise)], ignore_index=True)
-    return _fill_epochs_completed(trials, epochs, where, metric, maximise, problems), epochs
+        trials = pd.concat([trials, _trials_from_epochs(unknown, metric, maximise, extra)], ignore_index=True)
+    return _fill_epochs_completed(trials, epochs, where, metric, maximise, problems, extra), epochs
 
 
 def _with_stage(frame: pd.DataFrame, where: str, problems: list[Problem]) -> pd.DataFrame:
@@ -255,8 +258,10 @@ def _with_stage(frame: pd.DataFrame, where: str, problems: list[Problem]) -> pd.
     return frame
 
 
-def _trials_from_epochs(epochs: pd.DataFrame, metric: str, maximise: bool) -> pd.DataFrame:
-    """One trial row per trial from its epoch rows: last epoch's config, best/final metrics."""
+def _trials_from_epochs(epochs: pd.DataFrame, metric: str, maximise: bool,
+                        extra: dict[str, str] | None = None) -> pd.DataFrame:
+    """One trial row per trial from its epoch rows: last epoch's config, best/final metrics (the sweep's metric
+    under ``maximise``, its other objectives ``extra`` (name -> mode) under theirs, as the sink summarises them)."""
     rows = []
     for (_, trial_id), group in epochs.groupby(["sweep_dir", "trial_id"], sort=True):
         group = group.sort_values("epoch")
@@ -268,13 +273,13 @@ def _trials_from_epochs(epochs: pd.DataFrame, metric: str, maximise: bool) -> pd
         if "config.seed" in group.columns:
             row["seed"] = last["config.seed"]
         records = group.to_dict("records")
-        row.update(contract.summarise(records, metric, "max" if maximise else "min"))
+        row.update(contract.summarise(records, metric, "max" if maximise else "min", extra))
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def _fill_epochs_completed(trials: pd.DataFrame, epochs: pd.DataFrame, where: str, metric: str, maximise: bool,
-                           problems: list[Problem]) -> pd.DataFrame:
+                           problems: list[Problem], extra: dict[str, str] | None = None) -> pd.DataFrame:
     """Reconcile the trials table with the epoch rows. The sink rewrites trials.parquet at most every
     few seconds but each epoch file at once, so a running (or killed) sweep's epoch rows can be ahead:
     then ``epochs_completed`` and the ``best_``/``final_`` columns are recomputed from them."""
@@ -290,7 +295,8 @@ def _fill_epochs_completed(trials: pd.DataFrame, epochs: pd.DataFrame, where: st
         problems.append(Problem(where, f"trial {trial_id!r} reports epochs but none of its epoch rows was readable"))
     ahead = (seen > claimed.fillna(0)).fillna(False)
     if ahead.any():
-        fresh = _trials_from_epochs(epochs[epochs["trial_id"].isin(trials.loc[ahead, "trial_id"])], metric, maximise)
+        fresh = _trials_from_epochs(epochs[epochs["trial_id"].isin(trials.loc[ahead, "trial_id"])], metric, maximise,
+                                    extra)
         fresh = fresh.set_index("trial_id")
         columns = [c for c in fresh.columns
                    if c.startswith(("best_", "final_")) or c in ("epochs_completed", *EPOCH_TIME_COLUMNS)]

@@ -284,12 +284,17 @@ def plot_schedules(frame: pd.DataFrame):
 
 def plot_pareto(result):
     """Every eligible trial on the first two objectives, the front highlighted and joined (from
-    ``analysis.dominance.pareto_front``); with one objective, none to draw."""
+    ``analysis.dominance.pareto_front``); with one objective, none to draw.
+
+    The front is joined as a staircase, the edge of what it dominates: between two neighbours on x it holds
+    the value of the one that is better on x, i.e. the left one when x is minimised (``steps-post``) and the
+    right one when x is maximised (``steps-pre``)."""
     x, y = result.columns[0], result.columns[1]
     fig, ax = _figure(6, 4.5)
     points, front = result.points, result.front.sort_values(x)
     ax.scatter(points[x], points[y], s=14, color="0.7", label="trials")
-    ax.plot(front[x], front[y], color="C3", marker="o", ms=5, lw=1, drawstyle="steps-post", label="Pareto front")
+    steps = "steps-post" if result.modes[0] == "min" else "steps-pre"
+    ax.plot(front[x], front[y], color="C3", marker="o", ms=5, lw=1, drawstyle=steps, label="Pareto front")
     ax.set_xlabel(f"{x} ({result.modes[0]})")
     ax.set_ylabel(f"{y} ({result.modes[1]})")
     ax.set_title(f"Pareto front: {len(front)} of {len(points)} trials")

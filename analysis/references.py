@@ -188,7 +188,8 @@ DATASET_CONFIG = {"SOP": {"dataset": "sop"}, "In-Shop": {"dataset": "inshop"},
 
 def paper_comparison(sweep: Sweep, metric: str | None = None, stage: str = "sweep") -> pd.DataFrame:
     """The cells of ``metric`` in the table the sweep's space reproduces, each beside the sweep's trials that ran
-    its row (its data set and its ``setting``): how many, and their best ``metric`` x 100 (the paper's unit).
+    its row (its data set and its ``setting``): how many, and their best ``metric`` x 100 (the paper's unit; best
+    by the metric's direction, the sweep's ``--mode`` for its own metric).
     The sweep's values are on its selection split (``val_fraction``: held-out training classes), the paper's on
     the test classes. NotApplicable when the space reproduces no table or the table has no cell of ``metric``."""
     name, metric = sweep.record.space.name, metric or sweep.metric
@@ -198,13 +199,14 @@ def paper_comparison(sweep: Sweep, metric: str | None = None, stage: str = "swee
     if not cells:
         raise NotApplicable(f"the table of {name} prints no {metric}")
     trials, values = sweep.stage_trials(stage), metric_values(sweep, metric, stage)
+    higher = sweep.higher_is_better(metric)  # the sweep's --mode for its own metric
     rows = []
     for c in cells:
         ran = pd.Series(True, index=trials.index)
         for key, value in {**DATASET_CONFIG.get(c.dataset, {}), **dict(c.setting)}.items():
             column = config_column(key)
             ran &= (trials[column] == value).fillna(False) if column in trials.columns else False
-        best = values[ran].max()
+        best = values[ran].max() if higher else values[ran].min()
         rows.append({"table": c.table, "dataset": c.dataset, "row": c.row, "paper": c.value,
                      "trials": int(ran.sum()), "sweep best x100": round(100 * best, 2) if ran.any() else None,
                      "note": c.note})

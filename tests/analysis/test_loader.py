@@ -141,3 +141,21 @@ def test_epoch_rows_ahead_of_the_trials_table_win(build_sweep, tmp_path):
     assert row["best_recall_at_1"] == pytest.approx(0.6) and row["best_epoch"] == 3
     assert row["final_map_at_r"] == pytest.approx(0.3)
     assert str(sweep.trials["epochs_completed"].dtype) == "Int64"
+
+
+def test_trials_derived_from_epochs_summarise_the_other_objectives_under_their_modes(build_sweep, tmp_path):
+    """Bug caught: a trial known only from its epoch rows (no trials.parquet yet, or a row behind them) left
+    without ``best_``/``final_`` of the sweep's other objectives (``--metric loss:min`` beside recall_at_1), or
+    with them under the sweep metric's max, so its best loss was its worst epoch's."""
+    b = build_sweep
+    cfg = b["config"]("xbn", 0.5, 0)
+    rows = b["epoch_rows"]("r", cfg, 0.6, 3)  # loss 2.0, 1.0, 0.667; R@1 0.2, 0.4, 0.6
+    two = {"extra_metrics": ["loss"], "extra_modes": ["min"]}
+    with pytest.warns(SweepReadWarning):
+        crashed = load(b["write_sweep"](tmp_path / "crashed", [], rows, options=two, write_trials=False))
+    stale = b["trial_row"]("r", cfg, rows[:1], "running") | {"best_loss": 2.0, "final_loss": 2.0}
+    behind = load(b["write_sweep"](tmp_path / "behind", [stale], rows, options=two))
+    for sweep in (crashed, behind):
+        row = sweep.trials.iloc[0]
+        assert row["best_loss"] == pytest.approx(2 / 3) and row["final_loss"] == pytest.approx(2 / 3)
+        assert row["best_recall_at_1"] == pytest.approx(0.6) and row["best_epoch"] == 3

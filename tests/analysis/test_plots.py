@@ -128,3 +128,22 @@ def test_epoch_axes_tick_at_whole_epochs_only(sweep):
         assert ticks and all(float(t).is_integer() for t in ticks), (ax.get_xlabel(), ticks)
         labels = ax.xaxis.get_major_formatter().format_ticks(ticks)
         assert all(label.lstrip("−-").isdigit() for label in labels), labels
+
+
+@pytest.mark.parametrize("modes, steps", [(["max", "min"], "steps-pre"), (["min", "min"], "steps-post"),
+                                          (["max", "max"], "steps-pre"), (["min", "max"], "steps-post")])
+def test_the_pareto_staircase_follows_the_first_objectives_mode(modes, steps):
+    """Bug caught: the front joined as if its first objective (x) were always minimised. With recall_at_1 maximised,
+    the staircase held the left point's value up to the next point, drawing as dominated the trials between two
+    front points that neither dominates (recall 0.55 at 15 bytes between (0.5, 10) and (0.6, 20)). Between
+    neighbours the edge of the dominated region holds the value of the one that is better on x: the right one
+    when x is maximised (steps-pre), the left one when it is minimised (steps-post)."""
+    import pandas as pd
+
+    from analysis.dominance import pareto_front
+
+    trials = pd.DataFrame({"status": "completed", "final_recall_at_1": [0.5, 0.6, 0.55],
+                           "final_memory_bytes": [10.0, 20.0, 30.0]})
+    result = pareto_front(trials, ["recall_at_1", "memory_bytes"], modes)
+    (front,) = [line for line in plots.plot_pareto(result).axes[0].lines if line.get_label() == "Pareto front"]
+    assert front.get_drawstyle() == steps

@@ -134,3 +134,21 @@ def test_paper_comparison_puts_each_cell_beside_the_trials_that_ran_its_row(buil
     other = load(b["write_sweep"](tmp_path / "other", trials, epochs))
     with pytest.raises(NotApplicable, match="reproduces no paper table"):
         paper_comparison(other)
+
+
+def test_paper_comparison_of_a_min_sweep_takes_each_rows_lowest_trial(build_sweep, tmp_path):
+    """Bug caught: the best of the trials that ran a row taken as their largest value whatever the sweep's mode, so
+    a sweep with --mode min showed its worst trial beside the paper's cell."""
+    b = build_sweep
+    trials, epochs = [], []
+    for i, (trial_id, value) in enumerate((("mu06_a", 0.80), ("mu06_b", 0.85))):
+        cfg = b["config"]("pcxbn", 0.5, i, {"normaliser.lambda_mu": 0.6, "normaliser.lambda_sigma": 1.0},
+                          dataset="cifar100")
+        rows = b["epoch_rows"](trial_id, cfg, value, 1)  # one epoch: its value is the trial's best either way
+        epochs += rows
+        trials.append(b["trial_row"](trial_id, cfg, rows, "completed"))
+    space = {"name": "thesis_table5_14", "description": "thesis Table 5.14", "text": "", "params": []}
+    for mode, best in (("max", 85.0), ("min", 80.0)):
+        sweep = load(b["write_sweep"](tmp_path / mode, trials, epochs, options={"space": space, "mode": mode}))
+        frame = paper_comparison(sweep).set_index("row")
+        assert frame.loc["lambda_mu = 0.6", ["trials", "sweep best x100"]].tolist() == [2, best]

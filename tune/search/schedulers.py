@@ -3,9 +3,10 @@
 
 ASHA (Li et al. 2020, "A System for Massively Parallel Hyperparameter Tuning", Algorithm 2) judges a
 trial at rungs ``grace_period * reduction_factor**k`` (k = 0, 1, ... while <= max_epochs) and stops it
-when its metric is below the rung's top ``1 / reduction_factor`` quantile. Ray's ASHA silently never
-stops a trial whose results lack the time attribute; the trainer's results always carry ``epoch``
-(1-based, continuous across restores). ``--rungs`` places ASHA's rungs at given epochs instead
+when its metric is outside the rung's top ``1 / reduction_factor`` quantile: below it under ``--mode max``,
+above it under ``--mode min`` (Ray's scheduler takes the sweep's mode from the ``TuneConfig``; the stop
+reason says which). Ray's ASHA silently never stops a trial whose results lack the time attribute; the
+trainer's results always carry ``epoch`` (1-based, continuous across restores). ``--rungs`` places ASHA's rungs at given epochs instead
 (``PlacedASHA``; ``tune.search.rungs`` computes them: before each LR drop, after the normaliser's delay).
 
 Each scheduler here records why it stopped a trial (``stop_reasons``: trial_id -> text), which the
@@ -41,7 +42,9 @@ class _RecordsStops:
         if decision == TrialScheduler.STOP and epoch is not None and epoch < self._max_t_attr:
             value = result.get(self._metric)
             shown = f"{value:.4g}" if isinstance(value, (int, float)) else value
-            self.stop_reasons[trial.trial_id] = (f"{self.label}: {self._metric}={shown} below the rung cutoff "
+            # worse than the cutoff: below it when maximising, above it when minimising (--mode min)
+            side = "above" if getattr(self, "_mode", None) == "min" else "below"
+            self.stop_reasons[trial.trial_id] = (f"{self.label}: {self._metric}={shown} {side} the rung cutoff "
                                                  f"at epoch {epoch}")
         return decision
 

@@ -56,6 +56,32 @@ def test_placed_rungs_stop_a_trial_below_the_cutoff_at_a_rung_and_never_between_
     assert report(c, 5, 0.1) == TrialScheduler.CONTINUE and "c" not in reasons
 
 
+@pytest.mark.parametrize("rungs", ["geometric", "2,4"])
+def test_asha_under_mode_min_stops_the_higher_loss_and_says_it_is_above_the_cutoff(rungs):
+    """Bug caught: a sweep with --mode min whose ASHA culls the LOWER value at a rung (the mode not reaching Ray's
+    scheduler), or whose stop reason says "below the rung cutoff" for a trial stopped for being above it."""
+    from types import SimpleNamespace
+
+    from ray.tune.schedulers import TrialScheduler
+
+    reasons: dict = {}
+    scheduler = build_scheduler(SweepOptions(rungs=rungs, grace_period=2, reduction_factor=2, stop_collapsed=False),
+                                6, reasons)
+    scheduler.set_search_properties("loss", "min")
+    a, b, c = (SimpleNamespace(trial_id=name) for name in "abc")
+    for trial in (a, b, c):
+        scheduler.on_trial_add(None, trial)
+
+    def report(trial, epoch, value):
+        return scheduler.on_trial_result(None, trial, {"epoch": epoch, "loss": value})
+
+    assert [report(a, e, 2.0) for e in (1, 2)] == [TrialScheduler.CONTINUE] * 2
+    assert report(b, 1, 9.0) == report(b, 2, 1.0) == TrialScheduler.CONTINUE  # a lower loss than a's 2.0 goes on
+    assert report(c, 1, 0.1) == TrialScheduler.CONTINUE
+    assert report(c, 2, 3.0) == TrialScheduler.STOP  # above the cutoff (the median of 2.0 and 1.0)
+    assert reasons == {"c": "asha: loss=3 above the rung cutoff at epoch 2"}
+
+
 def test_placed_rungs_keep_the_guards():
     """Bug caught: PlacedASHA built without collapse-aware stopping and the budgets, which every scheduler carries."""
     scheduler = build_scheduler(SweepOptions(rungs="2,4", grace_period=3), 6, {})
