@@ -23,6 +23,7 @@ KEY = ["sweep_dir", "trial_id"]  # a trial's identity: trial ids are only unique
 # Metrics where lower is better; every other metric (recalls, MAP@R, ...) is maximised. Only for a metric other
 # than the sweep's own (and its test_ twin), whose direction is the sweep's --mode (``higher_is_better``).
 LOWER_IS_BETTER = ("loss", "epoch_time_s", "drift_mean", "drift_max", "staleness_mean", "val_oneshot_error",
+                   "oneshot_error", "reference_raw_oneshot_error", "reference_untrained_oneshot_error",
                    *(f"drift_{d}_{s}" for d in (10, 100, 1000) for s in ("mean", "max")),
                    "intra_distance_mean", "wall_time_s", "gpu_hours", *EPOCH_TIME_COLUMNS, SETUP_COLUMN,
                    "gpu_memory_peak_gib", "skipped_images")
