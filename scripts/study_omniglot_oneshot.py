@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -76,6 +77,9 @@ class Study:
         for sub in ("logs", "exports", "oneshot"):
             (self.out / sub).mkdir(parents=True, exist_ok=True)
         self.sets = [f"--set={s}" for s in args.overrides]
+        # a refit or validation run is alone on the machine: all its CPUs (the sweep's trials shared them)
+        self.alone = ["--cpus-per-trial", str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                              else os.cpu_count() or 1)]
 
     # ---- running commands -------------------------------------------------------------------------------
     def run(self, log: str, *argv: str, check: bool = True) -> int:
@@ -111,7 +115,8 @@ class Study:
         else:
             self.run("sweep", "sweep", self.args.space, "--storage", str(self.out), "--name", "sweep",
                      "--metric", METRIC, "--mode", "min", "--time-budget", f"{self.args.budget * 60:.0f}s",
-                     "--num-samples", "200", f"--set=data_root={self.args.data}", *self.sets, *self.args.sweep_arg)
+                     "--num-samples", "200", "--grace-period", "2", "--reduction-factor", "3",
+                     f"--set=data_root={self.args.data}", *self.sets, *self.args.sweep_arg)
         done.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
 
     # ---- 2. the choice -----------------------------------------------------------------------------------
@@ -176,7 +181,8 @@ class Study:
         if not marker.exists():
             before = self.trial_ids("refit")
             self.run(f"refit-{name}", "refit", str(self.sweep), "--trial", chosen["trial_id"], "--classes", "all",
-                     "--seeds", "1", "--seed-start", str(seed), *self.variant_sets(chosen, variant), *self.sets)
+                     "--seeds", "1", "--seed-start", str(seed), *self.variant_sets(chosen, variant), *self.alone,
+                     *self.sets)
             marker.write_text(self.new_trial("refit", before) + "\n")
         trial = marker.read_text().strip()
         export = self.out / "exports" / name
@@ -192,7 +198,7 @@ class Study:
             return
         before = self.trial_ids("confirm")
         self.run(f"confirm-{name}", "confirm", str(self.sweep), "--top", "1", "--seeds", "1", "--seed-start",
-                 str(seed), *self.variant_sets(chosen, variant), *self.sets)
+                 str(seed), *self.variant_sets(chosen, variant), *self.alone, *self.sets)
         marker.write_text(self.new_trial("confirm", before) + "\n")
 
     def score(self, log: str, export: Path, out: Path, what: str) -> None:

@@ -124,7 +124,8 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
 
 def check_metric(space, metric: str) -> None:
     """A ``recall_at_K`` metric (or ``test_recall_at_K``) must be one the trials report: K in the data set's
-    K set, or in ``eval_ks``, for every data set and ``eval_ks`` the space can give; ``nmi`` needs ``eval_nmi``.
+    K set, or in ``eval_ks``, for every data set and ``eval_ks`` the space can give; ``nmi`` needs ``eval_nmi``;
+    ``val_oneshot_error`` a validation split (``val_fraction`` > 0) with one-shot episodes (``oneshot_episodes``).
     Otherwise every epoch would report it as NaN and the scheduler would rank trials on nothing."""
     import re
 
@@ -137,6 +138,11 @@ def check_metric(space, metric: str) -> None:
     if metric == "nmi" and False in values("eval_nmi"):
         raise SweepInputError("--metric nmi is never reported where eval_nmi is false: set eval_nmi=true (the "
                               "default) or choose another --metric")
+    if metric == "val_oneshot_error":   # the validation split's one-shot episodes: both must exist
+        if 0 in values("oneshot_episodes") or any(not v for v in values("val_fraction")):
+            raise SweepInputError("--metric val_oneshot_error is never reported where val_fraction is 0 or "
+                                  "oneshot_episodes is 0 (it scores one-shot episodes on the validation classes): "
+                                  "set val_fraction > 0 (and val_by=superclass to hold out whole super-classes)")
     match = re.fullmatch(r"(?:test_)?recall_at_(\d+)", metric)
     if match is None:
         return

@@ -90,3 +90,20 @@ def test_a_recall_metric_outside_the_runs_k_set_is_refused_before_ray_starts():
     check_metric(load_space("omniglot_small"), "nmi")   # eval_nmi defaults to true
     with pytest.raises(SweepInputError, match="--metric nmi is never reported where eval_nmi is false"):
         check_metric(load_space("omniglot_small", overrides={"eval_nmi": False}), "nmi")
+
+
+def test_val_oneshot_error_needs_a_validation_split_with_episodes():
+    """Bug caught: ``--metric val_oneshot_error --mode min`` on a space without validation classes (val_fraction 0,
+    the default) or with oneshot_episodes 0 accepted: no epoch would report it and ASHA would cull on nothing."""
+    import pytest
+
+    from tune.options import SweepInputError
+    from tune.plan import check_metric
+    from tune.search.spaces import load_space
+
+    check_metric(load_space("omniglot_oneshot"), "val_oneshot_error")
+    for overrides in ({"val_fraction": 0.0}, {"oneshot_episodes": 0}):
+        with pytest.raises(SweepInputError, match="--metric val_oneshot_error is never reported"):
+            check_metric(load_space("omniglot_oneshot", overrides=overrides), "val_oneshot_error")
+    with pytest.raises(SweepInputError, match="never reported where val_fraction is 0"):
+        check_metric(load_space("quickstart", overrides={"val_fraction": 0.0}), "val_oneshot_error")
