@@ -61,6 +61,25 @@ def _interval_row(values, **extra) -> dict:
     return {**extra, "n": iv.n, "mean": iv.mean, "low": iv.low, "high": iv.high}
 
 
+def compare_variants(refits: pd.DataFrame, validation: pd.DataFrame, chosen: str
+                     ) -> tuple[pd.DataFrame, pd.DataFrame, float]:
+    """(per variant: n, mean, low, high of its real-run errors and ``val_mean``, ``val_n`` of its validation runs;
+    per other variant: its paired difference to ``chosen`` over the seeds both have; Spearman's rank correlation
+    of the variants' mean validation and real-run errors, NaN below two variants with both)."""
+    order = [chosen] + sorted(set(refits["variant"]) - {chosen})
+    variants = pd.DataFrame([{**_interval_row(refits.loc[refits["variant"] == v, "error"], variant=v),
+                              "val_mean": validation.loc[validation["variant"] == v, METRIC].mean(),
+                              "val_n": int((validation["variant"] == v).sum())} for v in order])
+    base = refits[refits["variant"] == chosen].set_index("seed")["error"]
+    paired = pd.DataFrame([_interval_row((refits[refits["variant"] == v].set_index("seed")["error"] - base).dropna(),
+                                         variant=v) for v in order if v != chosen],
+                          columns=["variant", "n", "mean", "low", "high"])
+    ranked = variants.dropna(subset=["mean", "val_mean"])
+    spearman = (float(ranked["mean"].rank().corr(ranked["val_mean"].rank())) if len(ranked) >= 2
+                else float("nan"))
+    return variants, paired, spearman
+
+
 def study_tables(out: str | Path) -> StudyTables:
     """Every table of the study folder ``out`` (module docstring)."""
     from analysis import load
@@ -76,17 +95,7 @@ def study_tables(out: str | Path) -> StudyTables:
     validation = _ids(out, ".confirm")
     last = epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")
     validation[METRIC] = [float(last[METRIC].get(t, float("nan"))) for t in validation["trial_id"]]
-    order = [chosen["variant"]] + sorted(set(refits["variant"]) - {chosen["variant"]})
-    variants = pd.DataFrame([{**_interval_row(refits.loc[refits["variant"] == v, "error"], variant=v),
-                              "val_mean": validation.loc[validation["variant"] == v, METRIC].mean(),
-                              "val_n": int((validation["variant"] == v).sum())} for v in order])
-    base = refits[refits["variant"] == chosen["variant"]].set_index("seed")["error"]
-    paired = pd.DataFrame([_interval_row((refits[refits["variant"] == v].set_index("seed")["error"] - base).dropna(),
-                                         variant=v) for v in order if v != chosen["variant"]],
-                          columns=["variant", "n", "mean", "low", "high"])
-    ranked = variants.dropna(subset=["mean", "val_mean"])
-    spearman = (float(ranked["mean"].rank().corr(ranked["val_mean"].rank())) if len(ranked) >= 2
-                else float("nan"))
+    variants, paired, spearman = compare_variants(refits, validation, chosen["variant"])
     references = pd.DataFrame(columns=["reference", "n", "mean", "low", "high"])
     if (out / "oneshot" / "references.csv").exists():
         ref = pd.read_csv(out / "oneshot" / "references.csv")
