@@ -167,7 +167,7 @@ def check_data(configs: Iterable[Mapping[str, Any]]) -> None:
     seen = set()
     for config in configs:
         cfg = train_config(config)
-        key = (cfg.dataset, cfg.val_fraction, *(getattr(cfg, k) for k in PATH_KEYS))
+        key = (cfg.dataset, cfg.val_fraction, cfg.val_by, cfg.train_on, *(getattr(cfg, k) for k in PATH_KEYS))
         if key in seen:
             continue
         seen.add(key)

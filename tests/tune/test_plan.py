@@ -107,3 +107,15 @@ def test_val_oneshot_error_needs_a_validation_split_with_episodes():
             check_metric(load_space("omniglot_oneshot", overrides=overrides), "val_oneshot_error")
     with pytest.raises(SweepInputError, match="never reported where val_fraction is 0"):
         check_metric(load_space("quickstart", overrides={"val_fraction": 0.0}), "val_oneshot_error")
+
+
+def test_val_by_superclass_on_a_data_set_without_superclasses_is_refused_before_ray_starts(tmp_path):
+    """Bug caught: a sweep with val_by=superclass on a data set without super-classes (digits) started Ray and
+    failed in every trial, instead of one message naming the key before anything ran."""
+    import pytest
+
+    from tune.options import SweepInputError
+    from tune.plan import check_data
+
+    with pytest.raises(SweepInputError, match="val_by=superclass holds out whole super-classes, but dataset"):
+        check_data([{"dataset": "digits", "val_fraction": 0.2, "val_by": "superclass"}])
