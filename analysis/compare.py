@@ -21,6 +21,12 @@ rows: a conditional parameter of one kind has no counterpart in the other, and t
 themselves differ by definition). With ``best_config`` each variant is one configuration chosen at its
 own best, so the seed alone pairs them. Several runs with the same key on one side are averaged.
 The interval and a two-sided paired t-test (``scipy.stats.ttest_1samp`` on the differences) follow.
+
+Many pairs, one table: ``paired_differences`` tests every two variants, so among k variants' k(k-1)/2 pairs
+some raw ``p_value`` falls under 0.05 by chance alone far more often than 5% of the time. Its ``p_holm`` column
+is Holm's step-down adjustment (:func:`holm`; Holm 1979), the family being all pairs of that one table
+that have a p-value: ``p_holm <= alpha`` rejects with a family-wise error rate of at most ``alpha``, whatever
+the dependence between the pairs' tests (they share variants, so they are dependent).
 """
 from __future__ import annotations
 
@@ -179,10 +185,38 @@ def matched_pairs(rows: Rows, a: str, b: str) -> tuple[pd.DataFrame, list[str]]:
     return pairs, key
 
 
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values (S. Holm, "A simple sequentially rejective multiple test procedure",
+    *Scandinavian Journal of Statistics* 6(2), 65-70, 1979), in the order given.
+
+    With the family's m p-values sorted, p_(1) <= ... <= p_(m):
+
+    .. math:: \\tilde p_{(i)} = \\min\\bigl(1, \\max_{j \\le i} (m - j + 1)\\, p_{(j)}\\bigr)
+
+    so that rejecting every hypothesis with adjusted p <= alpha is Holm's procedure at level alpha (stop at
+    the first p_(i) > alpha / (m - i + 1)). The max keeps the adjusted values in the raw ones' order; ties keep
+    their given order (any order gives the same values). NaN (a pair with no test: one pair, or no spread) is
+    not a member of the family: it stays NaN and does not count in m. Raises ``ValueError`` for a value outside
+    [0, 1]."""
+    p = np.asarray(p_values, dtype=float).reshape(-1)
+    outside = p[~np.isnan(p) & ((p < 0) | (p > 1))]
+    if len(outside):
+        raise ValueError(f"p-values must lie in [0, 1] (or be NaN for no test), but got {outside.tolist()}")
+    adjusted = np.full(p.shape, math.nan)
+    tested = np.flatnonzero(~np.isnan(p))
+    order = tested[np.argsort(p[tested], kind="stable")]   # ascending: the smallest is judged first
+    m = len(order)
+    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order])   # (m - j + 1) p_(j), j = 1..m
+    adjusted[order] = np.minimum(stepped, 1.0)
+    return adjusted
+
+
 def paired_differences(sweep: Sweep, metric: str | None = None, select: str = "auto",
                        confidence: float = 0.95) -> pd.DataFrame:
     """For every two variants (``a`` ranked above ``b`` by ``compare_variants``): the mean of
-    ``a - b`` over matched runs with its t-interval and paired t-test p-value."""
+    ``a - b`` over matched runs with its t-interval and paired t-test p-value (``p_value``), and that
+    p-value adjusted by Holm's step-down procedure over all pairs of this table that have one (``p_holm``:
+    :func:`holm`, Holm 1979; the module docstring says why)."""
     from scipy import stats
 
     rows = comparison_rows(sweep, metric, select)
@@ -195,8 +229,11 @@ def paired_differences(sweep: Sweep, metric: str | None = None, select: str = "a
         p = float(stats.ttest_1samp(pairs["diff"], 0.0).pvalue) if iv.n >= 2 and iv.std > 0 else math.nan
         records.append({"a": a, "b": b, "n_pairs": iv.n, "mean_diff": iv.mean, "std": iv.std, "ci_low": iv.low,
                         "ci_high": iv.high, "p_value": p, "matched_on": ", ".join(key)})
-    columns = ["a", "b", "n_pairs", "mean_diff", "std", "ci_low", "ci_high", "p_value", "matched_on"]
-    return pd.DataFrame(records, columns=columns)
+    columns = ["a", "b", "n_pairs", "mean_diff", "std", "ci_low", "ci_high", "p_value", "p_holm",
+               "matched_on"]
+    table = pd.DataFrame(records, columns=columns)
+    table["p_holm"] = holm(table["p_value"])
+    return table
 
 
 def confirmation_table(sweep: Sweep, metric: str | None = None, confidence: float = 0.95) -> pd.DataFrame:

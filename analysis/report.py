@@ -188,7 +188,11 @@ class _Report:
         if len(comparison.table) >= 2:
             diffs = compare.paired_differences(self.sweep, self.metric)
             lines += ["", "### Paired differences", "",
-                      "Pairs share the seed (and, for pooled runs, every other config value both variants define).", "",
+                      "Pairs share the seed (and, for pooled runs, every other config value both variants define). "
+                      "`p_value`: the pair's two-sided paired t-test alone; `p_holm`: adjusted by Holm's step-down "
+                      "procedure over every tested pair of this table (Holm 1979), the one to read when several "
+                      "pairs are compared: `p_holm` ≤ 0.05 keeps the chance of any false difference in the table "
+                      "under 5%.", "",
                       markdown.table(diffs)]
             if diffs["n_pairs"].gt(0).any():
                 lines += ["", self.figure(plots.plot_paired_differences(diffs[diffs["n_pairs"] > 0]),

@@ -1,6 +1,8 @@
 """``xbm-tune``: the dispatcher. Each command is a module of ``tune.commands`` with ``add_arguments(parser)``
 and ``run(args) -> int``; ``COMMANDS`` lists them in the order ``--help`` shows.
 
+``xbm-tune --version`` prints ``xbm-tune <version>`` (:mod:`xbm.version`) and exits 0.
+
 Exit status: 0 done, 2 bad input (nothing started, nothing written; a path that is not what the command
 expects, a results file that cannot be read), 1 failure or an interrupted sweep (Ctrl-C: its last line says
 how to continue, ``tune.commands.sweep.interrupted_line``). An unexpected error prints one line; with
@@ -16,6 +18,7 @@ from importlib import import_module
 from typing import Optional, Sequence
 
 from tune.options import SweepInputError
+from xbm.version import package_version
 
 #: set to 1 to see the full traceback of an unexpected error (for a bug report)
 DEBUG_VARIABLE = "XBM_TUNE_DEBUG"
@@ -70,6 +73,8 @@ def command_module(name: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xbm-tune", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      description="Ray Tune sweeps for cross-batch-memory metric learning.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
+                        help="print xbm-tune's version (the installed package's metadata) and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -92,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)  # `submit` forwards the flags as given
-    except SystemExit as exc:  # --help (0) or a usage error (2), as a return value for callers and tests
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2), as a return value for callers, tests
         return int(exc.code or 0)
     try:
         return int(args.func(args) or 0)

@@ -12,7 +12,7 @@ import pytest
 
 from analysis import (NotApplicable, compare_variants, confirmation_table, load, matched_pairs, paired_differences,
                       t_interval)
-from analysis.compare import comparison_rows
+from analysis.compare import comparison_rows, holm
 
 T2, T5 = 4.302653, 2.570582
 T1_95, T1_90 = math.tan(math.pi * 0.475), math.tan(math.pi * 0.45)  # 12.706205, 6.313752
@@ -323,7 +323,7 @@ def test_paired_differences_of_a_single_variant_is_an_empty_table(build_sweep, t
     diffs = paired_differences(_write(build_sweep, tmp_path / "single", {("xbn", 0.5): {0: 0.5, 1: 0.75}}))
     assert len(diffs) == 0
     assert list(diffs.columns) == ["a", "b", "n_pairs", "mean_diff", "std", "ci_low", "ci_high", "p_value",
-                                   "matched_on"]
+                                   "p_holm", "matched_on"]
 
 
 def test_confirmation_table_lower_is_better_single_run_and_unswept_configuration(build_sweep, tmp_path):
@@ -357,3 +357,76 @@ def test_confirmation_table_keeps_launch_order_until_runs_complete(build_sweep, 
     table = confirmation_table(sweep)
     assert list(table["variant"]) == ["xbn", "none"] and list(table["n_completed"]) == [0, 0]
     assert table["test_mean"].isna().all() and list(table["sweep_best"]) == pytest.approx([0.62, 0.52])
+
+
+def test_holm_by_hand():
+    """Bug caught: pairwise p-values read as if each pair were the only test (no correction for the k(k-1)/2
+    pairs of one table), or a Holm step-down that multiplies by the wrong count (m - j instead of m - j + 1),
+    loses the running max (adjusted values out of the raw order) or exceeds 1.
+
+    Sorted 0.01, 0.03, 0.04, 0.20 times 4, 3, 2, 1: 0.04, 0.09, 0.08 -> 0.09 (the running max), 0.20."""
+    assert holm([0.01, 0.04, 0.03, 0.20]) == pytest.approx([0.04, 0.09, 0.09, 0.20])
+    assert holm([0.5, 0.3, 0.04]) == pytest.approx([0.6, 0.6, 0.12])   # 0.04x3, 0.3x2, 0.5x1 -> 0.6: monotone
+    assert holm([0.4, 0.9]) == pytest.approx([0.8, 0.9])
+    assert holm([0.6, 0.7, 0.8]).tolist() == [1.0, 1.0, 1.0]   # 1.8, 1.4, 0.8 -> capped at 1
+    assert holm([0.02, 0.02]) == pytest.approx([0.04, 0.04])   # ties: the same values in either order
+    assert holm([0.03]) == pytest.approx([0.03]) and len(holm([])) == 0
+
+
+def test_holm_leaves_pairs_without_a_test_out_of_the_family():
+    """Bug caught: a NaN p-value (one pair, or no spread: no test) counted in the family size m, inflating every
+    adjustment, or turned into a number; and p-values outside [0, 1] adjusted without a word."""
+    adjusted = holm([0.01, math.nan, 0.04, math.nan])   # m = 2: 0.02, 0.04
+    assert math.isnan(adjusted[1]) and math.isnan(adjusted[3])
+    assert adjusted[[0, 2]] == pytest.approx([0.02, 0.04])
+    assert np.isnan(holm([math.nan, math.nan])).all()
+    message = "p-values must lie in [0, 1] (or be NaN for no test), but got [1.5]"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        holm([0.2, 1.5])
+
+
+def _holm_rejects(p, alpha):
+    """Holm's procedure as the paper states it, step by step: judge the p-values from the smallest; reject the
+    i-th smallest (i from 1) while it is <= alpha / (m - i + 1); stop at the first that is not."""
+    rejected = set()
+    for i, j in enumerate(sorted(range(len(p)), key=lambda k: p[k])):
+        if p[j] > alpha / (len(p) - i):
+            break
+        rejected.add(j)
+    return rejected
+
+
+def test_holm_adjusted_p_values_reject_what_holm_s_procedure_rejects():
+    """Bug caught: adjusted p-values that disagree with the sequential procedure they stand for (``p_holm <=
+    alpha`` must reject exactly what Holm's steps reject at alpha), checked on random families and levels."""
+    rng = np.random.default_rng(1)
+    for m in range(1, 9):
+        for _ in range(20):
+            p = np.round(rng.uniform(0, 0.3, m), 3)
+            adjusted = holm(p)
+            for alpha in (0.01, 0.05, 0.1, 0.2):
+                # a hair above alpha: the products (m - i + 1) p_(i) are floats, the procedure's quotients too
+                assert {j for j in range(m) if adjusted[j] <= alpha * (1 + 1e-9)} == _holm_rejects(p, alpha), (p, alpha)
+
+
+def test_holm_agrees_with_statsmodels():
+    """Bug caught: a hand-written Holm that differs from the reference implementation on random p-values
+    (ties, values near 1, families of 1 to 12). Runs only where statsmodels is importable (not a dependency)."""
+    multitest = pytest.importorskip("statsmodels.stats.multitest")
+    rng = np.random.default_rng(0)
+    for m in range(1, 13):
+        p = np.round(rng.uniform(0, 1, m) ** 3, 2)   # rounding makes ties
+        assert holm(p) == pytest.approx(multitest.multipletests(p, method="holm")[1], abs=1e-12)
+
+
+def test_paired_differences_adjust_every_pair_of_the_table_by_holm(build_sweep, tmp_path):
+    """Bug caught: ``p_holm`` over a family other than the table's tested pairs (each pair alone, or the pairs
+    without a test counted in), or not beside ``p_value``. PAIRED has six pairs, two with a test:
+    (xbn, axbn) p = 1 - (2/pi) atan 3 = 0.2048 and (axbn, none) p = 0.5, so m = 2: 0.4097, then max(0.5, 0.4097)."""
+    diffs = paired_differences(_write(build_sweep, tmp_path / "paired", PAIRED)).set_index(["a", "b"])
+    p = 1 - 2 / math.pi * math.atan(3.0)
+    assert diffs.loc[("xbn", "axbn"), "p_holm"] == pytest.approx(2 * p)
+    assert diffs.loc[("axbn", "none"), "p_holm"] == pytest.approx(0.5)
+    untested = diffs["p_value"].isna()
+    assert untested.sum() == 4 and diffs.loc[untested, "p_holm"].isna().all()
+    assert list(diffs.columns).index("p_holm") == list(diffs.columns).index("p_value") + 1

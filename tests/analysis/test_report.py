@@ -132,3 +132,17 @@ def test_the_drift_section_lists_the_papers_metrics_at_each_variants_last_epoch(
     paper = text.split("The papers' metrics")[1]
     assert "| xbn | 3 | nmi | 0.3 |" in paper and "| xbn | 3 | drift_10_mean | 0.25 |" in paper
     assert "| xbn | 3 | valid_neg_memory | 300 |" in paper and "drift_1000_mean" not in paper
+
+
+def test_the_paired_differences_show_holm_s_adjusted_p_values_beside_the_raw_ones(finished_sweep, tmp_path):
+    """Bug caught: ``p_holm`` computed by ``paired_differences`` but dropped from the report's table (or shown
+    without saying what it adjusts for), so a reader of report.md sees only raw pairwise p-values."""
+    import shutil
+
+    from analysis import load
+    from analysis.report import _Report
+
+    folder = shutil.copytree(finished_sweep, tmp_path / "sweep")   # the report writes figures into the sweep
+    text = "\n".join(_Report(load(folder), "recall_at_1").variants())
+    paired = text.split("### Paired differences")[1]
+    assert "| p_value | p_holm | matched_on |" in paired and "Holm's step-down procedure" in paired

@@ -428,3 +428,20 @@ def test_a_second_ctrl_c_names_resume_only_for_what_resume_continues(monkeypatch
     monkeypatch.setattr("tune.commands.spaces.run", interrupted)  # the parser is built inside main: it takes this one
     assert cli.main(["spaces"]) == 1
     assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_version_prints_the_installed_metadata_s_version(capsys):
+    """Bug caught: no ``xbm-tune --version`` (a usage error, exit 2), or one that prints a version typed into
+    the CLI instead of the package metadata's (``importlib.metadata``), so the two drift apart at a release."""
+    import importlib.metadata
+
+    try:
+        installed = importlib.metadata.version("xbm-tune")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("xbm-tune is not installed here (a source tree on PYTHONPATH)")
+    try:   # main turns argparse's SystemExit into its return value; catch it should that change
+        status = main(["--version"])
+    except SystemExit as exc:
+        status = exc.code
+    assert status == 0
+    assert capsys.readouterr().out == f"xbm-tune {installed}\n"

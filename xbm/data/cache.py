@@ -26,7 +26,6 @@ cache is reused only while those files are unchanged (:mod:`xbm.data.bad_images`
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
+from filelock import FileLock
 from PIL import Image
 
 from xbm.cpus import available_cpus
@@ -207,13 +207,18 @@ def open_disk_cache(folder: Path, key: dict, images: LiveImages, threads: int, s
     """The packed file for ``key`` under ``folder``, written first if absent or not reusable (a cache that
     skipped samples: under ``skip`` only while their files are unchanged, never without it). Writers
     hold a lock, write under a temporary name and rename, so readers never see a partial cache and two
-    trials never both decode the data set."""
+    trials never both decode the data set.
+
+    The lock is ``filelock.FileLock`` on ``.<cache name>.lock`` in ``folder``, waited for without a timeout:
+    on Linux and macOS an exclusive ``flock`` (what this function took by hand before, so an older copy's
+    writer and this one still exclude each other), on Windows ``msvcrt.locking`` (``fcntl`` does not exist
+    there). Like every ``flock`` it excludes the processes (and threads) of one machine, and NFS clients only
+    where the mount supports it."""
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     final = folder / f"{key['dataset']}-{key['load_size']}-{digest}"
-    with open(folder / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(folder / f".{final.name}.lock"):   # blocks while another writer holds it
         if not _reusable(final, images.source, skip):
             _write(final, key, images, threads, skip)
     return MappedImages(final)

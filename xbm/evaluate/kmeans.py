@@ -12,6 +12,18 @@
   is 0.7 TFLOP an iteration (docs/evaluation.md, "nmi's k-means": the figures).
 - No faiss: scikit-learn's ``KMeans`` on the CPU (slow at SOP's size; ``nmi`` warns).
 
+Why a path without faiss, when pyproject.toml requires faiss-cpu: a deliberate fallback, kept and tested.
+``pip install xbm-tune`` always brings faiss, but installs that cannot carry or import it must still evaluate:
+the air-gapped GPU node's wheelhouse (``scripts/gpu_wheels.sh``) leaves faiss-cpu's 18 MB wheel out to stay
+under the 64 MiB one call carries, the H100 image has no faiss (docs/gpu_leases.md: ``nmi`` once failed there
+with ``NameError: name 'faiss' is not defined``), and a faiss wheel built against another numpy may not
+import. So ``xbm.evaluate.knn`` imports faiss optionally, the k-NN falls back to torch (the same neighbours)
+and ``nmi`` to scikit-learn's k-means (seeded too, but another clustering than faiss's, so not the same
+NMI to the bit; 16x slower at 10,000 x 2,000 on 2 cores, docs/evaluation.md). Tested:
+``tests/xbm/evaluate/test_kmeans.py`` (the choice without faiss), ``test_paper_metrics.py`` (``nmi`` with faiss
+hidden from PML and xbm, and its slowness warning), ``tests/scripts/test_gpu_check_env.py`` (gpu_check names the
+k-means it measured).
+
 Both faiss paths cluster the same way, but not to the same bits (different random streams for the
 initial centroids): one seed's NMI differs by up to ~0.02 from path to path, as from seed to seed; averaged
 over four seeds they agree within 0.01 (tests/xbm/evaluate/test_kmeans.py).

@@ -202,3 +202,70 @@ def test_a_worker_refuses_a_disk_cache_rewritten_since_the_run_opened_it(tmp_pat
     open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1)
     with pytest.raises(ValueError, match="must be the one this run opened.*rewritten"):
         pickle.loads(data)
+
+
+def _lock_file(folder):
+    locks = [p for p in folder.iterdir() if p.name.endswith(".lock")]
+    assert len(locks) == 1, locks
+    return locks[0]
+
+
+def test_a_writer_waits_while_another_holds_the_cache_s_lock(tmp_path, monkeypatch):
+    """Bug caught: the cache's writer not taking the lock another writer holds (its lock file renamed, the lock
+    dropped before the check, a timeout that gives up and writes anyway), so two trials decode the data set
+    into one cache at once and one's rename races the other's clean-up. Held here as another trial would:
+    ``filelock`` on the same file (an exclusive ``flock`` on Linux, what older copies took by hand)."""
+    import threading
+    import time
+
+    from filelock import FileLock
+
+    source, folder, key = photos(tmp_path), tmp_path / "cache", {"dataset": "f", "load_size": 32}
+    final = open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1).folder
+    for part in final.iterdir():   # gone: the next writer must write it again
+        part.unlink()
+    final.rmdir()
+    calls = []
+    monkeypatch.setattr(cache, "decode", lambda *a, **k: calls.append(a[1]) or decode(*a, **k))
+    other = FileLock(_lock_file(folder))
+    other.acquire()
+    writer = threading.Thread(target=open_disk_cache, args=(folder, key, LiveImages(source, PHOTO, 32), 1))
+    try:
+        writer.start()
+        time.sleep(0.5)
+        assert writer.is_alive() and calls == [] and not final.exists()   # waiting, nothing decoded
+    finally:
+        other.release()
+    writer.join(timeout=60)
+    assert not writer.is_alive() and sorted(calls) == list(range(len(source))) and (final / "index.npz").is_file()
+
+
+def test_two_writers_at_once_decode_the_data_set_once(tmp_path, monkeypatch):
+    """Bug caught: two trials starting together both finding no cache and both decoding the data set (twice
+    the time; up to 31 GB written twice for SOP); the lock must cover the check and the write, so the second
+    waits, then finds the first's cache whole and reuses it."""
+    import threading
+    import time
+
+    source, folder, key = photos(tmp_path), tmp_path / "cache", {"dataset": "f", "load_size": 32}
+    calls, start = [], threading.Barrier(2)
+
+    def slow_decode(*args, **kwargs):
+        calls.append(args[1])
+        time.sleep(0.05)   # a writer is still decoding when the other checks for the cache
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "decode", slow_decode)
+    opened = [None, None]
+
+    def trial(i):
+        start.wait()
+        opened[i] = open_disk_cache(folder, key, LiveImages(source, PHOTO, 32), threads=1)
+
+    trials = [threading.Thread(target=trial, args=(i,)) for i in range(2)]
+    for t in trials:
+        t.start()
+    for t in trials:
+        t.join(timeout=60)
+    assert sorted(calls) == list(range(len(source)))   # once, by one of them
+    _same_pixels(opened[0], opened[1])
