@@ -156,7 +156,7 @@ def _cmaes(seed: int) -> optuna.samplers.BaseSampler:
     try:
         import cmaes  # noqa: F401  (Optuna imports it lazily, at the first relative draw)
     except ImportError:
-        raise SweepInputError("--search cmaes needs the cmaes package: pip install cmaes") from None
+        raise SweepInputError("--search cmaes needs the cmaes package: pip install '.[cmaes]'") from None
     return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
 
 
