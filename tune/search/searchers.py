@@ -34,7 +34,7 @@ lies in) and told its reward, which is how Optuna itself adds evaluated trials.
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -172,7 +172,7 @@ SAMPLERS = {
 class FixedConfigs(Searcher):
     """Suggests the given configs in order, then ``FINISHED``: no search, for the confirm stage."""
 
-    def __init__(self, configs: list[Mapping[str, Any]], metric: str, mode: str) -> None:
+    def __init__(self, configs: Sequence[Mapping[str, Any]], metric: str, mode: str) -> None:
         super().__init__(metric=metric, mode=mode)
         self._configs = [dict(c) for c in configs]
         self._next = 0
