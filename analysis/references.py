@@ -97,10 +97,11 @@ def _vehicleid(size: str, pairs: Mapping[str, tuple]) -> tuple[PaperValue, ...]:
 
 XBM_SOP_KS = ("recall_at_1", "recall_at_10", "recall_at_100", "recall_at_1000")
 XBM_INSHOP_KS = ("recall_at_1", "recall_at_10", "recall_at_20", "recall_at_30", "recall_at_40", "recall_at_50")
-XBM_TABLE2_ROWS = [("Cont. bs. 64", {"memory.enabled": False, "batch_size": 64}),
-                   ("Cont. bs. 256", {"memory.enabled": False, "batch_size": 256}),
-                   ("Cont. w/ 1% R_M", {"memory.enabled": True, "batch_size": 64, "memory.ratio": 0.01}),
-                   ("Cont. w/ 100% R_M", {"memory.enabled": True, "batch_size": 64, "memory.ratio": 1.0})]
+XBM_TABLE2_ROWS: list[tuple[str, dict[str, Any]]] = [
+    ("Cont. bs. 64", {"memory.enabled": False, "batch_size": 64}),
+    ("Cont. bs. 256", {"memory.enabled": False, "batch_size": 256}),
+    ("Cont. w/ 1% R_M", {"memory.enabled": True, "batch_size": 64, "memory.ratio": 0.01}),
+    ("Cont. w/ 100% R_M", {"memory.enabled": True, "batch_size": 64, "memory.ratio": 1.0})]
 
 
 def _xbm_table2(metric: str, values: tuple, unit: str) -> tuple[PaperValue, ...]:
@@ -179,11 +180,11 @@ def table_frame(name: str) -> pd.DataFrame:
 
 
 # the papers' data set names as config values (VehicleID's three test lists by vehicleid_test_size)
-DATASET_CONFIG = {"SOP": {"dataset": "sop"}, "In-Shop": {"dataset": "inshop"},
-                  "DeepFashion2": {"dataset": "deepfashion2"}, "CIFAR-10": {"dataset": "cifar10"},
-                  "CIFAR-100": {"dataset": "cifar100"},
-                  **{f"VehicleID {size}": {"dataset": "vehicleid", "vehicleid_test_size": n}
-                     for size, n in (("small", 800), ("medium", 1600), ("large", 2400))}}
+DATASET_CONFIG: dict[str, dict[str, Any]] = {
+    "SOP": {"dataset": "sop"}, "In-Shop": {"dataset": "inshop"}, "DeepFashion2": {"dataset": "deepfashion2"},
+    "CIFAR-10": {"dataset": "cifar10"}, "CIFAR-100": {"dataset": "cifar100"},
+    **{f"VehicleID {size}": {"dataset": "vehicleid", "vehicleid_test_size": n}
+       for size, n in (("small", 800), ("medium", 1600), ("large", 2400))}}
 
 
 def paper_comparison(sweep: Sweep, metric: str | None = None, stage: str = "sweep") -> pd.DataFrame:

@@ -66,6 +66,12 @@ class Objectives:
     """The sweep's objectives, in order (``metric``/``mode`` first, then ``extra_metrics``/``extra_modes``):
     shared by the record and the CLI's ``tune.options.SweepOptions``."""
 
+    # the dataclasses that take this in give the fields (a plain class's annotations make none of theirs)
+    metric: str
+    mode: str
+    extra_metrics: tuple[str, ...]
+    extra_modes: tuple[str, ...]
+
     @property
     def metrics(self) -> tuple[str, ...]:
         return (self.metric, *self.extra_metrics)

@@ -17,11 +17,12 @@ echo "setting up .venv (first run or dependencies changed; about a minute)"
 # --compile-bytecode: pip compiles the .pyc files at install and uv does not; where PYTHONDONTWRITEBYTECODE=1 (this
 # machine) nothing writes them later, so every new process (each Ray worker, trial, subprocess) compiled torch and
 # Ray again from source: the whole suite took 55 min instead of about 30, test_pbt.py 162 s against 64 s with them.
+# The extras beside dev: viewers (tensorboard, optuna-dashboard: `make sweep` prints their commands) and cmaes (--search cmaes).
 if .venv/bin/python -m pip install -qq -c constraints.txt uv; then  # -qq: not the local indexes' "no uv here" warnings
-  .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -c constraints.txt -e ".[dev]"
+  .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -c constraints.txt -e ".[dev,viewers,cmaes]"
 else
   echo "uv could not be installed: pip fills .venv instead (slower)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev]"
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[dev,viewers,cmaes]"
 fi
 echo "$want" > "$stamp"

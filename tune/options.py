@@ -8,7 +8,7 @@ import dataclasses
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from analysis.sweep_record import Objectives
 from xbm.checks import checker
 from xbm.checks import parse_overrides as _parse_overrides
 from xbm.config import parse_milestones
+
+if TYPE_CHECKING:
+    from xbm.config import TrainConfig
 
 DEFAULT_STORAGE = "~/xbm_sweeps"
 MODES = ("max", "min")
@@ -138,7 +141,7 @@ class SweepOptions(Objectives):
         _check(self.max_failures >= 0, "--max-failures", ">= 0", self.max_failures)
         _check(self.mode in MODES, "--mode", f"one of {list(MODES)}", self.mode)
         _check(bool(self.metric), "--metric", "a metric name such as recall_at_1", self.metric)
-        _check(self.name is None or (self.name and "/" not in self.name and self.name not in (".", "..")),
+        _check(self.name is None or (bool(self.name) and "/" not in self.name and self.name not in (".", "..")),
                "--name", "a folder name without '/'", self.name)
         _check(bool(self.storage), "--storage", "a folder or URI", self.storage)
         object.__setattr__(self, "extra_metrics", tuple(self.extra_metrics))  # sweep.json gives lists
@@ -226,7 +229,7 @@ SMOKE_OVERRIDES = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warm
 
 
 @contextmanager
-def bad_input():
+def bad_input() -> Iterator[None]:
     """Turn the input checks' ValueErrors (SpaceError, TrainConfig's, a missing file) into exit 2."""
     try:
         yield
@@ -236,7 +239,7 @@ def bad_input():
         raise SweepInputError(str(exc)) from exc
 
 
-def train_config(config: Mapping[str, Any]):
+def train_config(config: Mapping[str, Any]) -> TrainConfig:
     """Ray's (flat, dotted) config dict -> ``TrainConfig``.
 
     Keys whose value is ``None`` are conditional parameters absent from this trial (their ``when`` did

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ray import tune as ray_tune
 from ray.tune.schedulers import FIFOScheduler
@@ -279,7 +279,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
         return replace(outcome(uri, record.metric, record.mode), interrupted=interrupted)
 
 
-def run_configs(configs: list[Mapping[str, Any]], options: SweepOptions, results_dir: str,
+def run_configs(configs: Sequence[Mapping[str, Any]], options: SweepOptions, results_dir: str,
                 stage: str = "confirm", **init_kwargs) -> SweepOutcome:
     """Run fixed configs (flat dotted dicts; ``None`` = absent) to their full epochs: FIFO, no search, no
     early stopping. Rows go to the existing sweep's ``results_dir`` with ``stage``; Tune's own state goes

@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import functools
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, get_type_hints
+from typing import Any, Callable, Mapping, get_type_hints
 
 from xbm.checks import checker
 from xbm.normalisers.config import NormaliserConfig
@@ -411,7 +411,7 @@ class TrainConfig:
         _check(self.min_lr >= 0.0 and (self.schedule != "cosine" or self.min_lr <= self.lr), "min_lr",
                f"0 <= min_lr <= lr={self.lr} (the cosine schedule's floor)", self.min_lr)
         milestones = parse_milestones(self.milestones)
-        _check(milestones is not None and (self.schedule != "multistep" or milestones), "milestones",
+        _check(milestones is not None and (self.schedule != "multistep" or bool(milestones)), "milestones",
                "a comma-separated, strictly increasing list of main epochs >= 1 such as 30,60 (non-empty with "
                "schedule=multistep)", self.milestones)
         _check(self.warmup_lr_epochs >= 0, "warmup_lr_epochs", ">= 0", self.warmup_lr_epochs)
@@ -453,7 +453,11 @@ class TrainConfig:
 
     def recall_ks(self, dataset_ks: tuple[int, ...]) -> tuple[int, ...]:
         """The K of Recall@K: ``eval_ks`` when given, else ``dataset_ks`` (the data set's papers' set)."""
-        return dataset_ks if self.eval_ks == "auto" else parse_ks(self.eval_ks)
+        if self.eval_ks == "auto":
+            return dataset_ks
+        ks = parse_ks(self.eval_ks)
+        assert ks is not None, f"eval_ks={self.eval_ks!r} passed the config's checks"
+        return ks
 
     # ---- dotted-name interface -------------------------------------------------------------
     @classmethod
@@ -514,9 +518,14 @@ def parse_ks(text: str) -> tuple[int, ...] | None:
     return ks if ks is not None and len(set(ks)) == len(ks) else None
 
 
-@functools.cache  # get_type_hints resolves annotations each call: ~5 ms per config, a Parquet sink's hot spot
-def _hints(cls) -> dict[str, type]:
+def _hints_of(cls: type) -> dict[str, type]:
     return get_type_hints(cls)
+
+
+# Cached (get_type_hints resolves annotations each call: ~5 ms per config, a Parquet sink's hot spot), and typed as
+# plain functions: mypy takes a frozen dataclass's class for unhashable (it reads the instances' __hash__), which
+# functools.cache's wrapper would refuse.
+_hints: Callable[[type], dict[str, type]] = functools.cache(_hints_of)
 
 
 def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -530,8 +539,7 @@ def _flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-@functools.cache
-def _flat_types(cls) -> dict[str, type]:
+def _flat_types_of(cls: type) -> dict[str, type]:
     out: dict[str, type] = {}
     hints = _hints(cls)
     for f in fields(cls):
@@ -542,6 +550,9 @@ def _flat_types(cls) -> dict[str, type]:
         else:
             out[f.name] = hint
     return out
+
+
+_flat_types: Callable[[type], dict[str, type]] = functools.cache(_flat_types_of)
 
 
 #: keys holding a list as comma-separated text; ``coerce`` also takes a list or ``[1, 3]`` for them

@@ -1,6 +1,11 @@
 """Errors the xbm layer raises on purpose, each naming the rule, the value and what to do."""
 from __future__ import annotations
 
+from os import PathLike
+from typing import Any
+
+PathArg = str | PathLike[str]  # a path as the errors take it: str() makes it text
+
 
 class DatasetNotFoundError(FileNotFoundError):
     """A data set's root or one of its files is missing under ``data_root``.
@@ -10,7 +15,7 @@ class DatasetNotFoundError(FileNotFoundError):
     processes).
     """
 
-    def __init__(self, dataset: str, path, layout: str, advice: str = "") -> None:
+    def __init__(self, dataset: str, path: PathArg, layout: str, advice: str = "") -> None:
         self.dataset = dataset
         self.path = str(path)
         self.layout = layout
@@ -23,9 +28,9 @@ class DatasetNotFoundError(FileNotFoundError):
         self.filename = self.path  # as FileNotFoundError's own attribute, for callers that read it
 
     def __str__(self) -> str:
-        return self.args[0]  # OSError would print "[Errno None] None: <filename>" once filename is set
+        return str(self.args[0])  # OSError would print "[Errno None] None: <filename>" once filename is set
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return type(self), (self.dataset, self.path, self.layout, self.advice)
 
 
@@ -46,7 +51,7 @@ class NonFiniteLossError(FloatingPointError):
             f"(epoch 0 is the warm-up): the loss must stay finite. Lower lr, enable clip_grad, use amp=bf16 "
             f"or amp=off instead of fp16, or raise loss.temperature")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return type(self), (self.epoch, self.iteration, self.value)
 
 
@@ -68,23 +73,23 @@ class BadImageError(ValueError):
     Picklable with its arguments (Ray ships errors between processes).
     """
 
-    def __init__(self, message: str, path: str = "", root: str = "") -> None:
+    def __init__(self, message: str, path: PathArg = "", root: PathArg = "") -> None:
         super().__init__(message)
         self.path, self.root = str(path), str(root)
 
     @classmethod
-    def of(cls, dataset: str, path, root, cause: BaseException) -> "BadImageError":
+    def of(cls, dataset: str, path: PathArg, root: PathArg, cause: BaseException) -> "BadImageError":
         return cls(f"data set {dataset!r}: cannot decode image {path} (data_root {root}): "
                    f"{type(cause).__name__}: {cause}. Replace or delete the file, or set on_bad_image=skip "
                    "to train without it", path, root)
 
     @classmethod
-    def unreadable_file(cls, dataset: str, path, root, cause: BaseException) -> "BadImageError":
+    def unreadable_file(cls, dataset: str, path: PathArg, root: PathArg, cause: BaseException) -> "BadImageError":
         """A file holding many images (an archive, a pickled batch): no single sample can be skipped."""
         return cls(f"data set {dataset!r}: cannot read {path} (data_root {root}): {type(cause).__name__}: "
                    f"{cause}. The file is truncated or corrupt: download and extract the release again", path, root)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return type(self), (self.args[0], self.path, self.root)
 
 
@@ -92,10 +97,10 @@ class BadCheckpointError(ValueError):
     """A checkpoint or weights file exists but cannot be read (truncated, corrupt, not a checkpoint).
     Picklable with its arguments."""
 
-    def __init__(self, path, cause: str) -> None:
+    def __init__(self, path: PathArg, cause: str) -> None:
         self.path, self.cause = str(path), str(cause)
         super().__init__(f"cannot read checkpoint {self.path}: {self.cause}. The file is truncated or corrupt: "
                          "use another checkpoint, or write it again")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[Any, ...]]:
         return type(self), (self.path, self.cause)

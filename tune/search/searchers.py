@@ -34,7 +34,7 @@ lies in) and told its reward, which is how Optuna itself adds evaluated trials.
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import optuna
 from optuna.trial import TrialState
@@ -156,7 +156,7 @@ def _cmaes(seed: int) -> optuna.samplers.BaseSampler:
     try:
         import cmaes  # noqa: F401  (Optuna imports it lazily, at the first relative draw)
     except ImportError:
-        raise SweepInputError("--search cmaes needs the cmaes package: pip install cmaes") from None
+        raise SweepInputError("--search cmaes needs the cmaes package: pip install '.[cmaes]'") from None
     return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
 
 
@@ -172,7 +172,7 @@ SAMPLERS = {
 class FixedConfigs(Searcher):
     """Suggests the given configs in order, then ``FINISHED``: no search, for the confirm stage."""
 
-    def __init__(self, configs: list[Mapping[str, Any]], metric: str, mode: str) -> None:
+    def __init__(self, configs: Sequence[Mapping[str, Any]], metric: str, mode: str) -> None:
         super().__init__(metric=metric, mode=mode)
         self._configs = [dict(c) for c in configs]
         self._next = 0

@@ -94,7 +94,7 @@ def build_omniglot(cfg) -> RawData:
     characters: dict[str, set] = {}
     for alphabet, character, _ in keys:
         characters.setdefault(alphabet, set()).add(character)
-    train_classes = set()
+    train_classes: set[tuple[str, str]] = set()
     for alphabet, chars in characters.items():
         ordered = sorted(chars, key=_character_number)
         train_classes.update((alphabet, c) for c in ordered[: (len(ordered) + 1) // 2])

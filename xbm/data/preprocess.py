@@ -44,7 +44,7 @@ def decode_image(image: Image.Image, mode: str, invert: bool, load_size: int) ->
     if short > load_size:
         w, h = image.size
         image = image.resize((max(1, round(w * load_size / short)), max(1, round(h * load_size / short))),
-                             Image.BILINEAR)
+                             Image.Resampling.BILINEAR)
     return image
 
 

@@ -150,7 +150,7 @@ class ZipImageSource(SampleSource):
     and ``root`` name the data set in errors."""
 
     def __init__(self, archives: Sequence[Optional[str]], archive_of: np.ndarray, members: Sequence[str],
-                 dataset: str = "images", root: str = "") -> None:
+                 dataset: str = "images", root: str | os.PathLike[str] = "") -> None:
         self.dataset, self.root = dataset, str(root)
         self.archives = list(archives)   # a few archives: a list
         self._archive_of = SharedArray(np.asarray(archive_of, dtype=np.int64))

@@ -35,7 +35,7 @@ def knn_accuracy(query: torch.Tensor, query_labels: torch.Tensor, bank: torch.Te
     bank = F.normalize(bank.float(), dim=1)
     k = min(k, len(bank))
     rows = max(1, SIMILARITY_ELEMENTS // len(bank))
-    correct = 0
+    correct: float = 0  # .item() of a sum: an int, typed int | float
     for start in range(0, len(query), rows):
         chunk = F.normalize(query[start: start + rows].float(), dim=1)
         sims, nearest = torch.topk(chunk @ bank.T, k, dim=1)  # (rows, k)

@@ -82,7 +82,7 @@ class MoCo(TwoViewObjective):
     def after_step(self, model: nn.Module) -> None:
         """theta_k <- m theta_k + (1 - m) theta_q (MoCo Eq. 2), parameters only."""
         model = unwrap(model)
-        mine = list(self.key_encoder.parameters())
+        mine: list[torch.Tensor] = list(self.key_encoder.parameters())
         theirs = [p.detach() for p in model.parameters()]
         torch._foreach_mul_(mine, self.momentum)
         torch._foreach_add_(mine, theirs, alpha=1.0 - self.momentum)

@@ -35,25 +35,25 @@ def refusal(values: Mapping[str, Any]) -> ValueError | None:
     return None
 
 
-def free_values(params: Mapping[str, Param]) -> dict[str, list]:
+def free_values(params: Mapping[str, Param]) -> dict[str, list[Any]]:
     """Each unconditional param's probed values (the bounds of a range, every choice)."""
     return {key: param.branches[0].dist.probe_values() for key, param in params.items()
             if len(param.branches) == 1 and not param.branches[0].when}
 
 
-def combinations(values: Mapping[str, list]) -> tuple[Iterator[dict[str, Any]], int]:
+def combinations(values: Mapping[str, list[Any]]) -> tuple[Iterator[dict[str, Any]], int]:
     """(the combinations to judge, how many there are): all of them, or a fixed-seed sample of
     ``MAX_COMBINATIONS`` when there are more."""
     keys, total = list(values), math.prod(len(v) for v in values.values())
     if total <= MAX_COMBINATIONS:
-        points = itertools.product(*values.values())
+        points: Iterator[tuple[Any, ...]] = itertools.product(*values.values())
     else:
         rng = random.Random(0)
         points = (tuple(rng.choice(v) for v in values.values()) for _ in range(MAX_COMBINATIONS))
     return (dict(zip(keys, point)) for point in points), total
 
 
-def admitted(values: Mapping[str, Any], others: Mapping[str, list]) -> bool:
+def admitted(values: Mapping[str, Any], others: Mapping[str, list[Any]]) -> bool:
     """Whether ``values`` build a TrainConfig beside some combination of the other swept keys' values."""
     if refusal(values) is None:
         return True

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # imported where used: a space loads without Optuna or Ray
+    import optuna
 
 
 def _number(value: Any, what: str) -> float:
@@ -54,7 +57,11 @@ class Distribution(ABC):
     is_discrete: ClassVar[bool] = False  # values() enumerates every value (conditions may test it)
 
     @abstractmethod
-    def probe_values(self) -> list:
+    def __init__(self, args: Any) -> None:
+        """From the YAML's args (``[lo, hi]`` or the values); raises ValueError naming the rule and the value."""
+
+    @abstractmethod
+    def probe_values(self) -> list[Any]:
         """Values validation builds a TrainConfig with (extremes, or every value)."""
 
     @abstractmethod
@@ -66,27 +73,27 @@ class Distribution(ABC):
         """One draw with a NumPy generator (conditional params under random search)."""
 
     @abstractmethod
-    def suggest(self, trial, key: str) -> Any:
+    def suggest(self, trial: optuna.Trial, key: str) -> Any:
         """One draw through an Optuna trial (``trial.suggest_*``)."""
 
     @abstractmethod
-    def to_tune(self):
+    def to_tune(self) -> Any:
         """The Ray Tune domain (or grid_search dict)."""
 
-    def to_pbt(self):
+    def to_pbt(self) -> Any:
         """PBT's mutation for a ``mutable: true`` param: the Ray domain, which explore resamples from or
         multiplies the current value by 0.8 / 1.2 (``tune.search.pbt`` clips the product into the range)."""
         return self.to_tune()
 
     @abstractmethod
-    def to_optuna(self):
+    def to_optuna(self) -> optuna.distributions.BaseDistribution:
         """The Optuna distribution (to rebuild finished trials for warm start)."""
 
     @abstractmethod
     def describe(self) -> str:
         """``uniform [0.0, 1.0]``: how ``show-space`` prints it."""
 
-    def values(self) -> list | None:
+    def values(self) -> list[Any] | None:
         """Every value, for discrete distributions; None otherwise."""
         return None
 
@@ -117,16 +124,16 @@ class _Range(Distribution):
         if self.log and self.lo <= 0.0:
             raise ValueError(f"loguniform needs lo > 0, but got lo={lo!r} (use uniform to include 0)")
 
-    def probe_values(self) -> list:
+    def probe_values(self) -> list[Any]:
         return [self.lo, self.hi]
 
     def contains(self, value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and self.lo <= value <= self.hi
 
-    def suggest(self, trial, key: str) -> float:
+    def suggest(self, trial: optuna.Trial, key: str) -> float:
         return trial.suggest_float(key, self.lo, self.hi, log=self.log)
 
-    def to_optuna(self):
+    def to_optuna(self) -> optuna.distributions.BaseDistribution:
         import optuna
 
         return optuna.distributions.FloatDistribution(self.lo, self.hi, log=self.log)
@@ -141,7 +148,7 @@ class Uniform(_Range):
     def sample(self, rng: np.random.Generator) -> float:
         return float(rng.uniform(self.lo, self.hi))
 
-    def to_tune(self):
+    def to_tune(self) -> Any:
         from ray import tune as ray_tune
 
         return ray_tune.uniform(self.lo, self.hi)
@@ -154,7 +161,7 @@ class LogUniform(_Range):
     def sample(self, rng: np.random.Generator) -> float:
         return float(math.exp(rng.uniform(math.log(self.lo), math.log(self.hi))))
 
-    def to_tune(self):
+    def to_tune(self) -> Any:
         from ray import tune as ray_tune
 
         return ray_tune.loguniform(self.lo, self.hi)
@@ -174,7 +181,7 @@ class IntRange(Distribution):
         if not self.lo < self.hi:
             raise ValueError(f"int needs lo < hi, but got [{lo!r}, {hi!r}]")
 
-    def probe_values(self) -> list:
+    def probe_values(self) -> list[Any]:
         return [self.lo, self.hi]
 
     def contains(self, value: Any) -> bool:
@@ -184,15 +191,15 @@ class IntRange(Distribution):
     def sample(self, rng: np.random.Generator) -> int:
         return int(rng.integers(self.lo, self.hi + 1))
 
-    def suggest(self, trial, key: str) -> int:
+    def suggest(self, trial: optuna.Trial, key: str) -> int:
         return trial.suggest_int(key, self.lo, self.hi)
 
-    def to_tune(self):
+    def to_tune(self) -> Any:
         from ray import tune as ray_tune
 
         return ray_tune.randint(self.lo, self.hi + 1)  # Ray's upper bound is exclusive
 
-    def to_optuna(self):
+    def to_optuna(self) -> optuna.distributions.BaseDistribution:
         import optuna
 
         return optuna.distributions.IntDistribution(self.lo, self.hi)
@@ -217,16 +224,16 @@ class Choice(Distribution):
         duplicated = [v for i, (t, v) in enumerate(seen) if (t, v) in seen[:i]]
         if duplicated:
             raise ValueError(f"{self.name} values must be distinct, but {duplicated[0]!r} repeats in {list(args)!r}")
-        self.options: tuple = tuple(args)
+        self.options: tuple[Any, ...] = tuple(args)
 
-    def with_values(self, values: Sequence) -> "Choice":
+    def with_values(self, values: Sequence[Any]) -> "Choice":
         """The same distribution over ``values`` (the loader coerces them to the key's type)."""
         return type(self)(list(values))
 
-    def values(self) -> list:
+    def values(self) -> list[Any]:
         return list(self.options)
 
-    def probe_values(self) -> list:
+    def probe_values(self) -> list[Any]:
         return list(self.options)
 
     def contains(self, value: Any) -> bool:
@@ -235,22 +242,22 @@ class Choice(Distribution):
     def sample(self, rng: np.random.Generator) -> Any:
         return self.options[int(rng.integers(len(self.options)))]
 
-    def suggest(self, trial, key: str) -> Any:
+    def suggest(self, trial: optuna.Trial, key: str) -> Any:
         return trial.suggest_categorical(key, list(self.options))
 
-    def to_tune(self):
+    def to_tune(self) -> Any:
         from ray import tune as ray_tune
 
         return ray_tune.choice(list(self.options))
 
-    def to_pbt(self) -> list:
+    def to_pbt(self) -> list[Any]:
         """A list, which PBT's explore resamples from or moves along by one value: a Ray domain would be
         multiplied by 0.8 / 1.2 like a range (a margin of 0.1 explored to 0.12, a value the space never
         lists). Numbers in increasing order, so that a move reaches the next larger or smaller value."""
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.options)
         return sorted(self.options) if numbers else list(self.options)
 
-    def to_optuna(self):
+    def to_optuna(self) -> optuna.distributions.BaseDistribution:
         import optuna
 
         return optuna.distributions.CategoricalDistribution(list(self.options))
@@ -265,10 +272,10 @@ class Grid(Choice):
     name = "grid"
     is_grid = True
 
-    def suggest(self, trial, key: str) -> Any:
+    def suggest(self, trial: optuna.Trial, key: str) -> Any:
         raise TypeError(f"grid parameter {key!r} cannot be suggested by Optuna (check_search refuses this)")
 
-    def to_tune(self):
+    def to_tune(self) -> Any:
         from ray import tune as ray_tune
 
         return ray_tune.grid_search(list(self.options))

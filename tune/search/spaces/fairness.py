@@ -10,6 +10,20 @@ A start time that reaches ``epochs`` means the mechanism never runs at all: also
 """
 from __future__ import annotations
 
+from typing import Any, Mapping, Protocol
+
+from tune.search.spaces.param import Param
+
+
+class _Space(Protocol):
+    """What this module reads of ``tune.search.spaces.space.SearchSpace`` (which imports it: no import back)."""
+
+    @property
+    def params(self) -> Mapping[str, Param]: ...
+
+    @property
+    def fixed(self) -> dict[str, Any]: ...
+
 STARTS = {
     "normaliser.delay_epochs": "the normaliser's adaptation (thesis 4.3.3)",
     "memory.start_epoch": "the cross-batch memory",
@@ -17,7 +31,7 @@ STARTS = {
 EARLY_STOPPING = ("asha", "hyperband")
 
 
-def fairness_warnings(space, grace_period: int, scheduler: str) -> list[str]:
+def fairness_warnings(space: _Space, grace_period: int, scheduler: str) -> list[str]:
     """One message per swept start-time key that can reach the first rung (or the last epoch).
     ``grace_period`` is the scheduler's first rung: ASHA's grace period, HyperBand's smallest r."""
     out: list[str] = []
@@ -40,7 +54,7 @@ def fairness_warnings(space, grace_period: int, scheduler: str) -> list[str]:
     return out
 
 
-def _max_of(space, key: str) -> int:
+def _max_of(space: _Space, key: str) -> int:
     if key in space.params:
         return int(max(branch.dist.max_value() for branch in space.params[key].branches))
     return int(space.fixed[key])

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import search_spaces
 from xbm.inputs import PATH_KEYS, absolute_path, absolute_paths
-from tune.search.spaces.distributions import Choice
+from tune.search.spaces.distributions import Choice, Distribution
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Branch, Param
 from tune.search.spaces.schema import RawSpace, read_space
@@ -87,7 +87,7 @@ def _absolute(raw: RawSpace, folder: Path) -> RawSpace:
     return RawSpace(raw.description, absolute_paths(raw.base, folder), params)
 
 
-def _absolute_choice(dist, folder: Path):
+def _absolute_choice(dist: Distribution, folder: Path) -> Distribution:
     if not isinstance(dist, Choice):
         return dist  # a range over a path is refused by validation (it draws numbers)
     return dist.with_values([absolute_path(v, folder) if isinstance(v, str) else v for v in dist.values()])

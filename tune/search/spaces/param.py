@@ -25,7 +25,7 @@ ABSENT = object()  # a key that does not exist in a trial (a conditional param w
 @dataclass(frozen=True)
 class Branch:
     dist: Distribution
-    when: Mapping[str, tuple] = field(default_factory=dict)  # key -> allowed values; empty: always
+    when: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # key -> allowed values; empty: always
 
     def holds(self, values: Mapping[str, Any]) -> bool:
         """Whether the condition holds on ``values`` (a key missing from ``values`` fails it)."""
@@ -53,10 +53,10 @@ class Param:
     @property
     def args(self) -> Any:
         dist = self.branches[0].dist
-        return dist.values() if dist.is_discrete else [dist.lo, dist.hi]
+        return dist.values() if dist.is_discrete else dist.probe_values()  # a range's: [lo, hi]
 
     @property
-    def when(self) -> Mapping[str, tuple]:
+    def when(self) -> Mapping[str, tuple[Any, ...]]:
         return self.branches[0].when
 
     @property
@@ -77,20 +77,20 @@ class Param:
                 return branch
         return None
 
-    def possible_values(self) -> list | None:
+    def possible_values(self) -> list[Any] | None:
         """Every value any branch can give (discrete params only), else None."""
         if not all(b.dist.is_discrete for b in self.branches):
             return None
-        out: list = []
+        out: list[Any] = []
         for b in self.branches:
-            out += [v for v in b.dist.values() if v not in out]
+            out += [v for v in b.dist.values() or () if v not in out]
         return out
 
     def describe(self) -> str:
         return "; ".join(b.describe() for b in self.branches)
 
 
-def member(value: Any, allowed: tuple) -> bool:
+def member(value: Any, allowed: tuple[Any, ...]) -> bool:
     """Whether ``value`` is one of ``allowed`` (1 == 1.0, but True != 1); an absent value never is."""
     if value is ABSENT or value is None:
         return False

@@ -34,11 +34,11 @@ class RawSpace:
     params: dict[str, Param]
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types: its classes are Any
     """SafeLoader that refuses duplicated mapping keys."""
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -47,7 +47,8 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
             raise SpaceError(loader.name, str(key), f"key is duplicated (lines {seen[key]} and {line}); "
                              "a key may appear once: keep one of them")
         seen[key] = line
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+    mapping: dict[Any, Any] = yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+    return mapping
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
@@ -153,13 +154,13 @@ def _read_branch(key: str, spec: Any, source: str) -> Branch:
     return Branch(dist, when)
 
 
-def _read_when(key: str, when: Any, source: str) -> dict[str, tuple]:
+def _read_when(key: str, when: Any, source: str) -> dict[str, tuple[Any, ...]]:
     if when is None:
         return {}
     if not isinstance(when, dict) or not when:
         raise SpaceError(source, key, f"'when' must map keys to a value or a list of values, "
                          f"e.g. {{normaliser.kind: axbn}}, but got {when!r}")
-    out: dict[str, tuple] = {}
+    out: dict[str, tuple[Any, ...]] = {}
     for other, allowed in when.items():
         allowed = tuple(allowed) if isinstance(allowed, list) else (allowed,)
         if not allowed or any(isinstance(a, (dict, list)) for a in allowed):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Param
 from tune.search.spaces.schema import header_comments
 from tune.search.spaces.validation import DEFAULTS
+
+if TYPE_CHECKING:  # imported where used: a space loads without Optuna
+    import optuna
 
 #: the searchers that sample through an Optuna study (define-by-run); ``optuna`` and ``tpe`` are TPE
 OPTUNA_SEARCHES = ("optuna", "tpe", "gp", "cmaes", "nsga2")
@@ -82,7 +85,7 @@ class SearchSpace:
 
     def grid_size(self) -> int:
         """Number of grid points (1 without grid params); Ray runs each ``num_samples`` times."""
-        return math.prod(len(p.branches[0].dist.values()) for p in self.params.values() if p.is_grid)
+        return math.prod(len(p.branches[0].dist.values() or ()) for p in self.params.values() if p.is_grid)
 
     # ---- Ray BasicVariantGenerator (search "random" / "grid") --------------------------------
     def to_param_space(self, seed: int | None = None) -> dict[str, Any]:
@@ -111,7 +114,7 @@ class SearchSpace:
         return {key: self.params[key].branches[0].dist.to_pbt() for key in self.mutable}
 
     # ---- Optuna define-by-run (search "optuna") ------------------------------------------------
-    def define_by_run(self, trial, grid_as_choice: bool = False) -> dict[str, Any] | None:
+    def define_by_run(self, trial: optuna.Trial, grid_as_choice: bool = False) -> dict[str, Any] | None:
         """``OptunaSearch(space=space.define_by_run, ...)``: suggests, in dependency order, every param
         whose condition holds on what is known so far; returns the constant base (Ray merges it).
         ``grid_as_choice``: a grid param as a categorical over its values, for a study of trials that ran (a
@@ -122,7 +125,7 @@ class SearchSpace:
             if branch is None:
                 continue
             dist = branch.dist
-            values[key] = (trial.suggest_categorical(key, dist.values()) if grid_as_choice and dist.is_grid
+            values[key] = (trial.suggest_categorical(key, dist.values() or []) if grid_as_choice and dist.is_grid
                            else dist.suggest(trial, key))
         return dict(self.base) or None
 
@@ -176,13 +179,13 @@ def _accepts(space: SearchSpace, search: str) -> bool:
     return True
 
 
-def _conditional_sampler(param: Param, fixed: Mapping[str, Any], rng: np.random.Generator):
+def _conditional_sampler(param: Param, fixed: Mapping[str, Any], rng: np.random.Generator) -> Callable[[Any], Any]:
     """A one-argument function for ``ray_tune.sample_from``. Ray passes the trial spec, guarded so that
     reading a not-yet-resolved key raises and Ray retries after resolving it; keys missing from the
     param space have their fixed value. A plain function (not a callable object) so that Ray's deep
     copies of the spec share the generator instead of replaying one stream per trial."""
 
-    def sample(spec) -> Any:
+    def sample(spec: Any) -> Any:
         values = {}
         for key in param.condition_keys():
             try:

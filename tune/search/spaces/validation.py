@@ -63,9 +63,10 @@ def validate(raw: RawSpace, source: str, prune: bool = False) -> tuple[dict[str,
     return base, params
 
 
-def _coerce_param(param: Param, base: Mapping, params: Mapping[str, Param], source: str) -> Param:
-    key, kind = param.key, TYPES.get(param.key)
+def _coerce_param(param: Param, base: Mapping[str, Any], params: Mapping[str, Param], source: str) -> Param:
+    key = param.key
     check_key(key, source, "params")
+    kind = TYPES[key]
     branches = []
     for branch in param.branches:
         dist = branch.dist
@@ -86,7 +87,8 @@ def _coerce_param(param: Param, base: Mapping, params: Mapping[str, Param], sour
     return Param(key, tuple(branches), param.mutable)
 
 
-def _coerce_when(key: str, when: Mapping[str, tuple], params: Mapping[str, Param], source: str) -> dict:
+def _coerce_when(key: str, when: Mapping[str, tuple[Any, ...]], params: Mapping[str, Param],
+                 source: str) -> dict[str, tuple[Any, ...]]:
     out = {}
     for other, allowed in when.items():
         check_key(other, source, f"'when' (in {key})")
@@ -122,9 +124,9 @@ def _dependency_order(params: Mapping[str, Param], source: str) -> list[str]:
     return order
 
 
-def _reachable(params: dict[str, Param], base: Mapping, source: str, prune: bool) -> dict[str, Param]:
+def _reachable(params: dict[str, Param], base: Mapping[str, Any], source: str, prune: bool) -> dict[str, Param]:
     """Keep branches whose condition can hold; an impossible one is an error unless pruning."""
-    possible: dict[str, list] = {k: [v] for k, v in {**DEFAULTS, **base}.items() if k not in params}
+    possible: dict[str, list[Any]] = {k: [v] for k, v in {**DEFAULTS, **base}.items() if k not in params}
     out: dict[str, Param] = {}
     for key, param in params.items():  # dependency order: tested keys are settled first
         kept = []
@@ -144,7 +146,7 @@ def _reachable(params: dict[str, Param], base: Mapping, source: str, prune: bool
     return out
 
 
-def _probe(base: dict, params: Mapping[str, Param], source: str) -> None:
+def _probe(base: dict[str, Any], params: Mapping[str, Param], source: str) -> None:
     exc = refusal(base)
     if exc is not None:
         culprit = next((k for k in base if str(exc).startswith(k)), "base")
@@ -173,7 +175,7 @@ def _witness(branch: Branch, params: Mapping[str, Param]) -> dict[str, Any]:
     for other, allowed in branch.when.items():
         if other in params:
             tested = params[other]
-            value = next(v for v in tested.possible_values() if member(v, allowed))
+            value = next(v for v in tested.possible_values() or () if member(v, allowed))
             out[other] = value
             out.update(_witness(tested.branches[0], params))  # discrete params have one branch
     return out
