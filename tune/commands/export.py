@@ -35,6 +35,9 @@ EXPORT_EXAMPLES = """examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Export a sweep trial's best weights (or an `xbm-tune train` run's) as a self-contained\n"
+                          "embedder folder: weights.safetensors, embedder.yaml (model, preprocessing,\n"
+                          "provenance) and README.md.")
     parser.epilog = EXPORT_EXAMPLES
     parser.add_argument("sweep", metavar="SWEEP", nargs="?", help="the sweep folder (<storage>/<name>), or a URI")
     which = parser.add_mutually_exclusive_group()
