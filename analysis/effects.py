@@ -125,7 +125,7 @@ def kalman_r_curve(sweep: Sweep, metric: str | None = None, stage: str = "sweep"
 
 
 def delay_curve(sweep: Sweep, metric: str | None = None, stage: str = "sweep") -> ParamEffect:
-    """Adaptation delay tau in epochs (thesis Table 5.6)."""
+    """Adaptation delay tau in epochs (thesis Tables 5.6, SOP, In-Shop, DeepFashion2, and 5.7, CIFAR)."""
     return param_effect(sweep, "normaliser.delay_epochs", metric, stage, log=False)
 
 

@@ -445,3 +445,43 @@ def test_version_prints_the_installed_metadata_s_version(capsys):
         status = exc.code
     assert status == 0
     assert capsys.readouterr().out == f"xbm-tune {installed}\n"
+
+
+def command_parsers() -> dict:
+    """Every command of tune/cli.py's registry (``COMMANDS``) -> its sub-parser, as ``--help`` shows it."""
+    import argparse
+
+    from tune.cli import COMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(COMMANDS)
+    return dict(sub.choices)
+
+
+def test_every_command_has_a_description_and_positional_help_in_plain_text():
+    """Bugs caught: commands whose --help has no description (sweep, train, export, export-optuna, spaces,
+    dashboard, ...); a positional with no help text (report's and status's PATH); confirm's and refit's
+    descriptions showing their docstrings' raw ````x```` literals."""
+    from tune.cli import COMMANDS
+
+    for name, parser in command_parsers().items():
+        assert (parser.description or "").strip(), f"xbm-tune {name} has no description"
+        texts = [parser.description, parser.epilog or "", COMMANDS[name]]
+        for action in parser._actions:
+            if not action.option_strings:
+                assert (action.help or "").strip(), f"xbm-tune {name}: positional {action.dest} has no help"
+            texts.append(action.help or "")
+        assert not [t for t in texts if "``" in t], f"xbm-tune {name}: a double backtick in its help"
+
+
+def test_address_says_which_address_each_command_takes():
+    """Bug caught: --address named "a cluster" in sweep and a "dashboard URL" in submit without either saying
+    it is not the other, so a dashboard URL given to sweep (or ray://... to submit) fails late."""
+    parsers = command_parsers()
+
+    def address_help(name: str) -> str:
+        return next(a.help for a in parsers[name]._actions if "--address" in a.option_strings)
+
+    for name in ("sweep", "resume", "confirm", "refit"):
+        assert "Ray cluster to join" in address_help(name) and "not its dashboard URL" in address_help(name)
+    assert "dashboard URL" in address_help("submit") and "not a cluster address" in address_help("submit")

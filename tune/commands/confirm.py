@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from analysis.contract import FINISHED_STATUSES, SweepRecord
+from tune.commands import plain
 from tune.results.parquet import RESULTS, config_of, finite
 from tune.search.warm_start import read_trials
 
@@ -102,7 +103,7 @@ def confirm_configs(candidates: Sequence[Candidate], seeds: Sequence[int],
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__.split("\n\n")[0]
+    parser.description = plain(__doc__.split("\n\n")[0])
     parser.epilog = ("examples:\n  xbm-tune confirm ~/xbm_sweeps/quickstart-20261121-081500 --top 3 --seeds 3\n"
                      "  xbm-tune confirm PATH --top 5 --seeds 5 --gpus-per-trial 0.5 --dry-run")
     parser.add_argument("path", metavar="PATH", help="the sweep folder (holding results/sweep.json)")
@@ -123,7 +124,9 @@ def add_rerun_arguments(parser: argparse.ArgumentParser) -> None:
     ray.add_argument("--max-concurrent", type=int, default=None, help="trials at once (default: as resources allow)")
     ray.add_argument("--cpus-per-trial", type=float, default=None, help="default: the sweep's")
     ray.add_argument("--gpus-per-trial", type=float, default=None, help="default: the sweep's (fractions allowed)")
-    ray.add_argument("--address", default=None, help="join a running Ray cluster (default: start a local one)")
+    ray.add_argument("--address", default=None,
+                     help="the address of a running Ray cluster to join, as ray.init takes it (auto, HOST:PORT, "
+                          "ray://HOST:10001), not its dashboard URL; default: start a local Ray")
     ray.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=True,
                      help="start Ray's dashboard on 127.0.0.1 (default on)")
 

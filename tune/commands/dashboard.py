@@ -5,7 +5,8 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.description = ("Print how to keep a local Ray and its dashboard alive across sweeps: start Ray once,\n"
+                          "then join it with `xbm-tune sweep --address auto` or `xbm-tune submit`.")
 
 
 def run(args: argparse.Namespace) -> int:

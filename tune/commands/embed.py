@@ -20,6 +20,8 @@ EMBED_EXAMPLES = """examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Embed a folder of images with an export folder's embedder into Parquet: one row per\n"
+                          "image (path, L2-normalised embedding, label from a FOLDER/<class>/<image> layout).")
     parser.epilog = EMBED_EXAMPLES
     parser.add_argument("export", metavar="DIR", help="an export folder (xbm-tune export)")
     parser.add_argument("--images", metavar="FOLDER", required=True, help="the images (searched recursively)")

@@ -9,7 +9,7 @@ provenance: sweep, stage, trial, epoch, metric, value, git sha), ``README.md``. 
 trial's ``best_weights`` (trials.parquet; a path or URI); a run's are its ``best_weights.pt`` (the epoch
 with the best ``recall_at_1``), else its ``checkpoint.pt`` (the last epoch). Exit 2 naming what is wrong:
 a trial id not in the sweep, ``--best`` with no finished trial, a trial or run without weights, a data set
-of vectors (nothing to embed as images).
+of vectors (nothing to embed as images), ``--stage`` with ``--run`` (a run has no stages).
 """
 from __future__ import annotations
 
@@ -35,13 +35,17 @@ EXPORT_EXAMPLES = """examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Export a sweep trial's best weights (or an `xbm-tune train` run's) as a self-contained\n"
+                          "embedder folder: weights.safetensors, embedder.yaml (model, preprocessing,\n"
+                          "provenance) and README.md.")
     parser.epilog = EXPORT_EXAMPLES
     parser.add_argument("sweep", metavar="SWEEP", nargs="?", help="the sweep folder (<storage>/<name>), or a URI")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--trial", metavar="ID", help="this trial's best weights")
     which.add_argument("--best", action="store_true", help="the best finished trial of --stage (the default)")
     which.add_argument("--run", metavar="RUN_DIR", help="an `xbm-tune train` output folder instead of a sweep")
-    parser.add_argument("--stage", choices=STAGES, default="sweep", help="(default %(default)s)")
+    parser.add_argument("--stage", choices=STAGES, default=None,
+                        help=f"the sweep's stage to take the trial from (default {STAGES[0]}; not with --run)")
     parser.add_argument("--out", metavar="DIR", required=True, help="the export folder (created)")
 
 
@@ -53,7 +57,11 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"give either SWEEP or --run, not both (got {args.sweep!r} and --run {args.run!r})")
         if not args.run and not args.sweep:
             raise ValueError("export needs a sweep folder (SWEEP) or --run RUN_DIR")
-        export = from_run(Path(args.run)) if args.run else from_sweep(args.sweep, args.trial, args.stage)
+        if args.run and args.stage is not None:
+            raise ValueError(f"--stage picks a sweep's trials; a --run folder has no stages (got --stage "
+                             f"{args.stage} with --run {args.run!r}): drop --stage")
+        export = (from_run(Path(args.run)) if args.run else
+                  from_sweep(args.sweep, args.trial, args.stage or STAGES[0]))
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -90,7 +98,7 @@ def pick_trial(trials, trial: str | None, stage: str, metric: str, mode: str) ->
 def from_sweep(sweep: str, trial: str | None, stage: str) -> dict[str, Any]:
     from tune.results.status import load_status
 
-    record, trials = load_status(sweep)
+    record, trials = load_status(sweep, command="export")
     row = pick_trial(trials, trial, stage, record.metric, record.mode)
     uri = row.get("best_weights")
     if uri is None or (isinstance(uri, float) and math.isnan(uri)) or not str(uri):

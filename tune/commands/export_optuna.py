@@ -7,6 +7,8 @@ from tune.options import bad_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Write a sweep's Optuna study, rebuilt from its Parquet (results/trials.parquet), as a\n"
+                          "journal file that optuna-dashboard opens.")
     parser.epilog = ("example:\n  xbm-tune export-optuna ~/xbm_sweeps/quickstart-20261121-081500\n"
                      "  optuna-dashboard ~/xbm_sweeps/quickstart-20261121-081500/results/optuna.journal")
     parser.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>)")

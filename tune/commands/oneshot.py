@@ -11,7 +11,8 @@ for one run), in percent, and writes a Parquet of one row per run: ``run``, ``n_
 ``errors``, ``error`` (a fraction), schema metadata ``oneshot`` (the mean and interval and ``runs``, the PATH
 given) and ``embedder`` (the export's provenance). Exit 2 naming what is wrong, nothing written: a folder or
 zip without runs, a damaged zip, a run without ``class_labels.txt``, a listed drawing missing, a drawing that
-cannot be decoded, an export folder missing a file.
+cannot be decoded, an export folder missing a file. The export folder is checked before the runs, so a bad
+``EXPORT`` is named whatever ``--runs`` is (both are named when both are wrong).
 """
 from __future__ import annotations
 
@@ -53,18 +54,27 @@ def default_out(export: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from analysis.compare import t_interval
-    from xbm.embedder import load_embedder
+    from xbm.embedder import ExportFolderError, load_embedder, read_card
     from xbm.errors import BadImageError
     from xbm.evaluate.oneshot import evaluate_runs, read_runs, runs_folder
 
+    try:  # the export's files first (no model loaded): a bad EXPORT is named even when --runs is bad too
+        read_card(args.export)
+        bad_export = None
+    except ExportFolderError as exc:
+        bad_export = exc
     try:
         if args.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, but got {args.batch_size}")
         with runs_folder(args.runs) as folder:  # a zip: extracted until the runs are scored
             runs = read_runs(folder)  # every run checked before the model is loaded
+            if bad_export is not None:
+                raise bad_export
             embedder = load_embedder(args.export, device=args.device)
             results = evaluate_runs(runs, lambda paths: embedder.embed(paths, args.batch_size, args.device))
     except (ValueError, FileNotFoundError, BadImageError) as exc:
+        if bad_export is not None and exc is not bad_export:
+            print(f"error: {bad_export}", file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     interval = t_interval([r.error for r in results], CONFIDENCE)

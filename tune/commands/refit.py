@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from analysis.contract import SweepRecord
+from tune.commands import plain
 from tune.commands.confirm import add_rerun_arguments, check_configs, rerun_options, rerun_seeds_and_overrides
 from tune.options import SweepInputError
 
@@ -71,7 +72,7 @@ def pick(rows: Sequence[Mapping[str, Any]], record: SweepRecord, trial_id: str |
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = __doc__.split("\n\n")[0]
+    parser.description = plain(__doc__.split("\n\n")[0])
     parser.epilog = ("examples:\n  xbm-tune refit ~/xbm_sweeps/quickstart-20261121-081500 --best --seeds 3\n"
                      "  xbm-tune refit PATH --trial 3f2a_00004 --classes all --set epochs=80 --dry-run")
     parser.add_argument("path", metavar="SWEEP", help="the sweep folder (holding results/sweep.json)")

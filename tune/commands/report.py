@@ -7,7 +7,9 @@ from tune.options import bad_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="PATH")
+    parser.description = ("Write report.md and its figures (figures/*.png) into a sweep folder, from its\n"
+                          "Parquet.")
+    parser.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>), or a URI")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ from tune.options import parse_overrides
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Finish a sweep whose driver died, from its trials' last checkpoints, into the same\n"
+                          "sweep folder.")
     parser.epilog = ("examples:\n  xbm-tune resume ~/xbm_sweeps/quickstart-20261121-081500\n"
                      "  xbm-tune resume PATH --set data_root=/mnt/data/omniglot_small   # the data moved")
     parser.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>)")

@@ -22,6 +22,9 @@ RETRIEVE_EXAMPLES = """examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tune.commands.embed import add_embedding_arguments
 
+    parser.description = ("Print each query's top-k gallery images by cosine similarity, embedded with an export\n"
+                          "folder's embedder (the gallery a folder, or an `xbm-tune embed` Parquet); --grid draws\n"
+                          "them as a PNG.")
     parser.epilog = RETRIEVE_EXAMPLES
     parser.add_argument("export", metavar="DIR", help="an export folder (xbm-tune export)")
     parser.add_argument("--gallery", required=True, metavar="FOLDER|PARQUET",

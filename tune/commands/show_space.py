@@ -8,6 +8,8 @@ from tune.options import bad_input, parse_overrides
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Print a search space resolved (its base config with --set pins, its swept parameters)\n"
+                          "and validated, as a sweep would run it.")
     parser.epilog = "example:\n  xbm-tune show-space delay --set epochs=20"
     parser.add_argument("name", metavar="NAME", help="a shipped name or a YAML file")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="pin a value")

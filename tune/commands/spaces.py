@@ -5,7 +5,8 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.description = ("List the shipped search spaces (search_spaces/*.yaml), one line each: the name that\n"
+                          "`xbm-tune sweep NAME` takes, and the space's description.")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,8 +7,10 @@ from tune.options import bad_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Print a sweep's trials as a table, read from its Parquet: counts per stage and status,\n"
+                          "then the trials best first on the sweep's metric.")
     parser.epilog = "example:\n  xbm-tune status ~/xbm_sweeps/quickstart-20261121-081500 --top 10"
-    parser.add_argument("path", metavar="PATH")
+    parser.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>), or a URI")
     parser.add_argument("--top", type=int, default=20, help="rows to show, best first (default %(default)s)")
     parser.add_argument("--all", action="store_true", help="show every trial")
 

@@ -130,10 +130,15 @@ SUBMIT_EXAMPLES = """examples:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from tune.commands.sweep import add_sweep_arguments
 
+    parser.description = ("Check a sweep here as `xbm-tune sweep` would (a mistake exits 2 and submits nothing),\n"
+                          "then send it as a Ray job to a running cluster through its dashboard (Ray's Job\n"
+                          "Submission API); the job runs `xbm-tune sweep` on the head node with the same flags.")
     parser.epilog = SUBMIT_EXAMPLES
     add_sweep_arguments(parser, cluster=False)
     parser.add_argument("--address", default=DEFAULT_DASHBOARD,
-                        help="the cluster's dashboard URL, http://HEAD:8265 (default %(default)s)")
+                        help="the dashboard URL of the running cluster that receives the job (Ray's Job Submission "
+                             "API, http://HEAD:8265), not a cluster address such as auto or ray://HOST:10001 (the "
+                             "job itself joins with --address auto) (default %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,6 +20,9 @@ SWEEP_EXAMPLES = """examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Plan a sweep over a search space (every check made before Ray starts: the space, its\n"
+                          "configs, the data, the flags), run its trials on Ray Tune and print the outcome. The\n"
+                          "results (results/trials.parquet, results/sweep.json) go to <storage>/<name>.")
     parser.epilog = SWEEP_EXAMPLES
     add_sweep_arguments(parser)
 
@@ -108,7 +111,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     cluster = parser.add_argument_group("cluster")
     cluster.add_argument("--address", default=None,
-                         help="join a running cluster (auto, HOST:PORT, ray://HOST:10001); default: start local Ray")
+                         help="the address of a running Ray cluster to join, as ray.init takes it (auto, HOST:PORT, "
+                              "ray://HOST:10001), not its dashboard URL (that is submit's --address); default: "
+                              "start a local Ray")
     cluster.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=True,
                          help="start the Ray dashboard on 127.0.0.1 and print its URL (default: on)")
 

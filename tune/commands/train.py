@@ -17,6 +17,9 @@ from xbm import train_cli
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("One training run, without Ray (--workers N: N data-parallel workers on a local Ray).\n"
+                          "The config comes from --config FILE.yaml and --set KEY=VALUE; the output folder\n"
+                          "receives config.yaml, metrics.jsonl and metrics.csv, checkpoint.pt and best_weights.pt.")
     train_cli.add_arguments(parser)
     group = parser.add_argument_group("data parallel")
     group.add_argument("--workers", type=int, default=1, metavar="N",

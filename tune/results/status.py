@@ -11,9 +11,9 @@ from analysis.location import Folder
 from xbm.signals import trial_flags
 
 
-def load_status(path: str) -> tuple[SweepRecord, pd.DataFrame]:
+def load_status(path: str, command: str = "status") -> tuple[SweepRecord, pd.DataFrame]:
     """(sweep.json's record, defaults if missing; trials.parquet as a DataFrame). ValueError if neither, or
-    if one is unreadable (naming the file)."""
+    if one is unreadable (naming the file); ``command``: the ``xbm-tune`` command the message names."""
     uri = path.rstrip("/")
     check_storage(uri)
     storage = Folder(f"{uri}/{RESULTS}")
@@ -21,7 +21,7 @@ def load_status(path: str) -> tuple[SweepRecord, pd.DataFrame]:
     record = SweepRecord.from_dict(storage.read_json(SWEEP_JSON)) if found else SweepRecord()
     table = storage.read_table(TRIALS_FILE)
     if table is None and not found:
-        raise ValueError(f"status needs a sweep folder (holding {RESULTS}/{TRIALS_FILE}), but {path!r} has "
+        raise ValueError(f"{command} needs a sweep folder (holding {RESULTS}/{TRIALS_FILE}), but {path!r} has "
                          f"neither {TRIALS_FILE} nor {SWEEP_JSON}")
     frame = table.to_pandas(types_mapper=pd.ArrowDtype) if table is not None else pd.DataFrame()
     return record, frame

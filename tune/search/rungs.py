@@ -15,6 +15,13 @@ the variants' effects change there. ``--rungs schedule`` places them from the sp
   so epoch tau + 1 refreshes it under the new rule and epoch tau + 2 is the first trained entirely on it.
   A swept start takes its largest value (every trial's mechanism has run by then, as
   ``tune.search.spaces.fairness`` asks of the first rung).
+* **nothing before a swept start's rung**: an LR-drop rung earlier than it would judge the trials with the
+  later starts before their mechanism has run an epoch (thesis Table 5.6's tau in {0, ..., 30} with
+  ``lr_step=15``: a rung at 15 ranks tau = 15, 20, 30 on plain XBM), which the fairness check rightly calls
+  unfair (it asks for a first rung >= the largest start + 1), so ``--strict`` refused the schedule's own
+  rungs. Those drop rungs are left out: the first rung is the latest swept start's rung (15 and 30 go,
+  32 and 45 stay). A start that is not swept is the same in every trial, so the drops before it stay
+  (every trial is judged before the mechanism alike).
 
 Rungs at or past the last epoch are dropped (ASHA's ``max_t`` ends every trial there). Swept keys that move
 the drops (``DROP_KEYS``) are checked over their values (every value of a discrete param, the extremes of a
@@ -81,11 +88,14 @@ def space_drops(space) -> list[tuple[int, ...]]:
     return out or [lr_drops(train_config(space.base))]
 
 
-def start_rungs(space) -> tuple[int, ...]:
-    """One rung per start that is on and > 0 in some config: its largest value + ``SETTLE_EPOCHS``."""
+def start_rungs(space, swept_only: bool = False) -> tuple[int, ...]:
+    """One rung per start that is on and > 0 in some config: its largest value + ``SETTLE_EPOCHS``.
+    ``swept_only``: only the starts whose key is swept (those whose value differs between trials)."""
     out = []
     for key, (switch, off) in STARTS.items():
         if switch not in space.params and space.fixed.get(switch, off) == off:
+            continue
+        if swept_only and key not in space.params:
             continue
         start = max(_probe(space, key)) if key in space.params else int(space.fixed.get(key) or 0)
         if start > 0:
@@ -101,7 +111,14 @@ def schedule_rungs(space, max_epochs: int) -> tuple[int, ...]:
             f"--rungs schedule needs the same LR drops in every trial, but the swept "
             f"{[k for k in DROP_KEYS if k in space.params]} give drops after epochs {[list(d) for d in drops]}: "
             f"fix them in the space, or place the rungs by hand with --rungs E1,E2,...")
-    rungs = tuple(sorted({e for e in (*drops[0], *start_rungs(space)) if e < max_epochs}))
+    first = max(start_rungs(space, swept_only=True), default=0)  # no rung before a swept start has run
+    rungs = tuple(sorted({e for e in (*drops[0], *start_rungs(space)) if first <= e < max_epochs}))
+    if not rungs and first >= max_epochs:
+        raise SweepInputError(
+            f"--rungs schedule found no fair epoch to place a rung at before epoch {max_epochs}: the swept "
+            f"{[k for k in STARTS if k in space.params]} reach {first - SETTLE_EPOCHS}, so the first rung that "
+            f"judges every trial after its start has run ({first} = the largest start + {SETTLE_EPOCHS}) is at or "
+            f"past the last epoch; lower the largest start, raise epochs, or use --scheduler fifo")
     if not rungs:
         base = train_config(space.base)
         raise SweepInputError(

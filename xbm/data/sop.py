@@ -1,8 +1,9 @@
 """``sop``: Stanford Online Products (Oh Song et al., "Deep Metric Learning via Lifted Structured Feature
 Embedding", CVPR 2016). 120,053 images, 22,634 products (classes), 12 categories (super-classes).
 
-Protocol: Ebay_train.txt (11,318 classes) trains; Ebay_test.txt (11,316 classes) is the test split,
-leave-one-out retrieval (query = gallery); ``super_class_id`` is the super-class.
+Protocol: Ebay_train.txt (59,551 images, 11,318 classes) trains; Ebay_test.txt (60,502 images, 11,316
+classes; XBM paper seed 002 §4.1) is the test split, leave-one-out retrieval (query = gallery);
+``super_class_id`` is the super-class.
 """
 from __future__ import annotations
 

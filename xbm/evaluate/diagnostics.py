@@ -27,8 +27,9 @@ def feature_drift(previous, current) -> dict[str, float]:
 
     drift_i = ||f(x_i; theta_k) - f(x_i; theta_{k-1})||_2 for the probe samples x_i (same rows, same order in
     both), reported as the mean and the max over i. This is the feature drift of the XBM paper (Wang et al.
-    2020, Sec. 3.2, which plots the squared norm) measured between consecutive epochs, as seed 000 Sec. 5.4
-    and seed 002 Fig. 4 do: slow drift is what makes stored memory rows usable as negatives.
+    2020, Sec. 3.2 and Fig. 3, which plot the squared norm at gaps of 10, 100 and 1000 iterations) measured
+    between consecutive epochs, as seed 000 Sec. 5.4 does: slow drift is what makes stored memory rows usable
+    as negatives.
     ``previous=None`` (the first epoch) gives NaN for both.
     """
     if previous is None:

@@ -14,7 +14,7 @@
 - ``knn_accuracy`` for label-free objectives (:func:`knn`): weighted 20-NN classification of the split's
   queries with the training set as the bank (MoCo's monitor; seed 001 App. B, Fig. 2); NaN, with nothing
   embedded, when the split shares no class with training (class-disjoint metric-learning splits).
-- Feature drift (seed 002 Fig. 4, seed 000 §5.4) on a fixed probe of training samples:
+- Feature drift (seed 002 Fig. 3, seed 000 §5.4) on a fixed probe of training samples:
   ``||z_k - z_{k-1}||`` per sample between consecutive epochs, mean and max; NaN at the first epoch.
 - Memory staleness (seed 001 Appendix C) on the memory rows of the drift probe's samples (at least 64 rows,
   made up with rows drawn at random): distance between the stored row and the current embedding of the same

@@ -94,6 +94,23 @@ def test_not_a_sweep_exits_2(tmp_path, capsys):
     assert str(tmp_path) in capsys.readouterr().err
 
 
+def test_a_missing_sweep_is_named_by_the_export_command(tmp_path, capsys):
+    """Bug caught: ``export /missing --stage refit`` said "status needs a sweep folder", naming another
+    command (the message came from the status command's loader)."""
+    missing = tmp_path / "missing"
+    assert main(["export", str(missing), "--stage", "refit", "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert "export needs a sweep folder" in err and str(missing) in err and "status" not in err
+
+
+def test_stage_with_run_is_refused(tmp_path, capsys):
+    """Bug caught: ``--stage`` silently ignored with ``--run`` (a run has no stages), exporting the run's
+    weights as if the stage had been honoured."""
+    assert main(["export", "--run", str(tmp_path / "run"), "--stage", "refit", "--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert "--stage" in err and "--run" in err and not (tmp_path / "e").exists()
+
+
 def test_run_exports_the_runs_best_epoch(tmp_path, capsys):
     """Bug caught: ``export --run`` takes the last epoch's checkpoint when train kept a better one, or
     train never writes best_weights.pt."""

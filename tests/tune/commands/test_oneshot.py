@@ -133,6 +133,20 @@ def test_bad_input_exits_2_naming_it_and_writes_nothing(setup, tmp_path, capsys)
         assert not out.exists()
 
 
+def test_a_bad_export_is_named_even_when_the_runs_are_bad_too(setup, tmp_path, capsys):
+    """Bug caught: --runs checked before the export, so a missing or partial EXPORT with a bad --runs named
+    only the runs (the export's error surfaced only after the runs were fixed); a bad EXPORT with good runs
+    not named."""
+    export, root = setup
+    missing, out = tmp_path / "no_export", tmp_path / "o.parquet"
+    for runs in (tmp_path / "no_runs", root / "runs"):
+        assert main(["oneshot", str(missing), "--runs", str(runs), "--out", str(out), "--device", "cpu"]) == 2
+        err = capsys.readouterr().err
+        assert f"the export folder {missing} does not exist" in err, err
+        assert (str(runs) in err) == (runs.name == "no_runs"), err  # both named when both are wrong
+        assert not out.exists()
+
+
 def write_episodes_as_runs(split, folder):
     """``split``'s one-shot episodes in the real runs' layout (runNN/training/classNN.png, runNN/test/itemNN.png,
     runNN/class_labels.txt), the drawings copied from the data set's own files."""

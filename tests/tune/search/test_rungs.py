@@ -73,6 +73,26 @@ def test_a_rung_follows_the_normaliser_delay_and_the_memory_start(tmp_path):
     assert placed(tmp_path, "schedule: cosine, normaliser.kind: xbn, normaliser.delay_epochs: 3") == (5,)
 
 
+def test_no_schedule_rung_comes_before_a_swept_start_has_run(tmp_path):
+    """Bug caught: --rungs schedule on thesis Table 5.6's delay grid (tau up to 30, lr_step 15) put a rung at
+    the LR drop at epoch 15, where trials with tau = 15, 20, 30 have not yet run their normaliser, so the
+    fairness check flagged the schedule's own rungs and --strict refused the paper's table; a fixed start
+    losing the drops before it (every trial waits alike there); a swept start past the budget leaving no
+    rung without naming why."""
+    tau = "  normaliser.delay_epochs: {grid: [0, 5, 10, 15, 20, 30]}\n"
+    assert placed(tmp_path, "normaliser.kind: xbn", params=tau) == (32, 45)
+    options = SweepOptions(storage=str(tmp_path / "sweeps"), name="d", dashboard=False, search="grid",
+                           rungs="schedule", strict=True)
+    plan = prepare(str(tmp_path / "s.yaml"), options)  # --strict: refused before the fix
+    assert plan.rungs == (32, 45) and not any("culled" in w for w in plan.warnings)
+    shipped = load_space("thesis_table5_6_delay")
+    rungs = rung_epochs(SweepOptions(rungs="schedule"), shipped, 50)
+    assert rungs == (32, 45) and shipped.fairness_warnings(rungs[0], "asha") == []
+    assert placed(tmp_path, "normaliser.kind: xbn, normaliser.delay_epochs: 20") == (15, 22, 30, 45)  # fixed
+    with pytest.raises(SweepInputError, match=r"no fair epoch.*delay_epochs.*reach 30.*32"):
+        placed(tmp_path, "normaliser.kind: xbn", params=tau, epochs=32)
+
+
 def test_unplaceable_schedules_are_refused(tmp_path):
     """Bug caught: a sweep whose trials drop their rate at different epochs given one set of rungs (each
     rung before a drop for some trials and in a transient for others), or a cosine schedule given no rung
