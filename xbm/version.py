@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import sys
 from pathlib import Path
 
 DISTRIBUTION = "xbm-tune"
@@ -37,13 +38,22 @@ def source_tree_version(distribution: str, pyproject: Path) -> str:
     """``[project] version`` of ``pyproject`` when it declares ``distribution``, else :data:`UNKNOWN`
     (no file, another project's file, a dynamic version, or Python 3.10, which has no ``tomllib``)."""
     try:
-        import tomllib   # Python >= 3.11
-        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
-    except (ImportError, OSError, ValueError):   # tomllib.TOMLDecodeError is a ValueError
+        project = _toml(pyproject.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, ValueError):   # tomllib.TOMLDecodeError is a ValueError
         return UNKNOWN
     if _normalised(project.get("name", "")) != _normalised(distribution) or not isinstance(project.get("version"), str):
         return UNKNOWN
     return project["version"]
+
+
+def _toml(text: str) -> dict:
+    """``text`` parsed by tomllib (Python >= 3.11; the check is one mypy reads for its python_version 3.10 too);
+    an empty table on 3.10."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    return {}
 
 
 def _normalised(name: str) -> str:
