@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -22,19 +23,36 @@ from analysis.errors import NotApplicable
 from analysis.loader import Sweep, load
 
 TOP = 10
+#: the report's sections after the overview, in order: (title, the _Report method that builds it)
+SECTIONS = (("Leaderboard", "leaderboard"), ("Recall@K", "recall_at_k"), ("Best per normaliser kind", "best_per_kind"),
+            ("Variant comparison", "variants"), ("Confirmation", "confirmation"), ("Refit", "refit"),
+            ("Parameter importance", "importance"), ("Learning curves", "learning_curves"),
+            ("ASHA survival", "survival"), ("One-parameter effects", "effects"), ("The paper's table", "paper_table"),
+            ("lambda_mu × lambda_sigma", "heatmap"), ("PBT schedules", "schedules"),
+            ("Drift and staleness", "drift"), ("Parallel coordinates", "parallel"),
+            ("Retrieval examples", "retrieval"), ("Pareto front", "pareto"))
+#: the first and the last of the report's steps (``write_report``'s ``on_step``); the sections come between
+LOADING, WRITING = "loading the sweep", "writing report.md"
+#: how many steps ``on_step`` hears of
+STEPS = len(SECTIONS) + 2
 
 
 class ReportSectionWarning(UserWarning):
     """A report section failed for a reason other than not applying; the report notes it."""
 
 
-def write_report(path: str | Path, metric: str | None = None, neighbours=None) -> Path | str:
+def write_report(path: str | Path, metric: str | None = None, neighbours=None,
+                 on_step: Callable[[str], None] | None = None) -> Path | str:
     """Load the sweep at ``path``, write ``<path>/report.md`` and ``<path>/figures/*.png``; return
     the report's path (a ``Path``; the URI string for remote storage). ``metric`` defaults to the
     sweep's own (``sweep.json``). ``neighbours`` embeds the best trial's test queries for the retrieval
     examples (``analysis.retrieval.Neighbours``; ``xbm-tune report`` passes the torch one); without it that
-    section says so. An unreadable ``trials.parquet`` raises ValueError naming it: the report
-    would otherwise rank trials rebuilt from their epoch rows as if nothing were wrong."""
+    section says so. ``on_step(name)`` is called as each of the report's :data:`STEPS` steps begins (loading, each
+    section by its title, writing): ``xbm-tune report`` draws them as a progress bar; analysis draws nothing. An
+    unreadable ``trials.parquet`` raises ValueError naming it: the report would otherwise rank trials rebuilt from
+    their epoch rows as if nothing were wrong."""
+    step = on_step or _no_step
+    step(LOADING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # read problems are listed in the report itself
         sweep = load(path)
@@ -42,11 +60,16 @@ def write_report(path: str | Path, metric: str | None = None, neighbours=None) -
         if problem.unreadable and problem.path.endswith(TRIALS_FILE):
             raise ValueError(f"{problem}: restore it, or delete it to have the trials derived from their epoch rows")
     report = _Report(sweep, metric or sweep.metric, neighbours)
-    text = report.render()
+    text = report.render(step)
+    step(WRITING)
     folder = sweep.locations[0]
     folder.write_bytes("report.md", text.encode())
     report.remove_stale_figures()
     return folder.local / "report.md" if folder.local else folder.display("report.md")
+
+
+def _no_step(name: str) -> None:
+    pass
 
 
 class _Report:
@@ -55,19 +78,12 @@ class _Report:
         self.folder = sweep.locations[0]
         self.written: set[str] = set()
 
-    def render(self) -> str:
+    def render(self, on_step: Callable[[str], None] = _no_step) -> str:
+        """report.md's text; ``on_step(title)`` as each section after the overview begins."""
         parts = self.overview()
-        for title, build in (("Leaderboard", self.leaderboard), ("Recall@K", self.recall_at_k),
-                             ("Best per normaliser kind", self.best_per_kind),
-                             ("Variant comparison", self.variants), ("Confirmation", self.confirmation),
-                             ("Refit", self.refit),
-                             ("Parameter importance", self.importance), ("Learning curves", self.learning_curves),
-                             ("ASHA survival", self.survival), ("One-parameter effects", self.effects),
-                             ("The paper's table", self.paper_table),
-                             ("lambda_mu × lambda_sigma", self.heatmap), ("PBT schedules", self.schedules),
-                             ("Drift and staleness", self.drift), ("Parallel coordinates", self.parallel),
-                             ("Retrieval examples", self.retrieval), ("Pareto front", self.pareto)):
-            parts += ["", f"## {title}", ""] + self.section(build)
+        for title, name in SECTIONS:
+            on_step(title)
+            parts += ["", f"## {title}", ""] + self.section(getattr(self, name))
         return "\n".join(parts) + "\n"
 
     def section(self, build) -> list[str]:

@@ -7,6 +7,10 @@ Exit status: 0 done, 2 bad input (nothing started, nothing written; a path that 
 expects, a results file that cannot be read), 1 failure or an interrupted sweep (Ctrl-C: its last line says
 how to continue, ``tune.commands.sweep.interrupted_line``). An unexpected error prints one line; with
 ``XBM_TUNE_DEBUG=1`` in the environment, its full traceback (``DEBUG_VARIABLE``).
+
+Output: a command prints its results on stdout; what the libraries log (``xbm``, ``tune``, ``analysis``: where
+Ray runs, a collapsed epoch, a spent budget) goes to stderr, from INFO on, from WARNING on under ``--quiet`` and
+from DEBUG on under ``-v``/``--verbose``, both given before the command (``tune.logs.cli_logging``).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import traceback
 from importlib import import_module
 from typing import Optional, Sequence
 
+from tune.logs import DEFAULT, QUIET, VERBOSE, cli_logging
 from tune.options import SweepInputError
 from xbm.version import package_version
 
@@ -28,6 +33,7 @@ EXAMPLES = """examples:
   xbm-tune show-space pcxbn_lambdas                # a space, resolved and validated
   xbm-tune sweep quickstart                        # a real sweep on CPU in a few minutes
   xbm-tune sweep quickstart --smoke-test --no-dashboard
+  xbm-tune --quiet sweep quickstart                # only warnings and errors besides the command's results
   xbm-tune sweep full --num-samples 200 --gpus-per-trial 0.5 --max-epochs 50 --grace-period 5
   xbm-tune sweep my_space.yaml --search random --scheduler fifo --set dataset=omniglot \\
       --set data_root=../shared/datasets/omniglot_small --set model=resnet18 --set image_size=64
@@ -75,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Ray Tune sweeps for cross-batch-memory metric learning.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
                         help="print xbm-tune's version (the installed package's metadata) and exit")
+    logs = parser.add_argument_group("log messages (on stderr; before the command)").add_mutually_exclusive_group()
+    logs.add_argument("-q", "--quiet", dest="log_level", action="store_const", const=QUIET, default=DEFAULT,
+                      help="only warnings and errors (a command's results still print)")
+    logs.add_argument("-v", "--verbose", dest="log_level", action="store_const", const=VERBOSE,
+                      help="debug messages too")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -99,6 +110,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.argv = list(sys.argv[1:] if argv is None else argv)  # `submit` forwards the flags as given
     except SystemExit as exc:  # --help, --version (0) or a usage error (2), as a return value for callers, tests
         return int(exc.code or 0)
+    with cli_logging(args.log_level):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except SweepInputError as exc:

@@ -4,16 +4,20 @@ Ray 2.60 turns on token authentication for a local ``ray.init()``: it writes a t
 ``~/.ray/auth_token`` and every request to the dashboard must carry it. We keep it on and print how to
 get in: open the URL, paste the token that ``ray get-auth-token`` prints (the dashboard stores it in a
 cookie). From another machine, tunnel the port (``ssh -L 8265:127.0.0.1:8265 host``): the dashboard only
-listens on 127.0.0.1. ``RAY_AUTH_MODE=disabled`` opts out (not recommended).
+listens on 127.0.0.1. ``RAY_AUTH_MODE=disabled`` opts out (not recommended). Where the sweep runs is logged at
+INFO (``tune.cluster``; ``xbm-tune`` shows it on stderr unless ``--quiet``).
 """
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, TextIO
+from typing import Iterator
 
 import ray
+
+log = logging.getLogger(__name__)
 
 TOKEN_HELP = ("token authentication is on: when the page asks, paste the token printed by "
               "`ray get-auth-token` (stored in ~/.ray/auth_token); from another machine tunnel first: "
@@ -83,16 +87,12 @@ def disconnect(info: ClusterInfo) -> None:
         ray.shutdown()
 
 
-def print_info(info: ClusterInfo, out: TextIO | None = None) -> None:
-    print(info.describe(), file=out, flush=True)
-
-
 @contextmanager
 def ray_session(address: str | None = None, dashboard: bool = True, **init_kwargs) -> Iterator[ClusterInfo]:
-    """The driver's Ray for one command: ``connect``, print where it runs, and ``disconnect`` at the end,
+    """The driver's Ray for one command: ``connect``, log where it runs (INFO), and ``disconnect`` at the end,
     whatever happens inside (a Ray this process started is shut down; a joined one left running)."""
     info = connect(address, dashboard, **init_kwargs)
-    print_info(info)
+    log.info("%s", info.describe())
     try:
         yield info
     finally:

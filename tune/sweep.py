@@ -49,6 +49,8 @@ from tune.workers import (LAUNCHER_CPU, check_node_gpus, config_workers, launche
                           worker_resources)
 from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS
 
+log = logging.getLogger(__name__)
+
 # The experiment state (what `resume` restores) is saved at most this often; Tune's "auto" can wait
 # minutes on long sweeps, and a killed driver loses what happened since.
 os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "10")
@@ -101,7 +103,7 @@ def start(plan: SweepPlan, callbacks: tuple = (), own_ray: bool = False) -> Buil
     fits it; Ray must be connected; ``own_ray``: this process started it, ``resolved_resources``)."""
     plan.options = resolved_resources(plan.options, own_ray)
     for warning in gpu_data_warnings(plan):
-        print(f"warning: {warning}", flush=True)
+        log.warning("%s", warning)
     write_record(plan.results_uri, sweep_record(plan))
     journal = plan.optuna_journal
     if journal and hasattr(plan.searcher, "keep_study"):
@@ -256,8 +258,8 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     moved.install()  # Tune's pickles of a sweep started before the layout of issue 31 name the old modules
     torn = repair_state(uri)
     if torn:
-        print(f"resume: {', '.join(torn)} torn (the driver was killed while copying it): resuming from the last "
-              f"whole snapshot of the sweep's state", flush=True)
+        log.warning("resume: %s torn (the driver was killed while copying it): resuming from the last whole "
+                    "snapshot of the sweep's state", ", ".join(torn))
     if not ray_tune.Tuner.can_restore(uri):
         raise SweepInputError(f"resume needs a sweep folder with Tune's experiment state, but {uri!r} has none "
                               f"(the driver died before Tune saved it): start the sweep again with a new --name")

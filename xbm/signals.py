@@ -17,14 +17,20 @@ def collapsed(metrics: Mapping[str, Any]) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
 
 
-def collapse_warning(metrics: Mapping[str, Any], who: str = "") -> Optional[str]:
-    """One warning line for a collapsed epoch, else None."""
+def collapse_message(metrics: Mapping[str, Any], who: str = "") -> Optional[str]:
+    """What to say about a collapsed epoch (a log record's message: its level says it is a warning), else None."""
     if not collapsed(metrics):
         return None
     prefix = f"{who}: " if who else ""
-    return (f"warning: {prefix}epoch {metrics.get('epoch')} collapsed: the loss saw no positive pair "
+    return (f"{prefix}epoch {metrics.get('epoch')} collapsed: the loss saw no positive pair "
             f"(loss {metrics.get('loss', math.nan):.4g}); check the input statistics (normalize), the augmentation "
             "(augment) and miner.pos_margin")
+
+
+def collapse_warning(metrics: Mapping[str, Any], who: str = "") -> Optional[str]:
+    """One warning line for a collapsed epoch (``warning: `` and :func:`collapse_message`), else None."""
+    message = collapse_message(metrics, who)
+    return None if message is None else f"warning: {message}"
 
 
 def below_raw(best_recall_at_1: Any, raw_recall_at_1: Any) -> bool:

@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("output")
     output.add_argument("--output", metavar="DIR", help="output folder (default: runs/<UTC timestamp>)")
     output.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no per-epoch progress bar (the metrics lines stay)")
+                        help="no progress bars (each epoch's, and an evaluation's once it lasts a few seconds; "
+                             "never drawn when stderr is not a terminal); the metrics lines stay")
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, str]:
@@ -167,6 +168,16 @@ def format_line(metrics: dict[str, Any], epochs: int) -> str:
     return "  ".join(parts)
 
 
+def progress_bars(enabled: bool) -> dict[str, Any]:
+    """The Trainer's ``progress`` (each epoch's bar) and ``eval_progress`` (an evaluation's, once it lasts
+    ``DELAY_S``): ``xbm.progress.bars``, drawn only on a terminal; none under ``--no-progress``."""
+    from xbm.progress import DELAY_S, bars
+
+    if not enabled:
+        return {"progress": None, "eval_progress": None}
+    return {"progress": bars(), "eval_progress": bars(delay_s=DELAY_S)}
+
+
 def run(args: argparse.Namespace) -> int:
     """Train as the arguments say; return the exit status (0 done, 2 bad input, 1 failure)."""
     from xbm.errors import BadImageError, DatasetNotFoundError, NonFiniteLossError, PretrainedWeightsError
@@ -182,10 +193,8 @@ def run(args: argparse.Namespace) -> int:
 
     from xbm.trainer import Trainer
 
-    progress = (lambda batches, desc: tqdm(batches, desc=desc, leave=False, dynamic_ncols=True)) \
-        if getattr(args, "progress", True) else None
     try:
-        trainer = Trainer(cfg, progress=progress)
+        trainer = Trainer(cfg, **progress_bars(getattr(args, "progress", True)))
     except (ValueError, DatasetNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

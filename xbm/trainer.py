@@ -72,9 +72,11 @@ class Trainer:
 
     ``splits``: an already built data set to reuse (the same data set; its images are re-wired for ``cfg``'s
     preset). ``progress``: wraps each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches,
-    desc=desc)`` (the CLI's bar). ``cpus``: the CPUs this run may use, for ``num_workers=auto`` (default:
-    the process's affinity mask). ``evaluate_at``: main epochs (1-based) evaluated whatever ``eval_every``
-    says, e.g. a sweep scheduler's rung epochs, so that it decides on measured values. ``reuse_dir``: a folder
+    desc=desc)`` (the CLI's bar: ``xbm.progress.bars``). ``eval_progress``: wraps each evaluation pass's
+    batches (:class:`xbm.training.loaders.Embedder`; the CLI's bar shows once a pass lasts a few seconds).
+    ``cpus``: the CPUs this run may use, for ``num_workers=auto`` (default: the process's affinity mask).
+    ``evaluate_at``: main epochs (1-based) evaluated whatever ``eval_every`` says, e.g. a sweep scheduler's
+    rung epochs, so that it decides on measured values. ``reuse_dir``: a folder
     where the references and the warm-up are stored and read back by later runs with the same inputs
     (:mod:`xbm.training.reuse`; None: always computed); ``reused_references`` and ``reused_warmup`` say
     whether this run read them. ``ranks``: this process's place in a data-parallel run of ``cfg.workers``
@@ -84,7 +86,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, splits: Optional[DatasetSplits] = None,
                  progress: Optional[Callable[[Iterable, str], Iterable]] = None, cpus: Optional[int] = None,
-                 evaluate_at: Iterable[int] = (), reuse_dir: Optional[str] = None, ranks: Ranks = Ranks()) -> None:
+                 evaluate_at: Iterable[int] = (), reuse_dir: Optional[str] = None, ranks: Ranks = Ranks(),
+                 eval_progress: Optional[Callable[[Iterable, str], Iterable]] = None) -> None:
         check_workers(cfg.workers, ranks)
         self.cfg = cfg
         self.ranks = ranks
@@ -142,7 +145,7 @@ class Trainer:
         self.passes = 0  # passes over the training data so far: the augmentation seeds' epoch
         device = self.runtime.device
         self.prepare_train, prepare_eval = (_on(self.splits.batch_transform(role), device) for role in ("train", "eval"))
-        self.embed = Embedder(self.runtime, self.workers, prepare=prepare_eval)
+        self.embed = Embedder(self.runtime, self.workers, prepare=prepare_eval, progress=eval_progress)
         # A trainer dropped without close() (a notebook, a test) is collected in a reference cycle, where the
         # collector would finalise its loaders' queues before their iterators, so that each worker waits out
         # torch's 5-s join timeout (10 s for 2 workers measured here, 75 s for a GPU trial's 15). This

@@ -485,3 +485,61 @@ def test_address_says_which_address_each_command_takes():
     for name in ("sweep", "resume", "confirm", "refit"):
         assert "Ray cluster to join" in address_help(name) and "not its dashboard URL" in address_help(name)
     assert "dashboard URL" in address_help("submit") and "not a cluster address" in address_help("submit")
+
+
+# ---- log messages: --quiet, -v (issue 55) ---------------------------------------------------------------------
+def _library_messages(tmp_path):
+    """A command whose run calls library code that logs: the budget guard (INFO, was a print), the Parquet sink's
+    collapse warning (WARNING, was a print) and its trials.parquet rewrite (DEBUG)."""
+    from types import SimpleNamespace
+
+    from tests.tune.results.test_sink import FakeTrial, make_sink, result
+    from tune.trial.guards import Budget, Guards
+
+    def run(args):
+        guards = Guards({}, budget=Budget(time_s=1.0))
+        times = iter([0.0, 5.0])
+        guards.clock = lambda: next(times)
+        controller = SimpleNamespace(get_trials=lambda: [], search_alg=SimpleNamespace(set_finished=lambda: None))
+        guards.check_budget(controller)   # starts the clock
+        guards.check_budget(controller)   # 5 s > 1 s: spent
+        sink = make_sink(tmp_path / f"sink{len(list(tmp_path.iterdir()))}")
+        trial = FakeTrial("t1", {"dataset": "toy", "model": "mlp", "epochs": 4})
+        sink.on_trial_start(0, [], trial)
+        sink.on_trial_result(0, [], trial, result(1, 0.1, loss_pos_pairs=0.0))
+        print("the command's result")
+        return 0
+
+    return run
+
+
+@pytest.mark.parametrize("flags, shown", [
+    ([], ("info", "warning")), (["--quiet"], ("warning",)), (["-q"], ("warning",)),
+    (["-v"], ("info", "warning", "debug")), (["--verbose"], ("info", "warning", "debug"))])
+def test_quiet_and_verbose_choose_the_library_messages_and_leave_the_results(tmp_path, capsys, monkeypatch,
+                                                                             flags, shown):
+    """Bugs caught (issue 55): the sink's collapse warning and the budget message printed to stdout by the library,
+    so that nothing (--quiet, a notebook's logging settings) could silence or route them; --quiet hiding the
+    warnings or the command's own result; -v not reaching DEBUG. A warning stays under --quiet: --quiet is
+    WARNING and up."""
+    import tune.commands.spaces as spaces
+
+    monkeypatch.setattr(spaces, "run", _library_messages(tmp_path))
+    assert main([*flags, "spaces"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "the command's result\n"
+    lines = err.splitlines()
+    budget = [line for line in lines if line.startswith("budget: the time budget (1s) was spent: no new trial starts")]
+    collapse = [line for line in lines if line.startswith("warning: trial t1: epoch 1 collapsed")]
+    debug = [line for line in lines if line.startswith("debug: trials.parquet rewritten")]
+    assert (len(budget), len(collapse), bool(debug)) == ("info" in shown, 1, "debug" in shown)
+    assert len(lines) == len(budget) + len(collapse) + len(debug)
+
+
+def test_the_log_flags_go_before_the_command_and_exclude_each_other(capsys):
+    """Bug caught: -v taken by a command's own flag (or --quiet after the command silently ignored), and --quiet
+    with -v accepted with one of them winning unsaid."""
+    assert main(["-q", "-v", "spaces"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert main(["spaces", "--quiet"]) == 2
+    assert "unrecognized arguments: --quiet" in capsys.readouterr().err

@@ -3,6 +3,7 @@ both nodes and the Parquet is complete; with fake GPUs (num_gpus=2, gpus_per_tri
 at once, each seeing the GPU id Ray assigned it."""
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 import pyarrow.parquet as pq
@@ -33,10 +34,11 @@ def test_dashboard_line_tells_how_to_log_in():
     assert "ray get-auth-token" not in ClusterInfo("a", "127.0.0.1:8265", False, True, 1, 2, 0).describe()
 
 
-def test_ray_session_prints_where_it_runs_and_disconnects_even_on_an_error(monkeypatch, capsys):
+def test_ray_session_logs_where_it_runs_and_disconnects_even_on_an_error(monkeypatch, caplog):
     """Bug caught: a command that fails mid-fit leaving the Ray it started running (the next command then
     joins a stale session), or a session that does not say where it runs; one context manager, not three
-    copies of connect / print / disconnect."""
+    copies of connect / print / disconnect. Where it runs is an INFO record of ``tune.cluster`` (was: a print
+    that ``--quiet`` and a notebook could not silence)."""
     from tune import cluster
 
     info = ClusterInfo("127.0.0.1:6379", None, False, True, 1, 2, 0)
@@ -44,12 +46,14 @@ def test_ray_session_prints_where_it_runs_and_disconnects_even_on_an_error(monke
     monkeypatch.setattr(cluster, "connect", lambda address, dashboard, **kw: events.append(("connect", address, kw))
                         or info)
     monkeypatch.setattr(cluster, "disconnect", lambda got: events.append(("disconnect", got)))
+    caplog.set_level(logging.INFO, logger="tune.cluster")
     with pytest.raises(RuntimeError, match="fit failed"):
         with cluster.ray_session("auto", False, num_cpus=2) as got:
             assert got is info
             raise RuntimeError("fit failed")
     assert events == [("connect", "auto", {"num_cpus": 2}), ("disconnect", info)]
-    assert "Ray: local Ray, 1 node(s), 2 CPU(s), 0 GPU(s)" in capsys.readouterr().out
+    assert [(r.name, r.levelno) for r in caplog.records] == [("tune.cluster", logging.INFO)]
+    assert "Ray: local Ray, 1 node(s), 2 CPU(s), 0 GPU(s)" in caplog.records[0].getMessage()
 
 
 def test_without_an_address_a_sweep_starts_its_own_ray_not_the_one_a_stale_file_names(monkeypatch):

@@ -4,7 +4,7 @@ import math
 import pandas as pd
 
 from tune.results.status import health
-from xbm.signals import below_raw, collapse_warning, collapsed, trial_flags
+from xbm.signals import below_raw, collapse_message, collapse_warning, collapsed, trial_flags
 
 
 def test_an_epoch_collapsed_only_when_no_positive_pair_reached_the_loss():
@@ -14,6 +14,15 @@ def test_an_epoch_collapsed_only_when_no_positive_pair_reached_the_loss():
     line = collapse_warning({"epoch": 3, "loss": 0.0, "loss_pos_pairs": 0.0}, "trial abc")
     assert line.startswith("warning: trial abc: epoch 3 collapsed: the loss saw no positive pair (loss 0)")
     assert collapse_warning({"epoch": 3, "loss_pos_pairs": 2.0}) is None
+
+
+def test_the_collapse_message_for_a_log_record_leaves_the_level_to_the_record():
+    """Bug caught (issue 55): the sink's logged warning reading ``warning: warning: ...`` on the CLI (whose formatter
+    names the level) or ``WARNING ... warning: ...`` in a notebook's logging format."""
+    metrics = {"epoch": 3, "loss": 0.0, "loss_pos_pairs": 0.0}
+    assert collapse_message(metrics, "trial abc").startswith("trial abc: epoch 3 collapsed")
+    assert collapse_warning(metrics, "trial abc") == "warning: " + collapse_message(metrics, "trial abc")
+    assert collapse_message({"epoch": 3, "loss_pos_pairs": 2.0}) is None
 
 
 def test_below_raw_compares_finite_values_only():

@@ -1,5 +1,7 @@
 """``xbm-tune train`` / ``python -m xbm.train_cli``: files written, exit codes, YAML under --set."""
+import io
 import json
+import sys
 
 import pytest
 import torch
@@ -190,3 +192,28 @@ def test_list_valued_keys_take_commas_and_brackets(tmp_path, value):
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert sorted(k for k in row if k.startswith("recall_at_")) == ["recall_at_1", "recall_at_3"]
     assert TrainConfig.from_dict({"eval_ks": [1, 3], "milestones": "[10, 20]"}).milestones == "10,20"
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal (tqdm draws only there)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("flags, terminal, drawn", [([], True, True), (["--no-progress"], True, False),
+                                                    ([], False, False)])
+def test_the_epochs_and_the_evaluations_embedding_get_bars_only_on_a_terminal_without_no_progress(
+        tmp_path, monkeypatch, flags, terminal, drawn):
+    """Bugs caught (issue 55): bars drawn into a log file or a pipe (tqdm built without ``disable=None``), bars
+    despite ``--no-progress``, or an evaluation's embedding without a bar however long it takes (the trainer's
+    ``eval_progress`` not wired). The evaluation's delay is 0 here, so that the toy run's short pass draws."""
+    import xbm.progress
+
+    monkeypatch.setattr(xbm.progress, "DELAY_S", 0.0)
+    stream = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    toy = [arg for arg in TOY if arg != "--no-progress"]
+    assert train_cli.main([*toy, *flags, "--set", "epochs=1", "--output", str(tmp_path / "out")]) == 0
+    err = stream.getvalue()
+    assert ("epoch 1/1:" in err, "embedding:" in err) == (drawn, drawn), err

@@ -4,7 +4,8 @@ The Parquet file has one row per image: ``path`` (string), ``embedding`` (fixed-
 L2-normalised row) and ``label`` (the class sub-folder's name for a ``FOLDER/<class>/<image>`` layout, else
 null); its schema metadata ``embedder`` holds the export's provenance. ``--on-error stop`` (default) exits 2
 naming an image that cannot be decoded; ``skip`` leaves it out and names it. Exit 2 also for an export
-folder missing a file and a folder without images.
+folder missing a file and a folder without images. A progress bar on stderr counts the images (``xbm.progress``:
+none under ``--no-progress`` or when stderr is not a terminal).
 """
 from __future__ import annotations
 
@@ -35,17 +36,21 @@ def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto (CUDA when present), cpu, cuda:0, ... (default %(default)s)")
     parser.add_argument("--on-error", choices=("stop", "skip"), default="stop",
                         help="an image that cannot be decoded: exit 2 naming it, or skip it (default %(default)s)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar (never drawn when stderr is not a terminal)")
 
 
 def embed_files(embedder, paths: list[str], batch_size: int, device: str, on_error: str,
-                desc: str = "embedding"):
-    """(kept positions, float32 rows [n, d]) of ``paths`` with a progress bar; skipped images are named on
-    stderr. Raises BadImageError under ``on_error=stop``."""
+                desc: str = "embedding", progress: bool = True):
+    """(kept positions, float32 rows [n, d]) of ``paths`` with a progress bar (``progress``: drawn on a terminal,
+    ``xbm.progress.bar``); skipped images are named on stderr. Raises BadImageError under ``on_error=stop``."""
     import torch
     from tqdm import tqdm
 
+    from xbm.progress import bar as progress_bar
+
     positions, rows = [], []
-    with tqdm(total=len(paths), desc=desc, unit="img", dynamic_ncols=True, file=sys.stderr) as bar:
+    with progress_bar(desc=desc, enabled=progress, total=len(paths), unit="img") as bar:
         for batch in embedder.batches(paths, batch_size, device, on_error):
             for _, reason in batch.skipped:
                 tqdm.write(f"skipped: {reason}", file=sys.stderr)
@@ -77,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         paths, labels = list_images(args.images)
         if args.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, but got {args.batch_size}")
-        kept, rows = embed_files(embedder, paths, args.batch_size, args.device, args.on_error)
+        kept, rows = embed_files(embedder, paths, args.batch_size, args.device, args.on_error,
+                                 progress=args.progress)
     except (ValueError, FileNotFoundError, BadImageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,8 @@
-"""``xbm-tune report PATH``: report.md and its figures, written into the sweep folder (``analysis.report``)."""
+"""``xbm-tune report PATH``: report.md and its figures, written into the sweep folder (``analysis.report``).
+
+A progress bar on stderr names the step running (loading, each section, writing) once the report has taken a
+few seconds (``xbm.progress``: none under ``--no-progress`` or when stderr is not a terminal).
+"""
 from __future__ import annotations
 
 import argparse
@@ -10,13 +14,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Write report.md and its figures (figures/*.png) into a sweep folder, from its\n"
                           "Parquet.")
     parser.add_argument("path", metavar="PATH", help="the sweep folder (<storage>/<name>), or a URI")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bar (never drawn when stderr is not a terminal)")
+
+
+class StepBar:
+    """``write_report``'s ``on_step`` on a tqdm bar of its steps: each call ends the step before (one more done)
+    and shows the name of the one beginning."""
+
+    def __init__(self, bar) -> None:
+        self.bar, self.begun = bar, False
+
+    def __call__(self, name: str) -> None:
+        if self.begun:
+            self.bar.update(1)
+        self.begun = True
+        self.bar.set_postfix_str(name)
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis.report import write_report
+    from analysis.report import STEPS, write_report
+    from xbm.progress import DELAY_S, bar
 
     with bad_input():  # not a sweep folder, or its trials.parquet unreadable: exit 2 naming the path
-        path = write_report(args.path, neighbours=trial_neighbours)
+        with bar(desc="report", enabled=getattr(args, "progress", True), delay_s=DELAY_S, total=STEPS,
+                 unit="step") as steps:
+            path = write_report(args.path, neighbours=trial_neighbours, on_step=StepBar(steps))
+            steps.update(1)  # the last step (writing) is done
     print(f"report: {path}")
     return 0
 

@@ -6,6 +6,8 @@ path, label where the folder layout gives one), and with ``--grid`` draws query 
 green/red where both labels are known). A query that is also in the gallery (same path) is not its own
 neighbour. Exit 2 naming what is wrong: an export folder missing a file, a missing folder or file, an image
 that cannot be decoded (``--on-error stop``; ``skip`` leaves it out), a gallery of another embedding size.
+Progress bars on stderr count the gallery's and the queries' images as they are embedded (none under
+``--no-progress`` or when stderr is not a terminal: ``xbm.progress``).
 """
 from __future__ import annotations
 
@@ -58,7 +60,8 @@ def read_gallery(path: str, embedder, args) -> tuple[list[str], "object", list |
         labels = table["label"].to_pylist() if "label" in table.column_names else None
         return table["path"].to_pylist(), rows, labels
     paths, labels = list_images(path)
-    kept, rows = embed_files(embedder, paths, args.batch_size, args.device, args.on_error, "gallery")
+    kept, rows = embed_files(embedder, paths, args.batch_size, args.device, args.on_error, "gallery",
+                             getattr(args, "progress", True))
     return [paths[i] for i in kept], rows, None if labels is None else [labels[i] for i in kept]
 
 
@@ -105,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--gallery {args.gallery} holds {gallery.shape[1]}-dimensional embeddings, but the "
                              f"embedder in {args.export} makes {embedder.embedding_size}: embed it with this export")
         paths, labels = read_queries(args.query)
-        kept, query = embed_files(embedder, paths, args.batch_size, args.device, args.on_error, "queries")
+        kept, query = embed_files(embedder, paths, args.batch_size, args.device, args.on_error, "queries",
+                                  getattr(args, "progress", True))
         paths, labels = [paths[i] for i in kept], None if labels is None else [labels[i] for i in kept]
         results = search(query, gallery, args.k, paths, gallery_paths)
     except (ValueError, FileNotFoundError, BadImageError) as exc:

@@ -3,7 +3,8 @@
 The sweep is checked here first (the same checks as ``xbm-tune sweep``: a mistake exits 2 and submits
 nothing), then sent through Ray's Job Submission API (``JobSubmissionClient.submit_job``) with the
 submission id = the sweep's name. The job's entrypoint is ``xbm-tune sweep`` with the same flags,
-``--name <that name>`` and ``--address auto`` (it runs on the head node and joins the cluster), so the
+``--name <that name>`` and ``--address auto`` (it runs on the head node and joins the cluster), after the
+log flags given before ``submit`` (``xbm-tune --quiet submit ...``: a quiet job), so the
 dashboard's Jobs page lists the sweep by name and shows its driver log, Tune's progress table included.
 The head node must have xbm-tune installed and on its ``PATH`` (start Ray from the project's
 environment), and a YAML space file must be readable there (shipped space names always are).
@@ -47,6 +48,12 @@ def job_argv(argv: Sequence[str], name: str) -> list[str]:
     return ["sweep", *out, "--name", name, "--address", "auto"]
 
 
+def job_entrypoint(argv: Sequence[str], name: str, global_flags: Sequence[str] = ()) -> str:
+    """The job's command line: ``xbm-tune``, the flags given before ``submit`` (``--quiet``, ``-v``), then
+    :func:`job_argv`."""
+    return shlex.join(["xbm-tune", *global_flags, *job_argv(argv, name)])
+
+
 def enable_token_auth_if_available() -> bool:
     """Ray's own rule for clients (``ray start`` applies it): a stored token turns token auth on when
     ``RAY_AUTH_MODE`` is unset; JobSubmissionClient then sends ``Authorization: Bearer <token>``. Returns
@@ -59,13 +66,13 @@ def enable_token_auth_if_available() -> bool:
     return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
 
 
-def submit(argv: Sequence[str], name: str, address: str) -> str:
+def submit(argv: Sequence[str], name: str, address: str, global_flags: Sequence[str] = ()) -> str:
     """Submit the sweep named ``name`` as a job; return the job's submission id (= ``name``)."""
     from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
     enable_token_auth_if_available()
-    entrypoint = shlex.join(["xbm-tune", *job_argv(argv, name)])
+    entrypoint = job_entrypoint(argv, name, global_flags)
     try:
         return _submit_when_ready(lambda: JobSubmissionClient(address), entrypoint, name)
     except AuthenticationError as exc:
@@ -148,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
     with bad_input():  # the sweep's own checks, here, before anything reaches the cluster
         plan = prepare(args.space, options_from(args))
     argv = list(args.argv)
-    forwarded = argv[argv.index("submit") + 1:] if "submit" in argv else argv
-    job_id = submit(forwarded, plan.experiment, args.address)
+    at = argv.index("submit") if "submit" in argv else -1
+    job_id = submit(argv[at + 1:], plan.experiment, args.address, global_flags=argv[:max(at, 0)])
     print(follow_help(job_id, args.address, enable_token_auth_if_available()))
     print(f"results (on the cluster's storage): {plan.results_uri}")
     return 0

@@ -4,7 +4,9 @@ Ray, writing the same output folder as ``xbm-tune train`` (``xbm.train_cli``).
 The command's flags and its one-worker body stay in ``xbm.train_cli`` (no Ray in ``xbm``); this module adds
 ``--workers`` and, for N > 1, starts a local Ray and a ``TorchTrainer`` (gloo on the CPU; NCCL with one GPU
 per worker when the machine has N GPUs). Rank 0 writes ``config.yaml``, ``metrics.jsonl`` / ``metrics.csv``,
-``checkpoint.pt`` and ``best_weights.pt`` as the one-worker run does; the other ranks train in step.
+``checkpoint.pt`` and ``best_weights.pt`` as the one-worker run does; the other ranks train in step. Rank 0 shows
+the one-worker run's progress bars, drawn on this terminal through Ray (``tune.ray_progress``), unless
+``--no-progress`` or stderr is not a terminal.
 Bad input (``--workers 0``, a global batch that does not split into whole classes per rank, fewer GPUs than
 workers on a GPU machine, an occupied output folder) exits 2 before Ray starts.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tune.ray_progress import driver_draws_bars
 from xbm import train_cli
 
 
@@ -37,7 +40,19 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return _fit(cfg, folder, workers, gpus)
+    return _fit(cfg, folder, workers, gpus, driver_draws_bars(getattr(args, "progress", True)))
+
+
+def rank_bars(draw: bool, is_main: bool) -> dict:
+    """The ``Trainer``'s bar arguments on a rank: the one-worker run's bars (``xbm.train_cli.progress_bars``) on
+    rank 0 when the driver draws them, through Ray (``tune.ray_progress.ray_bars``); none on the other ranks,
+    which train in step (one bar per run, not N)."""
+    if not (draw and is_main):
+        return {}
+    from tune.ray_progress import ray_bars
+    from xbm.progress import DELAY_S
+
+    return {"progress": ray_bars(), "eval_progress": ray_bars(DELAY_S)}
 
 
 def _checked(args: argparse.Namespace, workers: int):
@@ -62,7 +77,7 @@ def _checked(args: argparse.Namespace, workers: int):
     return cfg, folder, have >= workers
 
 
-def _fit(cfg, folder, workers: int, gpus: bool) -> int:
+def _fit(cfg, folder, workers: int, gpus: bool, progress: bool = False) -> int:
     import os
 
     import ray
@@ -79,7 +94,7 @@ def _fit(cfg, folder, workers: int, gpus: bool) -> int:
         trainer = TorchTrainer(
             # absolute: a worker's working folder is Ray's, not the user's
             worker_main, train_loop_config={"config": cfg.to_dict(), "folder": os.path.abspath(folder), "cpus": cpus,
-                                            "gpus": gpus},
+                                            "gpus": gpus, "progress": progress},
             torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
             scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus, resources_per_worker={"CPU": cpus}),
             run_config=RunConfig(name="ray_train", storage_path=os.path.abspath(folder),
@@ -114,7 +129,8 @@ def worker_main(job) -> None:
     cfg = cfg.replace(device=str(ray.train.torch.get_device()) if job["gpus"] else "cpu")
     seed_everything(cfg.seed)
     ranks = Ranks.from_process_group()
-    trainer = Trainer(cfg, cpus=use_cpus(job["cpus"]), ranks=ranks)
+    trainer = Trainer(cfg, cpus=use_cpus(job["cpus"]), ranks=ranks,
+                      **rank_bars(job.get("progress", False), ranks.is_main))
     writer = None
     try:
         if not ranks.is_main:

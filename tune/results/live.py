@@ -1,6 +1,7 @@
-"""What a running trial prints to its actor's stdout, so the Ray dashboard's actor logs tell the sweep.
+"""What a running trial shows on its actor's stdout, so the Ray dashboard's actor logs tell the sweep.
 
-Each trial prints, on the actor that runs it (first or reused):
+Each trial logs (INFO, logger ``tune.results.live`` and ``tune.trial.loop``; ``tune.logs.trial_logging`` puts
+them on the actor's stdout as the message alone), on the actor that runs it (first or reused):
 
 * a header when it starts: ``[xbm] trial <id> starts (trial 2 on this actor): <name> config {...}``;
 * one line per epoch: ``[xbm] trial <id> epoch 3/6 loss=2.301 recall_at_1=0.5421 | sweep best
@@ -24,6 +25,7 @@ keeps the repr Ray recorded at the start (the first trial of that actor); docs/s
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sys
 from typing import Any, Mapping
@@ -38,6 +40,8 @@ PREFIX = "[xbm]"
 #: metrics each epoch line shows besides the sweep's metric
 SHOWN = ("loss",)
 _trials_on_this_actor = 0
+
+log = logging.getLogger(__name__)
 
 
 def better(a: float, b: float, mode: str) -> bool:
@@ -124,14 +128,16 @@ def header_line(trial_id: str, trial_name: str, config: Mapping[str, Any], numbe
     return f"{PREFIX} trial {trial_id} starts (trial {number} on this actor): {trial_name} config {text}"
 
 
-def print_header(trial_id: str, trial_name: str, config: Mapping[str, Any]) -> None:
+def log_header(trial_id: str, trial_name: str, config: Mapping[str, Any]) -> None:
+    """The trial's :func:`header_line`, logged at INFO."""
     global _trials_on_this_actor
     _trials_on_this_actor += 1  # one actor per process: this counts the trials this actor ran
-    print(header_line(trial_id, trial_name, config, _trials_on_this_actor), flush=True)
+    log.info("%s", header_line(trial_id, trial_name, config, _trials_on_this_actor))
 
 
 def announce_actor_name(name: str) -> None:
-    """Rename this actor's log prefix (Ray's marker, on both streams: each has its own prefix state)."""
+    """Rename this actor's log prefix (Ray's marker, on both streams: each has its own prefix state). Printed,
+    not logged: it is a line of Ray's protocol, which no handler or level may reformat or drop."""
     from ray._private.ray_constants import LOG_PREFIX_ACTOR_NAME
 
     for stream in (sys.stdout, sys.stderr):

@@ -20,9 +20,13 @@ file as running is completed from its epoch rows).
 it reached its epoch budget (``config.epochs``), ``stopped_early`` when the scheduler stopped it before,
 ``failed`` on an error that exhausted ``max_failures`` or on a non-finite loss (not retried: it is
 deterministic). ``stop_reason`` says why in words, ``error`` holds the exception's message.
+
+A collapsed epoch (``xbm.signals.collapsed``) is logged as a warning naming the trial (logger
+``tune.results.sink``: ``xbm-tune`` prints it on stderr; a notebook routes or silences it with ``logging``).
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -40,7 +44,9 @@ from tune.results.parquet import clean_row, config_fields, given_config, table_f
 from analysis.location import Folder
 from tune.results.keys import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY
 from tune.workers import config_workers, gpu_hours, trial_gpus
-from xbm.signals import collapse_warning, collapsed
+from xbm.signals import collapse_message, collapsed
+
+log = logging.getLogger(__name__)
 
 #: Tune's own bookkeeping keys, not metrics of the run
 _TUNE_KEYS = frozenset(AUTO_RESULT_KEYS) | frozenset(DEBUG_METRICS) | {
@@ -158,9 +164,9 @@ class ParquetSink(Callback):
         self._remember_types(epoch_row)  # before the ~50 config.* columns, which it skips
         epoch_row.update(self._configs[trial.trial_id])
         self.epochs.setdefault(trial.trial_id, {})[epoch] = epoch_row
-        warning = collapse_warning(epoch_row, f"trial {trial.trial_id}")
+        warning = collapse_message(epoch_row, f"trial {trial.trial_id}")
         if warning:
-            print(warning, flush=True)
+            log.warning("%s", warning)
         row["status"] = "running"
         self._summarise(trial, row, result)
         self._write_epochs(trial.trial_id)
@@ -343,6 +349,7 @@ class ParquetSink(Callback):
         self._trials_table, self._trials_rows = table, {t: i for i, t in enumerate(self.trials)}
         self._dirty.clear()
         self._last_trials_write = time.monotonic()
+        log.debug("trials.parquet rewritten: %d trial(s), %d changed", len(self.trials), len(changed))
 
 
 def _error_message(trial) -> str | None:

@@ -8,6 +8,7 @@ the metric (schedulers rank it last).
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -20,6 +21,8 @@ from tune.trial.checkpoints import DEFAULT_PERIOD_S
 
 
 CONFIG_REFUSED = "config refused (see error)"
+
+log = logging.getLogger(__name__)
 
 
 class MissingOnNodeError(FileNotFoundError):
@@ -88,9 +91,9 @@ def deterministic_failure(exc: BaseException, cfg, epoch: int, gpu_share: float)
 
 
 def refused_row(exc: ValueError, metric: str, mode: str, trial_id: str) -> dict[str, Any]:
-    """The error row of a trial whose config ``TrainConfig`` refused (``exc``), printed. As deterministic as the
-    errors above: every retry would be refused again (reported at epoch 1, trained none)."""
-    print(f"{live.PREFIX} trial {trial_id} failed before training: config refused: {exc}", flush=True)
+    """The error row of a trial whose config ``TrainConfig`` refused (``exc``), logged as a warning. As
+    deterministic as the errors above: every retry would be refused again (reported at epoch 1, trained none)."""
+    log.warning("%s trial %s failed before training: config refused: %s", live.PREFIX, trial_id, exc)
     return error_row((1, CONFIG_REFUSED), metric, mode, {}, exc)
 
 

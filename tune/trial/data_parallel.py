@@ -28,6 +28,7 @@ identical, wraps DDP and evaluates on rank 0).
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -36,6 +37,7 @@ from typing import Any, Mapping
 from ray import tune as ray_tune
 from ray.train.v2.api.callback import UserCallback
 
+from tune.logs import trial_logging
 from tune.results import live
 from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
@@ -50,6 +52,8 @@ _RUNNING: dict[str, Any] = {}
 #: the first report of every rank, before any work: it brings the controller's handle to the launcher, so a
 #: trial stopped during its set-up (decode, references, warm-up) is aborted too; never forwarded to Tune
 STARTED_KEY = "xbm_started"
+
+log = logging.getLogger(__name__)
 
 
 class ForwardToTune(UserCallback):
@@ -89,9 +93,10 @@ def run_parallel_trial(config: Mapping[str, Any], metric: str, mode: str, paths:
     from ray.train.torch import TorchConfig, TorchTrainer
     from ray.util.queue import Empty, Queue
 
+    trial_logging()
     context = ray_tune.get_context()
     trial_id = context.get_trial_id()
-    live.print_header(trial_id, context.get_trial_name(), config)
+    live.log_header(trial_id, context.get_trial_name(), config)
     try:
         train_config(config)   # refused before any worker starts: one error row, no retry
     except ValueError as exc:
@@ -153,8 +158,8 @@ def _fail(error: BaseException, config, metric: str, mode: str, last: Mapping[st
     for rank, cause in worker_errors(error).items():
         failure = deterministic_failure(cause, cfg, epoch, gpus)
         if failure is not None:
-            print(f"{live.PREFIX} trial {trial_id} epoch {failure[0]}/{cfg.epochs} failed on rank {rank}: "
-                  f"{failure[1]}", flush=True)
+            log.warning("%s trial %s epoch %s/%s failed on rank %s: %s", live.PREFIX, trial_id, failure[0],
+                        cfg.epochs, rank, failure[1])
             where = {k: last[k] for k in (NODE_KEY, GPU_KEY, RELOCATED_KEY) if k in last}
             ray_tune.report(error_row(failure, metric, mode, where, cause))
             return
@@ -201,6 +206,7 @@ def _run_rank(job: Mapping[str, Any]) -> None:
     from xbm.training.rng import seed_everything
 
     ray.train.report({STARTED_KEY: 1})  # every rank: Train's reports are collective
+    trial_logging()   # rank 0's epoch lines reach this worker's stdout (the dashboard's and the driver's logs)
     rank = ray.train.get_context().get_world_rank()
     config, paths = job["config"], job["paths"]
     moved = {k: v for k, v in paths.items() if config.get(k) != v}

@@ -13,12 +13,14 @@ the next rung. A trial stops when
   0.44-0.46 at epoch 1 against raw pixels' 0.59, 0.63-0.88 later), and ASHA's default grace period is 1,
   so judging there would stop every trial of such a sweep;
 - the sweep's budget is spent (``Budget``): the searcher is told it is finished, trials not started are
-  dropped, and each running trial is stopped at its next result, i.e. when its current epoch ends.
+  dropped, and each running trial is stopped at its next result, i.e. when its current epoch ends (logged
+  once at INFO, logger ``tune.trial.guards``; ``xbm-tune sweep`` ends on the same news).
 
 Each stop writes its reason into ``stop_reasons`` (shared with the Parquet sink, ``stop_reason``).
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ COLLAPSED_EPOCHS = 2
 #: the earliest epoch the below-raw-pixels rule judges (module docstring)
 RAW_MIN_EPOCHS = 3
 BUDGET_REASON = "budget"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,7 @@ class Guards:
         self.spent = self.budget.spent(now - self._started, used)
         if self.spent is None:
             return
-        print(f"{self.spent}: no new trial starts; running trials stop when their current epoch ends", flush=True)
+        log.info("%s: no new trial starts; running trials stop when their current epoch ends", self.spent)
         controller.search_alg.set_finished()
         for trial in trials:
             if trial.status == Trial.PENDING:

@@ -10,6 +10,7 @@ best weights, the checkpoint clock and the cost columns (``setup_s``, ``checkpoi
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -24,6 +25,8 @@ from tune.trial.checkpoints import TRIAL_STATE, BestWeights, CheckpointClock
 CHECKPOINT_FILE = "trainer.pt"
 #: trial-level facts of every row: set-up seconds, the best weights' URI
 SETUP_KEY, BEST_WEIGHTS_KEY = "setup_s", "best_weights"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,8 @@ class TrialLoop:
         for metrics in trainer.fit():
             epoch = self.epoch = int(metrics["epoch"])
             metrics.setdefault(metric, math.nan)  # an epoch eval_every skips: measured nothing
-            print(live.epoch_line(self.trial_id, metrics, cfg.epochs, metric, self.mode,
-                                  live.published_best(self.sweep)), flush=True)
+            log.info("%s", live.epoch_line(self.trial_id, metrics, cfg.epochs, metric, self.mode,
+                                           live.published_best(self.sweep)))
             begun = time.perf_counter()
             # train_on=train+val|all (a refit) holds out nothing to select on: its product is the last epoch's
             self.best.offer(epoch, metrics[metric], model, {"config": cfg.to_dict(), "metric": metric,

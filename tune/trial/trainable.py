@@ -8,12 +8,14 @@ where the time went: ``setup_s``, ``checkpoint_s`` and the trainer's ``train_s``
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Mapping
 
 from ray import tune as ray_tune
 from ray.tune.trainable.function_trainable import wrap_function
 
+from tune.logs import trial_logging
 from tune.results import live
 from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
@@ -24,6 +26,7 @@ from analysis.location import Folder
 # CHECKPOINT_FILE, SETUP_KEY, BEST_WEIGHTS_KEY: re-exported (the loop that writes them moved to tune.trial.loop)
 from tune.trial.loop import BEST_WEIGHTS_KEY, CHECKPOINT_FILE, SETUP_KEY, TrialLoop, tune_reporter  # noqa: F401
 
+log = logging.getLogger(__name__)
 
 
 def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[str, Any] | None = None,
@@ -31,7 +34,8 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     """Train one trial, reporting each epoch (with a checkpoint when ``policy`` says so); resume from
     Tune's checkpoint if any. ``paths`` replace the config's values of those keys (module docstring).
 
-    It prints a header and one line per epoch to the actor's stdout (``tune.results.live``); ``sweep`` is the
+    It logs a header and one line per epoch, which reach the actor's stdout (``tune.results.live``,
+    ``tune.logs.trial_logging``); ``sweep`` is the
     experiment name under which the driver publishes the sweep's best so far. The epoch loop is
     ``tune.trial.loop.TrialLoop``, which rank 0 of a data-parallel trial runs too (``tune.trial.data_parallel``)."""
     started = time.perf_counter()
@@ -44,9 +48,10 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     from xbm.training.rng import seed_everything
 
     free_previous_trial()
+    trial_logging()
     context = ray_tune.get_context()
     trial_id = context.get_trial_id()
-    live.print_header(trial_id, context.get_trial_name(), config)
+    live.log_header(trial_id, context.get_trial_name(), config)
     moved = {k: v for k, v in (paths or {}).items() if config.get(k) != v}
     try:
         cfg = train_config({**config, **moved})
@@ -83,7 +88,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
         failure = deterministic_failure(exc, cfg, loop.epoch, gpu_share)
         if failure is None:  # retried by FailureConfig(max_failures) from the last checkpoint
             raise
-        print(f"{live.PREFIX} trial {trial_id} epoch {failure[0]}/{cfg.epochs} failed: {failure[1]}", flush=True)
+        log.warning("%s trial %s epoch %s/%s failed: %s", live.PREFIX, trial_id, failure[0], cfg.epochs, failure[1])
         # no checkpoint: the last good one stays the trial's last checkpoint
         ray_tune.report(error_row(failure, metric, mode, where, exc))
     finally:

@@ -15,7 +15,7 @@ import math
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -182,11 +182,15 @@ class Embedder:
     Its loaders persist (per dataset and index subset, :data:`EVAL_LOADERS_KEPT` of them), with their worker
     processes: evaluating every epoch must not start workers and pickle the data set every epoch. Its data sets
     are evaluation views (deterministic transforms), so the input batches of a set are kept with its loader
-    while they fit :data:`EVAL_INPUTS_BYTES`, and read again instead of decoded again."""
+    while they fit :data:`EVAL_INPUTS_BYTES`, and read again instead of decoded again. ``progress``: wraps each
+    pass's batches, ``progress(batches, "embedding")`` (e.g. the CLI's bar, drawn once a pass lasts a few
+    seconds: ``xbm.progress``); it must yield every batch."""
 
     def __init__(self, runtime: Runtime, num_workers: int, batch_size: int = EVAL_BATCH,
-                 prepare: Callable = lambda x: x) -> None:
+                 prepare: Callable = lambda x: x, progress: Optional[Callable[[Iterable, str], Iterable]] = None
+                 ) -> None:
         self.runtime = runtime
+        self.progress = progress
         self.num_workers = num_workers
         self.batch_size = batch_size
         self.prepare = prepare  # the batch on its device -> the model's input (the data set's eval statistics)
@@ -236,8 +240,9 @@ class Embedder:
         modes = {m: m.training for m in model.modules()}
         model.eval()
         out, labels = [], []
+        source = kept if kept is not None else entry[1]
         try:
-            for x, y, *_ in kept if kept is not None else entry[1]:
+            for x, y, *_ in source if self.progress is None else self.progress(source, "embedding"):
                 with self.runtime.autocast():
                     out.append(model(self.prepare(self.runtime.to_device(x))).float())
                 labels.append(y)

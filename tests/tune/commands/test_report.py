@@ -2,6 +2,9 @@
 analysis leaves to its caller)."""
 from __future__ import annotations
 
+import io
+import sys
+
 import pytest
 import torch
 
@@ -49,3 +52,46 @@ def test_without_a_neighbours_function_the_report_says_who_draws_the_examples(tm
     rows = b["epoch_rows"]("only", cfg, 0.5, 2)
     folder = b["write_sweep"](tmp_path / "sweep", [b["trial_row"]("only", cfg, rows, "completed")], rows)
     assert "`xbm-tune report` draws them" in write_report(folder).read_text()
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal (tqdm draws only there)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("flags, terminal, drawn", [([], True, True), (["--no-progress"], True, False),
+                                                    ([], False, False)])
+def test_the_reports_steps_get_a_bar_only_on_a_terminal_without_no_progress(tmp_path, monkeypatch, capsys, flags,
+                                                                            terminal, drawn):
+    """Bugs caught (issue 55): a long report (its retrieval examples embed test queries) silent until it ends, its
+    bar drawn into a log file or a pipe, or despite ``--no-progress``; or steps left unnamed. The delay is 0 here, so that the small sweep's quick report draws."""
+    import xbm.progress
+    from analysis.report import LOADING, SECTIONS, STEPS, WRITING
+    from tune.cli import main
+
+    cfg = config("xbn", 0.5, 0)
+    rows = epoch_rows("only", cfg, 0.5, 2)
+    folder = write_sweep(tmp_path / "sweep", [trial_row("only", cfg, rows, "completed")], rows)
+    monkeypatch.setattr(xbm.progress, "DELAY_S", 0.0)
+    stream = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    assert main(["report", str(folder), *flags]) == 0
+    assert capsys.readouterr().out == f"report: {folder / 'report.md'}\n"
+    err = stream.getvalue()
+    named = [name in err for name in (LOADING, SECTIONS[0][0], SECTIONS[-1][0], WRITING, f"/{STEPS} ")]
+    assert named == [drawn] * 5, err   # each step's name is drawn as it begins (set_postfix_str refreshes)
+
+
+def test_write_report_announces_each_step_once_in_order(tmp_path):
+    """Bug caught: a bar whose total (``STEPS``) disagrees with the steps announced, so it stops short or
+    overflows."""
+    from analysis.report import LOADING, SECTIONS, STEPS, WRITING
+
+    cfg = config("xbn", 0.5, 0)
+    rows = epoch_rows("only", cfg, 0.5, 2)
+    folder = write_sweep(tmp_path / "sweep", [trial_row("only", cfg, rows, "completed")], rows)
+    steps = []
+    write_report(folder, on_step=steps.append)
+    assert steps == [LOADING, *(title for title, _ in SECTIONS), WRITING] and len(steps) == STEPS

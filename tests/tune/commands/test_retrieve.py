@@ -1,7 +1,9 @@
 """``xbm-tune retrieve`` (tune/commands/retrieve.py): the known nearest neighbours, a grid, bad input exits 2."""
 from __future__ import annotations
 
+import io
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -91,3 +93,26 @@ def test_bad_input_exits_2_naming_it(setup, capsys, tmp_path):
     bad.write_bytes(b"not an image")
     assert main([*gallery, "--query", str(bad)]) == 2
     assert "bad.png" in capsys.readouterr().err
+
+
+class Terminal(io.StringIO):
+    """A stderr that says it is a terminal (tqdm draws only there)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("flags, terminal, drawn", [([], True, True), (["--no-progress"], True, False),
+                                                    ([], False, False)])
+def test_the_gallery_and_queries_get_bars_only_on_a_terminal_without_no_progress(setup, monkeypatch, capsys, flags,
+                                                                                 terminal, drawn):
+    """Bugs caught (issue 55): retrieve's bars drawn into a log file or a pipe (they were built without
+    ``disable=None``), or despite ``--no-progress``; the neighbours listed either way."""
+    export, root, _, queries = setup
+    stream = Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    assert main(["retrieve", str(export), "--gallery", str(root / "gallery"), "--query", *map(str, queries),
+                 "--k", "1", "--device", "cpu", *flags]) == 0
+    assert len(listed(capsys.readouterr().out)) == len(queries)
+    err = stream.getvalue()
+    assert ("gallery:" in err, "queries:" in err) == (drawn, drawn), err

@@ -112,3 +112,27 @@ def test_the_printed_job_commands_send_the_token_when_auth_is_on():
     on, off = follow_help("s1", "http://h:8265", True), follow_help("s1", "http://h:8265")
     assert "  status:  RAY_AUTH_MODE=token ray job status --address http://h:8265 s1" in on
     assert "  stop:    ray job stop --address http://h:8265 s1" in off and "RAY_AUTH_MODE" not in off
+
+
+def test_the_log_flags_given_before_submit_reach_the_jobs_command_line():
+    """Bug caught (issue 55): ``xbm-tune --quiet submit ...`` running a job that is not quiet (the flags before
+    ``submit`` were dropped with the command's name)."""
+    from tune.commands.submit import job_entrypoint
+
+    assert job_entrypoint(["quickstart"], "qs-1", ["--quiet"]) == (
+        "xbm-tune --quiet sweep quickstart --name qs-1 --address auto")
+    assert job_entrypoint(["quickstart"], "qs-1") == "xbm-tune sweep quickstart --name qs-1 --address auto"
+
+
+def test_submit_splits_the_log_flags_from_the_sweeps(monkeypatch, tmp_path, capsys):
+    """Bug caught: the flags before ``submit`` forwarded as sweep flags (the job's sweep refuses --quiet), or the
+    sweep's flags cut at the wrong place."""
+    import tune.commands.submit as submit
+
+    sent = []
+    monkeypatch.setattr(submit, "submit", lambda argv, name, address, global_flags=(): sent.append(
+        (list(argv), list(global_flags))) or name)
+    monkeypatch.setattr(submit, "enable_token_auth_if_available", lambda: False)
+    assert main(["-q", "submit", "quickstart", "--storage", str(tmp_path), "--address", "http://127.0.0.1:1"]) == 0
+    assert sent == [(["quickstart", "--storage", str(tmp_path), "--address", "http://127.0.0.1:1"], ["-q"])]
+    assert "results (on the cluster's storage)" in capsys.readouterr().out

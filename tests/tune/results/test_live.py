@@ -2,6 +2,7 @@
 (The lines as a real sweep prints them, actor reuse included: tests/tune/test_watch.py.)"""
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 from tune.results import live
@@ -24,12 +25,14 @@ def test_epoch_line_names_trial_epoch_loss_metric_and_the_sweep_best():
         "loss=nan | sweep best loss: none yet")
 
 
-def test_header_names_the_trial_its_config_and_the_count_on_this_actor(capsys, monkeypatch):
-    """Bug caught: a reused actor's second trial is not announced, or the count restarts per trial."""
+def test_header_names_the_trial_its_config_and_the_count_on_this_actor(caplog, monkeypatch):
+    """Bug caught: a reused actor's second trial is not announced, or the count restarts per trial. (On the
+    actor's stdout: tests/tune/test_logs.py and, in a real sweep, test_watch.py.)"""
     monkeypatch.setattr(live, "_trials_on_this_actor", 0)
-    live.print_header("t1", "t1_kind=xbn", {"seed": 0, "normaliser.kind": "xbn"})
-    live.print_header("t2", "t2_kind=none", {"normaliser.kind": "none"})
-    first, second = capsys.readouterr().out.splitlines()
+    caplog.set_level(logging.INFO, logger="tune.results.live")
+    live.log_header("t1", "t1_kind=xbn", {"seed": 0, "normaliser.kind": "xbn"})
+    live.log_header("t2", "t2_kind=none", {"normaliser.kind": "none"})
+    first, second = [r.getMessage() for r in caplog.records if r.name == "tune.results.live"]
     assert first == '[xbm] trial t1 starts (trial 1 on this actor): t1_kind=xbn config {"normaliser.kind": "xbn", "seed": 0}'
     assert second.startswith("[xbm] trial t2 starts (trial 2 on this actor): t2_kind=none config")
 

@@ -3,6 +3,7 @@ continuous epochs (FailureConfig(max_failures)), a NaN loss ends its trial as fa
 goes on, and a killed driver followed by ``resume`` finishes the sweep without duplicated or lost rows."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -70,13 +71,14 @@ def test_killed_trial_is_retried_from_its_checkpoint_and_nan_fails_alone(ray_ses
 
 
 @pytest.mark.slow
-def test_killed_driver_then_resume_finishes_the_sweep(ray_session, killed_driver, tmp_path, capsys):
+def test_killed_driver_then_resume_finishes_the_sweep(ray_session, killed_driver, tmp_path, caplog):
     """Bugs caught: resume losing or repeating rows; and a driver killed while Tune copied its experiment state
     (a file of 0 bytes, seen in CI), after which Tune restarted the sweep and its trial failed without a config:
     resume puts back the last whole snapshot (tune/results/state_backup.py; test_s3.py resumes an intact one)."""
     killed = killed_driver(ray.get_runtime_context().gcs_address, str(tmp_path / "out"))
     torn = killed.tear_state()
-    result = resume_sweep(killed.uri, dashboard=False)
-    assert f"resume: {torn} torn" in capsys.readouterr().out
+    with caplog.at_level(logging.WARNING, logger="tune.sweep"):
+        result = resume_sweep(killed.uri, dashboard=False)
+    assert f"resume: {torn} torn" in caplog.text
     assert result.exit_code() == 0
     killed.assert_finished_once(result.trials)

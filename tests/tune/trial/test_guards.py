@@ -3,6 +3,7 @@ real toy sweeps: a collapsing trial stopped at its second collapsed epoch, one b
 period, both kept with --no-stop-collapsed, and a time budget that ends a sweep with complete Parquet."""
 from __future__ import annotations
 
+import logging
 import math
 
 import pyarrow.parquet as pq
@@ -85,6 +86,31 @@ def test_budget_spent_by_time_or_gpu_hours():
     assert Budget(time_s=60).spent(60.0, 0.0).startswith("budget: the time budget (1m)")
     assert Budget(gpu_hours=10).spent(1e9, 9.99) is None
     assert "GPU-hour budget (10 h" in Budget(gpu_hours=10).spent(0.0, 10.0)
+
+
+def test_a_spent_budget_is_logged_once_at_info_and_drops_the_pending_trials(caplog):
+    """Bugs caught (issue 55): the budget message printed to stdout, so a notebook could neither silence nor
+    route it (it is an INFO record of ``tune.trial.guards``: ``xbm-tune --quiet`` hides it, the sweep's last
+    line still says why it ended); or said again at every later result."""
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+
+    stopped, finished = [], []
+    pending = SimpleNamespace(trial_id="p", status=Trial.PENDING, last_result={}, config={})
+    controller = SimpleNamespace(get_trials=lambda: [pending], stop_trial=stopped.append,
+                                 search_alg=SimpleNamespace(set_finished=lambda: finished.append(True)))
+    guards = Guards({}, budget=Budget(time_s=60), gpus_per_worker=0.0)
+    times = iter([0.0, 30.0, 90.0, 120.0])
+    guards.clock = lambda: next(times)
+    caplog.set_level(logging.INFO, logger="tune.trial.guards")
+    for _ in range(4):
+        guards.check_budget(controller)
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("tune.trial.guards", logging.INFO, "budget: the time budget (1m) was spent: no new trial starts; running "
+                                            "trials stop when their current epoch ends")]
+    assert stopped == [pending] and finished == [True]
+    assert guards.stop_reasons == {"p": "budget: the time budget (1m) was spent before it started"}
 
 
 @pytest.mark.parametrize("name", sorted(SCHEDULERS))

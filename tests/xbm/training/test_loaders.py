@@ -89,6 +89,27 @@ def test_a_sets_inputs_are_read_once_and_embedded_again_from_memory():
     assert embed._inputs_bytes == 43 * (3 * 4 + 8)   # float32 rows of 3 and int64 labels
 
 
+def test_each_pass_goes_through_the_progress_hook_read_or_kept_and_embeds_the_same(monkeypatch):
+    """Bug caught (issue 55): an evaluation's embedding without a progress bar however long it takes, or the
+    hook given only the loader's first pass (the kept batches of later epochs bypassing it), or a wrapped pass
+    embedding other rows than the bare one."""
+    passes = []
+
+    def progress(batches, desc):
+        passes.append((desc, len(batches)))
+        return iter(list(batches))
+
+    data = CountingDataset()
+    model = torch.nn.Linear(3, 2)
+    bare, _ = Embedder(Runtime.from_config("cpu", "off", False), 0, batch_size=16)(model, data)
+    embed = Embedder(Runtime.from_config("cpu", "off", False), 0, batch_size=16, progress=progress)
+    first, labels = embed(model, data)            # read by its loader
+    second, _ = embed(model, data)                # from the kept batches
+    probe, _ = embed(model, data, torch.tensor([1, 2]), keep=False)
+    assert passes == [("embedding", 3), ("embedding", 3), ("embedding", 1)]
+    assert torch.equal(first, bare) and torch.equal(second, bare) and torch.equal(probe, bare[1:3])
+
+
 def test_inputs_over_the_budget_are_read_again_and_evicted_loaders_give_their_bytes_back(monkeypatch):
     """Bugs caught: kept inputs growing without bound (the host's memory), and bytes still counted for the
     inputs of an evicted loader, so that after a few staleness probes nothing is kept any more."""
