@@ -114,13 +114,31 @@ def study_tables(out: str | Path) -> StudyTables:
                        spearman, scorings)
 
 
-def plot_curves(tables: StudyTables, path: Path) -> Path:
+def _axes(size: tuple[float, float]):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    return plt.subplots(figsize=size)
+
+
+def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_curves(tables: StudyTables, path: Path) -> Path:
+    """Each sweep trial's val_oneshot_error per epoch, the chosen one in colour, the validation references."""
+    fig, ax = _axes((7, 4.2))
     for trial, g in tables.curves.groupby("trial_id"):
         chosen = trial == tables.chosen["trial_id"]
         ax.plot(g["epoch"], g[METRIC], color="C3" if chosen else "0.6", lw=2.2 if chosen else 0.9,
@@ -129,34 +147,18 @@ def plot_curves(tables: StudyTables, path: Path) -> Path:
         if key in tables.val_references:
             ax.axhline(tables.val_references[key], color="k", ls=style, lw=1,
                        label=key.replace("reference_", "").replace("_oneshot_error", "") + " (validation)")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("val_oneshot_error (%)")
-    ax.set_title("The sweep's trials on the held-out alphabets' one-shot episodes")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, "epoch", "val_oneshot_error (%)",
+                 "The sweep's trials on the held-out alphabets' one-shot episodes")
 
 
 def plot_val_vs_test(tables: StudyTables, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Each refit's error on the real runs against its variant's validation run of the same seed."""
     joined = tables.refits.merge(tables.validation, on=["variant", "seed"], suffixes=("", "_val"))
-    fig, ax = plt.subplots(figsize=(5, 4.2))
+    fig, ax = _axes((5, 4.2))
     for i, (variant, g) in enumerate(joined.groupby("variant")):
         ax.scatter(g[METRIC], g["error"], label=variant, color=f"C{i}")
-    ax.set_xlabel("val_oneshot_error, last epoch (%)")
-    ax.set_ylabel("error on the 20 real runs (%)")
-    ax.set_title("Validation against test, per variant and seed")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, "val_oneshot_error, last epoch (%)", "error on the 20 real runs (%)",
+                 "Validation against test, per variant and seed")
 
 
 def _fmt(row) -> str:
