@@ -50,7 +50,7 @@ class DelayedBar:
 
 def _length(batches: Iterable) -> Optional[int]:
     try:
-        return len(batches)  # type: ignore[arg-type]
+        return len(batches)  # type: ignore[arg-type]  # an Iterable may have no len(): the TypeError below
     except TypeError:
         return None
 

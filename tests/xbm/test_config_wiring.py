@@ -110,8 +110,48 @@ def _train_on(key, fx):
     rows = {on: list(tiny_trainer(val_fraction=0.25, train_on=on).fit())[0] for on in ("train", "train+val", "all")}
     train, val = (len(s.labels.unique()) for s in (split.splits.train, split.splits.val.query))
     assert rows["train"]["train_classes"] == train and rows["train+val"]["train_classes"] == train + val
-    assert rows["all"]["train_classes"] == split.splits.num_classes > train + val
-    assert [rows[on]["eval_split"] for on in ("train", "train+val", "all")] == ["val", "test", "train"]
+    # all: every class but the validation ones (val_fraction > 0 holds them out), then every class (0)
+    assert rows["all"]["train_classes"] == split.splits.num_classes - val > train
+    every = list(tiny_trainer(val_fraction=0.0, train_on="all").fit())[0]
+    assert every["train_classes"] == split.splits.num_classes
+    assert [rows[on]["eval_split"] for on in ("train", "train+val", "all")] == ["val", "test", "val"]
+    assert every["eval_split"] == "train"
+
+
+def _omniglot(fx, **values):
+    """A tiny trainer on an Omniglot-layout fixture of 4 alphabets x 4 characters x 4 drawers."""
+    root = fx.tmp_path / "omniglot4"
+    if not root.exists():
+        make_drawings(root, alphabets=("Alpha", "Beta", "Gamma", "Delta"), characters=4, drawers=4)
+    return tiny_trainer(dataset="omniglot", data_root=str(root), image_size=16, batch_size=8, samples_per_class=2,
+                        **values)
+
+
+def _val_by(key, fx):
+    """``val_by=superclass`` holds out whole alphabets (named in the row); ``class`` single characters."""
+    by_alphabet = _omniglot(fx, val_fraction=0.5, val_by="superclass", train_on="all")
+    sup = by_alphabet.splits.superclass_of
+    held = set(sup[by_alphabet.splits.val.query.labels].tolist())
+    assert len(held) == 2 and held.isdisjoint(sup[by_alphabet.splits.train.labels].tolist())
+    assert list(by_alphabet.fit())[0]["val_superclasses"] == ",".join(by_alphabet.splits.val_superclasses)
+    by_class = _omniglot(fx, val_fraction=0.5, train_on="all")
+    assert by_class.splits.val_superclasses == () and len(by_class.splits.val.query.labels.unique()) == 4
+
+
+def _oneshot_episodes(key, fx):
+    """The number of one-shot episodes reaches the validation split and its row's ``val_oneshot_error``; 0: none."""
+    three = _omniglot(fx, val_fraction=0.5, val_by="superclass", train_on="all", oneshot_episodes=3)
+    row = list(three.fit())[0]
+    assert len(three.splits.val.episodes) == 3 and 0.0 <= row["val_oneshot_error"] <= 100.0
+    none = _omniglot(fx, val_fraction=0.5, val_by="superclass", train_on="all", oneshot_episodes=0)
+    assert none.splits.val.episodes is None and "val_oneshot_error" not in list(none.fit())[0]
+
+
+def _omniglot_rotations(key, fx):
+    """Four rotations: four classes per character, the drawings four times over."""
+    plain, turned = (_omniglot(fx, omniglot_rotations=k) for k in (1, 4))
+    assert turned.splits.num_classes == 4 * plain.splits.num_classes
+    assert len(turned.splits.train) == 4 * len(plain.splits.train)
 
 
 def _eval_every(key, fx):
@@ -320,6 +360,9 @@ EFFECTS: dict[str, Any] = {
                               (True, 1)),
     "evaluate_test": Check(_evaluate_test),
     "train_on": Check(_train_on),
+    "val_by": Check(_val_by),
+    "oneshot_episodes": Check(_oneshot_episodes),
+    "omniglot_rotations": Check(_omniglot_rotations),
     "eval_every": Check(_eval_every),
     "eval_ks": Check(_eval_ks),
     "eval_nmi": Check(_eval_nmi),
