@@ -15,7 +15,7 @@ import math
 import os
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence, cast
 
 import numpy as np
 import torch
@@ -240,7 +240,7 @@ class Embedder:
         modes = {m: m.training for m in model.modules()}
         model.eval()
         out, labels = [], []
-        source = kept if kept is not None else entry[1]
+        source = cast(Iterable, kept if kept is not None else entry[1])   # the entry's kept batches or loader
         try:
             for x, y, *_ in source if self.progress is None else self.progress(source, "embedding"):
                 with self.runtime.autocast():
