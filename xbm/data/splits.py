@@ -35,12 +35,19 @@ def pick_val_classes(train_classes: np.ndarray, val_fraction: float, dataset: st
     if groups is not None:
         picked = pick_val_classes(np.unique(groups), val_fraction, dataset)
         return np.sort(train_classes[np.isin(groups, picked)])
-    n_val = max(1, int(round(val_fraction * len(train_classes))))
-    if n_val >= len(train_classes):
-        raise ValueError(f"val_fraction={val_fraction} leaves no training class in {dataset!r} "
-                         f"({len(train_classes)} training classes, {n_val} for validation); lower val_fraction")
+    return _draw(train_classes, val_fraction, lambda n_val: (
+        f"val_fraction={val_fraction} leaves no training class in {dataset!r} ({len(train_classes)} training "
+        f"classes, {n_val} for validation); lower val_fraction"))
+
+
+def _draw(keys: np.ndarray, val_fraction: float, too_many) -> np.ndarray:
+    """``round(val_fraction * len(keys))`` (at least 1) of ``keys``, sorted, drawn with :data:`VAL_SPLIT_SEED`;
+    ValueError(``too_many(n_val)``) when that leaves none."""
+    n_val = max(1, int(round(val_fraction * len(keys))))
+    if n_val >= len(keys):
+        raise ValueError(too_many(n_val))
     rng = np.random.default_rng(VAL_SPLIT_SEED)
-    return np.sort(rng.permutation(np.sort(train_classes))[:n_val])
+    return np.sort(rng.permutation(np.sort(keys))[:n_val])
 
 
 def pick_val_superclasses(superclasses: np.ndarray, val_fraction: float, dataset: str) -> np.ndarray:
@@ -48,13 +55,9 @@ def pick_val_superclasses(superclasses: np.ndarray, val_fraction: float, dataset
     the same fixed seed as :func:`pick_val_classes`; 0 -> none."""
     if val_fraction <= 0.0:
         return superclasses[:0]
-    n_val = max(1, int(round(val_fraction * len(superclasses))))
-    if n_val >= len(superclasses):
-        raise ValueError(f"val_fraction={val_fraction} with val_by=superclass leaves no training super-class in "
-                         f"{dataset!r} ({len(superclasses)} super-classes, {n_val} for validation); lower "
-                         "val_fraction or use val_by=class")
-    rng = np.random.default_rng(VAL_SPLIT_SEED)
-    return np.sort(rng.permutation(np.sort(superclasses))[:n_val])
+    return _draw(superclasses, val_fraction, lambda n_val: (
+        f"val_fraction={val_fraction} with val_by=superclass leaves no training super-class in {dataset!r} "
+        f"({len(superclasses)} super-classes, {n_val} for validation); lower val_fraction or use val_by=class"))
 
 
 def _val_keys(raw: RawData, labels: np.ndarray, train_part: np.ndarray, every: np.ndarray, val_fraction: float,
