@@ -204,10 +204,14 @@ class Study:
     def score(self, log: str, export: Path, out: Path, what: str) -> None:
         """One scoring of the real runs (the test set), counted in scorings.csv."""
         self.run(log, "oneshot", str(export), "--runs", self.args.runs, "--out", str(out), "--device", "cpu")
+        self.count_scoring(what, out.name)
+
+    def count_scoring(self, what: str, file: str) -> None:
+        """A line of scorings.csv: every time the real runs were scored, and by what."""
         with open(self.out / "scorings.csv", "a") as handle:
             if handle.tell() == 0:
                 handle.write("time,what,parquet\n")
-            handle.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())},{what},{out.name}\n")
+            handle.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())},{what},{file}\n")
 
     # ---- 4. references -----------------------------------------------------------------------------------
     def references(self, chosen: dict) -> None:
@@ -217,9 +221,8 @@ class Study:
         export = self.out / "exports" / f"{chosen['variant']}-s{self.seeds()[0]}"
         rows = real_run_references(export, self.args.runs, seed=self.seeds()[0])
         path.write_text("reference,run,error\n" + "".join(f"{k},{run},{e!r}\n" for k, run, e in rows))
-        with open(self.out / "scorings.csv", "a") as handle:
-            for kind in ("raw pixels", "untrained model"):
-                handle.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())},{kind},{path.name}\n")
+        for kind in ("raw pixels", "untrained model"):
+            self.count_scoring(kind, path.name)
 
     def main(self) -> None:
         self.record_invocation()
