@@ -5,8 +5,9 @@
 2. the choice: the sweep trial ``refit --best`` takes (completed before stopped early, then the lowest
    ``best_val_oneshot_error``), written to ``OUT_DIR/chosen.yaml`` as ``xbm-tune train --config`` reads it (every
    class, the refit's epochs) and never chosen on the real runs;
-3. the memory comparison at the chosen configuration, the chosen variant first: for ``normaliser.kind`` none, xbm,
-   xbn, pcxbn (``none``: the memory off), each seed ``s0+1 .. s0+N``
+3. the memory comparison at the chosen configuration: for ``normaliser.kind`` none, xbm, xbn, pcxbn (``none``:
+   the memory off), each seed ``s0+1 .. s0+N``; the chosen variant's refits over every seed first, then a seed at a
+   time, every variant's refit and then its validation run (a stopped study holds whole seeds)
    - ``refit --trial CHOSEN --classes all --seeds 1 --seed-start s``, exported and scored once on the 20 real
      runs (``xbm-tune oneshot``): ``OUT_DIR/oneshot/<variant>-s<seed>.parquet``;
    - ``confirm --top 1 --seeds 1 --seed-start s`` (the alphabets held out as the sweep held them): the variant's
@@ -232,13 +233,16 @@ class Study:
               f"{chosen[f'best_{METRIC}']}", flush=True)
         variants = [v for v in self.args.variants.split(",")]
         variants.sort(key=lambda v: v != chosen["variant"])   # the chosen configuration first
-        for variant in variants:
+        if chosen["variant"] in variants:   # its refits over every seed first: the study's answer
             for seed in self.seeds():
+                self.refit(chosen, chosen["variant"], seed)
+            self.references(chosen)
+        # then a seed at a time, every variant's refit and validation run: a study stopped part-way holds whole
+        # seeds (paired differences and the rank correlation need every variant), not some variants' seeds
+        for seed in self.seeds():
+            for variant in variants:
                 self.refit(chosen, variant, seed)
-            if variant == chosen["variant"]:
-                self.references(chosen)
-        for variant in variants:
-            for seed in self.seeds():
+            for variant in variants:
                 self.validate(chosen, variant, seed)
         from analysis.oneshot_study import write_summary
 
