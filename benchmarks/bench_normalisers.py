@@ -25,7 +25,7 @@ import torch
 from pytorch_metric_learning import losses, miners
 
 from xbm.normalisers import NormaliserConfig, build_normaliser
-from xbm.normalisers.config import KINDS
+from xbm.registries import NORMALISERS as KINDS
 
 
 def timed(fns: dict[str, Callable[[], object]], repeats: int, device: torch.device) -> dict[str, float]:

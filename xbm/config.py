@@ -15,22 +15,16 @@ from typing import Any, Callable, Mapping, get_type_hints
 
 from xbm.checks import checker
 from xbm.normalisers.config import NormaliserConfig
+from xbm.registries import AUGMENTS, LOSS_DISTANCES, LOSSES, MINER_DISTANCES, OBJECTIVES, OPTIMIZERS
 
 MINER_KINDS = ("auto", "pair_margin", "none")   # auto: follows the loss (resolve_miner_kind)
-# the values of loss.kind (xbm.losses.kinds owns the registry; repeated here so config stays torch-free)
-LOSS_KINDS = ("supcon", "contrastive", "triplet", "multi_similarity", "ntxent")
-LOSS_DISTANCES = ("cosine", "lp")
-MINER_DISTANCES = ("lp", "lp_raw", "cosine")
-OPTIMIZERS = ("adamw", "adam", "sgd")   # xbm.training.optim owns them; repeated so config stays torch-free
 SCHEDULES = ("step", "cosine", "multistep")
 AMP_MODES = ("off", "fp16", "bf16", "auto")
 COMPILE_MODES = ("off", "default", "max-autotune")  # torch.compile of the model (mode), or none
 SYNC_BN = ("auto", "on", "off")   # BatchNorm over the global batch of a data-parallel run (auto: on with workers > 1)
-# the values of augment / normalize (xbm.data.augment owns them; repeated here so config stays torch-free)
-AUGMENT = ("auto", "none", "shift", "metric", "randaugment", "papers")
+# augment: a preset of xbm.registries.AUGMENTS, or auto (the data set's own); normalize: the input statistics
+AUGMENT = ("auto", *AUGMENTS)
 NORMALIZE = ("auto", "imagenet", "dataset", "none")
-# the values of objective (xbm.objectives owns the registry; repeated here so config stays torch-free)
-OBJECTIVES = ("supervised", "instance", "moco", "neighbours")
 # normalisers that read class (or super-class) labels: meaningless, or a label leak, without labels
 LABELLED_NORMALISERS = ("pcxbn", "scxbn")
 # keys a run takes mid-way, from its next step on (population-based training's explore): each is read
@@ -204,7 +198,7 @@ class LossConfig:
     ms_epsilon: float = 0.1
 
     def __post_init__(self) -> None:
-        _check(self.kind in LOSS_KINDS, "loss.kind", f"one of {list(LOSS_KINDS)}", self.kind)
+        _check(self.kind in LOSSES, "loss.kind", f"one of {list(LOSSES)}", self.kind)
         _check(self.temperature > 0.0, "loss.temperature", "> 0", self.temperature)
         _check(self.distance in LOSS_DISTANCES, "loss.distance", f"one of {list(LOSS_DISTANCES)}", self.distance)
         if self.kind == "contrastive":

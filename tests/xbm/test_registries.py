@@ -1,5 +1,5 @@
-"""Every registry's names are defined once, in the torch-free vocabulary (xbm.config, xbm.normalisers.config),
-and each registry of builders holds exactly those names, in that order."""
+"""Every registry is one torch-free table (xbm.registries): each name resolves to a builder, the config validates
+against the same table, and no list of names is written twice."""
 from __future__ import annotations
 
 import ast
@@ -8,33 +8,47 @@ from pathlib import Path
 
 import pytest
 
-import xbm.config as config
-import xbm.normalisers.config as normaliser_config
+import xbm.registries as registries
+from xbm.registries import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
+TABLES = {name: table for name, table in vars(registries).items() if isinstance(table, Registry)}
 
 
-def registries():
-    from xbm.data.augment import PRESETS
-    from xbm.losses.criteria import DISTANCES
-    from xbm.losses.kinds import LOSS_DISTANCES, LOSSES
-    from xbm.normalisers.registry import NORMALISERS
-    from xbm.objectives.registry import REGISTRY
-    from xbm.training import optim
-
-    return {"optimizer": (optim.OPTIMIZERS, config.OPTIMIZERS), "schedule": (optim.SCHEDULES, config.SCHEDULES),
-            "loss.kind": (LOSSES, config.LOSS_KINDS), "loss.distance": (LOSS_DISTANCES, config.LOSS_DISTANCES),
-            "miner.distance": (DISTANCES, config.MINER_DISTANCES), "objective": (REGISTRY, config.OBJECTIVES),
-            "normaliser.kind": (NORMALISERS, normaliser_config.KINDS),
-            "augment": (("auto", *PRESETS), config.AUGMENT)}
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_every_name_of_a_registry_resolves_to_a_builder(name):
+    """Bug caught: a name the config accepts whose builder was renamed or moved (the config validates a value, the
+    run fails when it builds it, after the sweep started)."""
+    table = TABLES[name]
+    for key in table:
+        assert callable(table[key]), f"{name}[{key!r}] -> {table.where(key)} is not callable"
 
 
-@pytest.mark.parametrize("key", sorted(registries()))
-def test_each_registry_holds_the_names_the_config_accepts(key):
-    """Bug caught: a builder added to a registry but not to the config's list (the config refuses a value that
-    would train), or a name the config accepts with no builder (a run that fails after the sweep started)."""
-    built, named = registries()[key]
-    assert tuple(built) == tuple(named)
+def test_a_name_outside_a_registry_is_refused_naming_the_key_and_the_choices():
+    """Bug caught: a bare KeyError (or a silent default) for a typo in a builder's name."""
+    with pytest.raises(ValueError, match=r"loss.kind must be one of \['supcon', .*but got 'supconn'"):
+        registries.LOSSES.build("supconn")
+    with pytest.raises(KeyError):
+        registries.LOSSES["supconn"]
+
+
+def test_the_config_validates_each_choice_against_its_registry():
+    """Bug caught: a config check reading a list of its own again (a name added to the registry then refused)."""
+    from xbm.config import TrainConfig
+
+    for key, table in (("optimizer", registries.OPTIMIZERS), ("objective", registries.OBJECTIVES),
+                       ("loss.kind", registries.LOSSES), ("loss.distance", registries.LOSS_DISTANCES),
+                       ("miner.distance", registries.MINER_DISTANCES), ("normaliser.kind", registries.NORMALISERS),
+                       ("augment", registries.AUGMENTS)):
+        with pytest.raises(ValueError, match=key.split(".")[-1]):
+            TrainConfig.from_dict({key: "no-such-name"})
+        assert "no-such-name" not in table
+
+
+def test_each_augment_preset_is_named_as_its_registry_entry():
+    """Bug caught: an ``augment`` name building another preset (its class's own ``name`` differs)."""
+    for name in registries.AUGMENTS:
+        assert registries.AUGMENTS[name].name == name
 
 
 # module-level names that each data set module defines for itself (equal values are a coincidence of papers)

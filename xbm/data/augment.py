@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from xbm.config import AUGMENT, NORMALIZE
+from xbm.registries import AUGMENTS
 from xbm.data.style import ImageStyle
 from xbm.data.transforms import IMAGENET_MEAN, IMAGENET_STD
 EVAL_CROP = 0.875
@@ -193,7 +194,8 @@ class Papers(RandAugment):
         return InputNorm(stats)   # float samples pass unchanged (erased and normalised per sample)
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (NoAugment(), Shift(), Metric(), RandAugment(), Papers())}
+# one instance of each preset of xbm.registries.AUGMENTS
+PRESETS: dict[str, Preset] = {name: AUGMENTS[name]() for name in AUGMENTS}
 
 
 def preset(name: str, style: ImageStyle) -> Preset:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from pytorch_metric_learning import distances, losses, miners
@@ -27,12 +27,11 @@ from xbm.config import LossConfig, MinerConfig, resolve_miner_kind
 from xbm.losses.pair_masks import loss_from_masks, pair_masks, supports_masks
 from xbm.losses.kinds import own_miner
 from xbm.losses.valid_negatives import valid_negatives
+from xbm.registries import MINER_DISTANCES
 
-DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
-    "lp": distances.LpDistance,
-    "lp_raw": lambda: distances.LpDistance(normalize_embeddings=False),
-    "cosine": distances.CosineSimilarity,
-}
+def raw_lp_distance() -> distances.BaseDistance:
+    """``miner.distance=lp_raw`` (xbm.registries.MINER_DISTANCES): Euclidean on the embeddings as they are."""
+    return distances.LpDistance(normalize_embeddings=False)
 
 
 def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
@@ -41,7 +40,7 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
     if cfg.kind == "none":
         return None
     return miners.PairMarginMiner(pos_margin=cfg.pos_margin, neg_margin=cfg.neg_margin,
-                                  distance=DISTANCES[cfg.distance]())
+                                  distance=MINER_DISTANCES[cfg.distance]())
 
 
 def build_pair_miner(loss: LossConfig, miner: MinerConfig) -> Optional[nn.Module]:

@@ -1,4 +1,4 @@
-"""The pair-loss registry (``loss.kind``): one dict kind -> builder, each pytorch-metric-learning's loss.
+"""The pair losses' builders (``loss.kind``, named in :data:`xbm.registries.LOSSES`), each pytorch-metric-learning's loss.
 
 - ``supcon``: SupCon (Khosla et al. 2020, Eq. 2), PML ``SupConLoss(temperature)`` without its host reads
   (:class:`xbm.losses.pair_masks.SupConLoss`), so it runs on pair masks.
@@ -20,34 +20,40 @@ the contrastive loss and NT-Xent run on pair masks (:mod:`xbm.losses.pair_masks`
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 from pytorch_metric_learning import distances, losses, miners
 from torch import nn
 
 from xbm.config import LossConfig
 from xbm.losses.pair_masks import SupConLoss
+from xbm.registries import LOSS_DISTANCES, LOSSES
 
-LOSS_DISTANCES: dict[str, Callable[[], distances.BaseDistance]] = {
-    "cosine": distances.CosineSimilarity,
-    "lp": distances.LpDistance,   # Euclidean after L2-normalising (PML's default)
-}
+# the builders of xbm.registries.LOSSES: LossConfig -> the loss (its distance from LOSS_DISTANCES)
+def supcon(cfg: LossConfig) -> nn.Module:
+    return SupConLoss(temperature=cfg.temperature)
 
-LOSSES: dict[str, Callable[[LossConfig], nn.Module]] = {
-    "supcon": lambda cfg: SupConLoss(temperature=cfg.temperature),
-    "contrastive": lambda cfg: losses.ContrastiveLoss(pos_margin=cfg.pos_margin, neg_margin=cfg.neg_margin,
-                                                      distance=LOSS_DISTANCES[cfg.distance]()),
-    "triplet": lambda cfg: losses.TripletMarginLoss(margin=cfg.margin, distance=LOSS_DISTANCES[cfg.distance]()),
-    "multi_similarity": lambda cfg: losses.MultiSimilarityLoss(alpha=cfg.alpha, beta=cfg.beta, base=cfg.base),
-    "ntxent": lambda cfg: losses.NTXentLoss(temperature=cfg.temperature),
-}
+
+def contrastive(cfg: LossConfig) -> nn.Module:
+    return losses.ContrastiveLoss(pos_margin=cfg.pos_margin, neg_margin=cfg.neg_margin,
+                                  distance=LOSS_DISTANCES[cfg.distance]())
+
+
+def triplet(cfg: LossConfig) -> nn.Module:
+    return losses.TripletMarginLoss(margin=cfg.margin, distance=LOSS_DISTANCES[cfg.distance]())
+
+
+def multi_similarity(cfg: LossConfig) -> nn.Module:
+    return losses.MultiSimilarityLoss(alpha=cfg.alpha, beta=cfg.beta, base=cfg.base)
+
+
+def ntxent(cfg: LossConfig) -> nn.Module:
+    return losses.NTXentLoss(temperature=cfg.temperature)
 
 
 def build_loss(cfg: LossConfig) -> nn.Module:
     """The pair loss of ``cfg.kind``."""
-    if cfg.kind not in LOSSES:
-        raise ValueError(f"loss.kind must be one of {sorted(LOSSES)}, but got {cfg.kind!r}")
-    return LOSSES[cfg.kind](cfg)
+    return LOSSES.build(cfg.kind)(cfg)
 
 
 def own_miner(cfg: LossConfig) -> Optional[nn.Module]:

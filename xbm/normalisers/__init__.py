@@ -12,6 +12,6 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "base": ["Normaliser"],
     "config": ["NormaliserConfig"],
-    "registry": ["NORMALISERS", "build_normaliser"],
+    "registry": ["NORMALISERS", "build_normaliser"],   # NORMALISERS: xbm.registries's, re-exported
     "stats": ["Moments"],
 })

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xbm.checks import checker
+from xbm.registries import NORMALISERS
 
-KINDS = ("none", "xbn", "axbn", "ema", "pcxbn", "scxbn")
 ABSENT = ("global", "skip")
 #: ``kalman_r``'s default: the AXBN paper's r (§5.1, with q = 1 at |B| = 64)
 KALMAN_R = 0.01
@@ -49,7 +49,7 @@ class NormaliserConfig:
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        _check(self.kind in KINDS, "kind", f"one of {list(KINDS)}", self.kind)
+        _check(self.kind in NORMALISERS, "kind", f"one of {list(NORMALISERS)}", self.kind)
         _check(self.absent in ABSENT, "absent", f"one of {list(ABSENT)}", self.absent)
         for name in ("centre_only", "unit_norm"):
             _check(isinstance(getattr(self, name), bool), name, "a boolean", getattr(self, name))

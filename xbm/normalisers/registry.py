@@ -1,25 +1,12 @@
-"""The normaliser registry: one dict kind -> class, and ``build_normaliser``."""
+"""``build_normaliser``: the normaliser of a config's kind (the kinds and their classes:
+:data:`xbm.registries.NORMALISERS`)."""
 from __future__ import annotations
 
 from torch import Tensor
 
-from xbm.normalisers.axbn import AXBN
 from xbm.normalisers.base import Normaliser
 from xbm.normalisers.config import NormaliserConfig
-from xbm.normalisers.ema import EMA
-from xbm.normalisers.identity import Identity
-from xbm.normalisers.pcxbn import PerClassXBN
-from xbm.normalisers.scxbn import SuperClassXBN
-from xbm.normalisers.xbn import XBN
-
-NORMALISERS: dict[str, type[Normaliser]] = {
-    "none": Identity,
-    "xbn": XBN,
-    "axbn": AXBN,
-    "ema": EMA,
-    "pcxbn": PerClassXBN,
-    "scxbn": SuperClassXBN,
-}
+from xbm.registries import NORMALISERS
 
 
 def build_normaliser(cfg: NormaliserConfig, superclass_of: Tensor | None = None,
@@ -28,9 +15,7 @@ def build_normaliser(cfg: NormaliserConfig, superclass_of: Tensor | None = None,
     "scxbn", which requires it, and ignored by the other kinds. ``num_labels``: the labels the normaliser
     will see lie in [0, num_labels) (known once per data set): "scxbn" checks it against ``superclass_of``
     once, here, instead of every step; the other kinds ignore it."""
-    if cfg.kind not in NORMALISERS:
-        raise ValueError(f"normaliser kind must be one of {sorted(NORMALISERS)}, but got {cfg.kind!r}")
-    cls = NORMALISERS[cfg.kind]
+    cls = NORMALISERS.build(cfg.kind)
     if cls.needs_superclasses:
         return cls(cfg, superclass_of=superclass_of, num_labels=num_labels)
     return cls(cfg)

@@ -6,6 +6,7 @@ queue, AXBN paper seed 001 App. B) and ``neighbours`` (neighbour-mined positives
 All of them train against the same cross-batch memory and normalisers.
 """
 from xbm.objectives.base import Batch, Objective
-from xbm.objectives.registry import REGISTRY, build_objective
+from xbm.objectives.registry import build_objective
+from xbm.registries import OBJECTIVES
 
-__all__ = ["Batch", "Objective", "REGISTRY", "build_objective"]
+__all__ = ["Batch", "OBJECTIVES", "Objective", "build_objective"]

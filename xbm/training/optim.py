@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
 
 from xbm.config import SCHEDULES, TrainConfig, parse_milestones
+from xbm.registries import OPTIMIZERS
 
 WARMUP_LR = 1e-3
 WARMUP_MOMENTUM = 0.9
@@ -44,22 +44,25 @@ def warmup_optimizer(head: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=WARMUP_LR, momentum=WARMUP_MOMENTUM, fused=fused(params) or None)
 
 
-#: name -> (params, lr, weight_decay, momentum, nesterov, fused) -> optimiser
-OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
-    "adamw": lambda params, lr, wd, momentum, nesterov, f: torch.optim.AdamW(params, lr=lr, weight_decay=wd, fused=f),
-    "adam": lambda params, lr, wd, momentum, nesterov, f: torch.optim.Adam(params, lr=lr, weight_decay=wd, fused=f),
-    "sgd": lambda params, lr, wd, momentum, nesterov, f: torch.optim.SGD(params, lr=lr, momentum=momentum,
-                                                                         nesterov=nesterov, weight_decay=wd, fused=f),
-}
+# the builders of xbm.registries.OPTIMIZERS: (params, lr, weight_decay, momentum, nesterov, fused) -> optimiser
+def adamw(params, lr, wd, momentum, nesterov, f) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(params, lr=lr, weight_decay=wd, fused=f)
+
+
+def adam(params, lr, wd, momentum, nesterov, f) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=lr, weight_decay=wd, fused=f)
+
+
+def sgd(params, lr, wd, momentum, nesterov, f) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=wd, fused=f)
 
 
 def main_optimizer(model: nn.Module, optimizer: str, lr: float, weight_decay: float, momentum: float = 0.9,
                    nesterov: bool = False) -> torch.optim.Optimizer:
     """``optimizer`` over every parameter of the model (the run's config: :func:`optimizer_kwargs`)."""
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, but got {optimizer!r}")
+    build = OPTIMIZERS.build(optimizer)
     params = list(model.parameters())
-    return OPTIMIZERS[optimizer](params, lr, weight_decay, momentum, nesterov, fused(params) or None)
+    return build(params, lr, weight_decay, momentum, nesterov, fused(params) or None)
 
 
 def optimizer_kwargs(cfg: TrainConfig) -> dict:

@@ -8,7 +8,7 @@ from pytorch_metric_learning import distances, losses, miners, reducers
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from xbm.losses.pair_masks import PairMasks, SupConLoss, loss_from_masks, pair_masks, supports_masks
-from xbm.losses.criteria import DISTANCES
+from xbm.registries import MINER_DISTANCES as DISTANCES
 
 # (ours on masks, PML's on index tuples): the same loss
 LOSSES = {"supcon": lambda: (SupConLoss(0.1), losses.SupConLoss(0.1)),

@@ -258,7 +258,7 @@ def test_in_batch_counts_come_from_the_memory_mining_and_equal_a_second_mining(d
     batch's own copies (self pairs), or from the memory's adapted rows instead of this batch's; the counts
     differing from what mining the batch a second time gave (the numbers the epoch rows report), also for
     a memory smaller than the batch (B - 3), which does not keep every row and mines them again."""
-    from xbm.losses.criteria import DISTANCES
+    from xbm.registries import MINER_DISTANCES as DISTANCES
     margins = {"lp": (0.6, 1.2), "lp_raw": (3.0, 3.8), "cosine": (0.7, 0.1)}[distance]   # selective margins
     miner = miners.PairMarginMiner(*margins, distance=DISTANCES[distance]())
     mined, counted = [0, 0], [0, 0]
@@ -297,7 +297,7 @@ def test_the_mask_path_equals_pmls_index_pairs(memory_size, distance, weight, no
     with its own stored copy (or an overwritten slot -1 with slot 0), counting other pairs than PML's index
     path, or computing another loss or gradient; with a batch larger than the memory, a batch term, and an
     adapted memory. The same sequence through PML's own SupCon (index tuples) is the reference."""
-    from xbm.losses.criteria import DISTANCES
+    from xbm.registries import MINER_DISTANCES as DISTANCES
     from xbm.losses.pair_masks import SupConLoss
     margins = {"lp": (0.6, 1.2), "cosine": (0.7, 0.1)}
 

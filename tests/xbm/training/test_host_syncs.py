@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from xbm.config import LABELLED_NORMALISERS
-from xbm.normalisers.config import KINDS
+from xbm.registries import NORMALISERS as KINDS
 from xbm.training import epoch as epoch_module
 from xbm.training.epoch import Step, run_epoch
 
