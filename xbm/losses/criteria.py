@@ -26,7 +26,7 @@ from torch import nn
 from xbm.config import LossConfig, MinerConfig, resolve_miner_kind
 from xbm.losses.pair_masks import loss_from_masks, pair_masks, supports_masks
 from xbm.losses.kinds import own_miner
-from xbm.losses.valid_negatives import valid_negatives
+from xbm.losses.valid_negatives import valid_negatives, valid_negatives_of_pairs
 from xbm.registries import MINER_DISTANCES
 
 def raw_lp_distance() -> distances.BaseDistance:
@@ -61,7 +61,8 @@ class BatchLoss(nn.Module):
 
     ``last_stats`` mirrors ``XBMLoss.last_stats``: ``batch_pos_pairs`` / ``batch_neg_pairs`` = pairs the loss
     sees (mined ones with a miner, else all), ``loss_pos_pairs`` = ``batch_pos_pairs``, and 0 for the memory;
-    ``valid_neg_batch``: negatives with a non-zero gradient (:mod:`xbm.losses.valid_negatives`; NaN off masks).
+    ``valid_neg_batch``: negatives with a non-zero gradient (:mod:`xbm.losses.valid_negatives`; NaN for a loss it
+    does not define).
     With our SupCon or NT-Xent (and a PairMarginMiner or none) the pairs are masks (:mod:`xbm.losses.pair_masks`) and the
     counts 0-dim device tensors: no host read.
     """
@@ -86,7 +87,8 @@ class BatchLoss(nn.Module):
             tuples = self.miner(embeddings, labels) if self.miner is not None else lmu.get_all_pairs_indices(labels)
             positives, negatives = float(len(tuples[0])), float(len(tuples[2]))
             loss = self.loss(embeddings, labels, tuples)
-            valid = float("nan")   # valid negatives are counted on masks only
+            valid = valid_negatives_of_pairs(self.loss, embeddings, None, tuples)
+            valid = float("nan") if valid is None else valid.sum()   # NaN: a loss without a definition
         self.last_stats = {"memory_pos_pairs": 0.0, "memory_neg_pairs": 0.0, "batch_pos_pairs": positives,
                            "batch_neg_pairs": negatives, "loss_pos_pairs": positives, "memory_fill": 0.0,
                            "valid_neg_memory": 0.0, "valid_neg_batch": valid}

@@ -100,6 +100,17 @@ def pair_masks(miner: Optional[miners.PairMarginMiner], queries: Tensor, labels:
     return PairMasks(pos, neg)
 
 
+def masks_of_pairs(pairs: tuple[Tensor, ...], n_queries: int, n_refs: int) -> PairMasks:
+    """PML's index pairs ``(a1, p, a2, n)`` as [n_queries, n_refs] masks: a scatter, so no host read (the
+    pairs' lengths are already known on the host)."""
+    a1, p, a2, n = pairs
+    pos = torch.zeros(n_queries, n_refs, dtype=torch.bool, device=a1.device)
+    neg = torch.zeros_like(pos)
+    pos[a1, p] = True
+    neg[a2, n] = True
+    return PairMasks(pos, neg)
+
+
 def supcon_from_masks(loss: SupConLoss, queries: Tensor, refs: Optional[Tensor], masks: PairMasks) -> Tensor:
     """PML's ``loss(queries, labels, pairs, refs, ref_labels)`` for the pairs in ``masks`` (``refs`` None: the
     batch itself), without a host read: GenericPairLoss's "no loss when every index tuple has at most one

@@ -10,7 +10,7 @@ from xbm.indexed_memory import IndexedMemory
 from xbm.memory import EmbeddingMemory
 from xbm.normalisers.base import Normaliser
 from xbm.losses.pair_masks import PairMasks, loss_from_masks, pair_masks, supports_masks
-from xbm.losses.valid_negatives import valid_negatives
+from xbm.losses.valid_negatives import valid_negatives, valid_negatives_of_pairs
 
 #: ``memory.update`` -> the memory class (the names are ``MEMORY_UPDATES`` in the torch-free xbm.config)
 MEMORIES: dict[str, type[EmbeddingMemory]] = {"ring": EmbeddingMemory, "indexed": IndexedMemory}
@@ -55,7 +55,7 @@ class XBMLoss(nn.Module):
     batch's when w > 0), ``memory_fill`` (filled fraction), ``batch_loss`` (a tensor; NaN when w = 0) and
     ``adapted`` (1.0 when the normaliser changed the memory), ``valid_neg_memory`` and ``valid_neg_batch``
     (negative pairs with a non-zero gradient, :mod:`xbm.losses.valid_negatives`: in the memory loss, and among
-    them those against this batch's rows; with w > 0 the in-batch loss's own; NaN off the mask path).
+    them those against this batch's rows; with w > 0 the in-batch loss's own; NaN for a loss it does not define).
     """
 
     def __init__(self, loss: nn.Module, embedding_size: int, memory_size: int, miner: nn.Module | None = None,
@@ -93,12 +93,10 @@ class XBMLoss(nn.Module):
         slots = self.memory.enqueue(keys, key_labels, key_indices, iteration=self.iteration)
         self.iteration += 1
         refs, ref_labels, _, _ = self.memory.valid()
-        valid_memory = valid_batch = float("nan")   # valid negatives: on masks only (xbm.losses.valid_negatives)
         if self.masks:
             memory_loss, memory_pos, memory_neg, in_batch_pairs = self._masked_loss(
                 queries, query_labels, refs, ref_labels, slots, enqueue_mask)
             valid = valid_negatives(self.loss, self.miner, queries, refs, in_batch_pairs)
-            valid_memory, valid_batch = valid.sum(), (valid & _slots_mask(slots, len(refs))).sum()
         else:
             pairs = self._pairs(queries, query_labels, refs, ref_labels)
             if enqueue_mask is None:  # queries are in the memory too: not their own positives
@@ -106,6 +104,10 @@ class XBMLoss(nn.Module):
             memory_loss = self.loss(queries, query_labels, pairs, refs, ref_labels)
             memory_pos, memory_neg = float(len(pairs[0])), float(len(pairs[2]))
             in_batch_pairs = (pairs[1], pairs[3])
+            valid = valid_negatives_of_pairs(self.loss, queries, refs, pairs)
+        valid_memory = valid_batch = float("nan")   # a loss without a definition (xbm.losses.valid_negatives)
+        if valid is not None:
+            valid_memory, valid_batch = valid.sum(), (valid & _slots_mask(slots, len(refs))).sum()
         total, batch_loss = memory_loss, float("nan")
         if self.batch_loss_weight > 0:
             in_batch, batch_pos, batch_neg, valid_batch = self._in_batch_loss(rows, labels)
@@ -146,8 +148,9 @@ class XBMLoss(nn.Module):
             valid = valid_negatives(self.loss, self.miner, rows, None, masks).sum()
             return loss_from_masks(self.loss, rows, None, masks), masks.pos.sum(), masks.neg.sum(), valid
         batch_pairs = self._pairs(rows, labels)
+        valid = valid_negatives_of_pairs(self.loss, rows, None, batch_pairs)
         return (self.loss(rows, labels, batch_pairs), float(len(batch_pairs[0])), float(len(batch_pairs[2])),
-                float("nan"))
+                float("nan") if valid is None else valid.sum())
 
     def _batch_counts(self, rows: Tensor, labels: Tensor, pairs, slots: Tensor,
                       enqueue_mask: Tensor | None, n_refs: int) -> tuple[Tensor | float, Tensor | float]:

@@ -7,7 +7,7 @@ import torch
 from pytorch_metric_learning import distances, losses, miners, reducers
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
-from xbm.losses.pair_masks import PairMasks, SupConLoss, loss_from_masks, pair_masks, supports_masks
+from xbm.losses.pair_masks import PairMasks, SupConLoss, loss_from_masks, masks_of_pairs, pair_masks, supports_masks
 from xbm.registries import MINER_DISTANCES as DISTANCES
 
 # (ours on masks, PML's on index tuples): the same loss
@@ -64,6 +64,20 @@ def test_masks_hold_exactly_the_pairs_pml_mines(distance, with_refs):
         dropped = pair_masks(miner, *args, exclude=exclude)
         assert not dropped.pos[:, 0].any() and torch.equal(dropped.pos[:, 1:], masks.pos[:, 1:])
         assert torch.equal(dropped.neg, masks.neg)
+
+
+def test_masks_of_pairs_scatter_pmls_index_pairs_into_their_shape():
+    """Bugs caught: positive and negative index pairs swapped or read as (a1, a2) / (p, n), the shape taken from
+    the indices instead of the query and reference counts (a reference no pair uses cut off), and empty tuples
+    (PML's MultiSimilarityMiner without a pair) failing."""
+    emb, labels, refs, ref_labels = _data(0)
+    pairs = lmu.get_all_pairs_indices(labels, ref_labels)
+    masks = masks_of_pairs(pairs, 8, 12)
+    assert torch.equal(masks.pos, labels[:, None] == ref_labels[None, :])
+    assert torch.equal(masks.neg, labels[:, None] != ref_labels[None, :])
+    empty = torch.tensor([], dtype=torch.long)
+    nothing = masks_of_pairs((empty,) * 4, 8, 13)
+    assert nothing.pos.shape == nothing.neg.shape == (8, 13) and not (nothing.pos.any() or nothing.neg.any())
 
 
 @pytest.mark.parametrize("kind", sorted(LOSSES))
