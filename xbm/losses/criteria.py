@@ -29,6 +29,7 @@ from xbm.losses.kinds import own_miner
 from xbm.losses.valid_negatives import valid_negatives, valid_negatives_of_pairs
 from xbm.registries import MINER_DISTANCES
 
+
 def raw_lp_distance() -> distances.BaseDistance:
     """``miner.distance=lp_raw`` (xbm.registries.MINER_DISTANCES): Euclidean on the embeddings as they are."""
     return distances.LpDistance(normalize_embeddings=False)
