@@ -71,7 +71,7 @@ def contrast(cells: Mapping[Hashable, Any], weights: Mapping[Hashable, float],
     parts, variances, dfs, notes = [], [], [], []
     for key, weight in weights.items():
         x = pd.to_numeric(pd.Series(cells.get(key, []), dtype=float), errors="coerce").dropna().to_numpy()
-        notes.append(f"{key}: {x.mean():.2f} (n={len(x)})" if len(x) else f"{key}: no runs")
+        notes.append(f"{cell_name(key)}: {x.mean():.2f} (n={len(x)})" if len(x) else f"{cell_name(key)}: no runs")
         if len(x) < 2:
             return (float(weight * x.mean()) if len(x) and len(weights) == 1 else math.nan, math.nan, math.nan,
                     "fewer than 2 seeds in a cell; " + "; ".join(notes))
@@ -86,6 +86,12 @@ def contrast(cells: Mapping[Hashable, Any], weights: Mapping[Hashable, float],
 
     half = float(stats.t.ppf((1 + confidence) / 2, df)) * se
     return estimate, estimate - half, estimate + half, "; ".join(notes)
+
+
+def cell_name(key: Hashable) -> str:
+    """``("none", 16)`` -> ``none@16``; ``0.01`` -> ``0.01``."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return "@".join(f"{p:g}" if isinstance(p, (int, float, np.number)) else str(p) for p in parts)
 
 
 def verdict(claim: str, condition: str, cells: Mapping[Hashable, Any], weights: Mapping[Hashable, float],
@@ -247,12 +253,14 @@ def verdicts_drift(trials: pd.DataFrame, epochs: pd.DataFrame) -> list[Verdict]:
     def decay_drop(part: pd.DataFrame) -> float:
         drift = part.set_index("epoch")["drift_mean"]
         step = part["lr_step"].iloc[0]
+        if not np.isfinite(step) or drift.dropna().empty:
+            return np.nan
         decays = [e for e in range(int(step), int(drift.index.max())) if step > 0 and e % int(step) == 0]
         return float(np.nanmean([drift.get(e, np.nan) - drift.get(e + 1, np.nan) for e in decays])) \
             if decays else np.nan
 
     def early(part: pd.DataFrame) -> float:
-        start = int(epochs["memory_start"].max())
+        start = epochs["memory_start"].max()
         return float(np.log10(part.loc[part["epoch"] == start, "drift_mean"].mean()))
     first = {v: _per_trial(epochs[epochs["variant"] == v], early) for v in ("none", "xbm")}
     c = cells(trials, ("variant",), "recall")

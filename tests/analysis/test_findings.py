@@ -91,7 +91,7 @@ def test_memory_ratio(values, outcomes):
 def test_memory_ratio_without_ratio_zero_is_inconclusive():
     """Bug caught: a missing no-memory sweep (ratio 0 is its own sweep) silently taken as zero Recall@1."""
     found = verdicts_memory_ratio(ratio_trials({0.01: 60, 0.2: 64, 1.0: 64.5}))
-    assert found[0].outcome == INCONCLUSIVE and "0.0: no runs" in found[0].detail
+    assert found[0].outcome == INCONCLUSIVE and "0: no runs" in found[0].detail
 
 
 def epochs_frame(memory: list, batch: list, spread=(0.9, 1.0, 1.1), variant="xbm", drift=None) -> pd.DataFrame:
@@ -166,3 +166,33 @@ def test_figure_is_written(tmp_path):
     assert draw_findings(found, tmp_path / "f.png").stat().st_size > 1000
     batch = findings(batch_trials(40, 60, 70, 72), pd.DataFrame(), "findings_batch_size")
     assert draw_findings(batch, tmp_path / "b.png").stat().st_size > 1000
+
+
+def test_claims_on_empty_frames_are_inconclusive():
+    """Bug caught: a sweep with no finished trial (or no epoch rows) crashing the command instead of saying
+    inconclusive, e.g. the drift claim's decay epochs read from an empty frame."""
+    from analysis.findings import CLAIMS, EPOCH_VALUES
+
+    trials_ = pd.DataFrame(columns=["variant", "batch_size", "ratio", "seed", "recall", "raw", "untrained", "trial"])
+    epochs_ = pd.DataFrame(columns=["trial", "variant", "seed", "epoch", "lr_step", "memory_start", *EPOCH_VALUES])
+    for name in CLAIMS:
+        found = findings(trials_.astype({"variant": str}), epochs_.astype({"variant": str}), name)
+        assert found.verdicts and all(v.outcome == INCONCLUSIVE for v in found.verdicts), name
+
+
+@pytest.mark.parametrize("name", ["findings_batch_size", "findings_memory_ratio", "findings_valid_negatives",
+                                  "findings_drift"])
+def test_each_space_header_states_its_paper_numbers_and_verdicts(name):
+    """Bug caught: a paper value in analysis.references.FINDINGS (what the figure draws) that the space's header,
+    written before the run, does not state, or a header without its verdict conditions."""
+    import re
+    from pathlib import Path
+
+    from analysis.references import FINDINGS
+
+    text = (Path(__file__).resolve().parents[2] / "search_spaces" / f"{name}.yaml").read_text()
+    header = text.split("\ndescription:")[0]
+    assert "Verdicts" in header and "Scaled down" in header
+    for cell in FINDINGS[name]:
+        number = f"{cell.value:,.1f}".rstrip("0").rstrip(".") if cell.value >= 1000 else f"{cell.value:g}"
+        assert re.search(rf"(?<![\d.]){re.escape(number)}(?![\d])", header), (name, cell.row, cell.value)
