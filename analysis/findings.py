@@ -64,7 +64,7 @@ def judge(low: float, high: float, threshold: float, negligible: float) -> str:
     return INCONCLUSIVE
 
 
-def contrast(cells: Mapping[Hashable, Any], weights: Mapping[Hashable, float],
+def contrast(cells: Mapping[Any, Any], weights: Mapping[Any, float],
              confidence: float = CONFIDENCE) -> tuple[float, float, float, str]:
     """(estimate, low, high, detail) of ``sum_i w_i mean(cells[i])`` with Welch's interval; NaN bounds and the
     reason in ``detail`` when a weighted cell has fewer than 2 finite values."""
@@ -94,7 +94,7 @@ def cell_name(key: Hashable) -> str:
     return "@".join(f"{p:g}" if isinstance(p, (int, float, np.number)) else str(p) for p in parts)
 
 
-def verdict(claim: str, condition: str, cells: Mapping[Hashable, Any], weights: Mapping[Hashable, float],
+def verdict(claim: str, condition: str, cells: Mapping[Any, Any], weights: Mapping[Any, float],
             threshold: float = 0.0, negligible: float = NEGLIGIBLE_POINTS) -> Verdict:
     estimate, low, high, detail = contrast(cells, weights)
     return Verdict(claim, condition, estimate, low, high, threshold, judge(low, high, threshold, negligible), detail)
@@ -338,4 +338,4 @@ def findings(trials: pd.DataFrame, epochs: pd.DataFrame, claim: str) -> Findings
 def sweep_findings(sweep: Sweep, claim: str | None = None) -> Findings:
     """``findings`` of a loaded sweep (several folders may be loaded together, e.g. a ratio sweep and its
     no-memory runs); ``claim`` defaults to the first folder's space name."""
-    return findings(trial_frame(sweep), epoch_frame(sweep), claim or sweep.record.space.name)
+    return findings(trial_frame(sweep), epoch_frame(sweep), claim or str(sweep.record.space.name))
