@@ -260,3 +260,43 @@ REFERENCES: dict[str, Reference] = {ref.param: ref for ref in (
 def reference_for(param: str) -> Reference | None:
     """The reference points for a parameter (dotted name or config column), or None."""
     return REFERENCES.get(config_column(param))
+
+
+# ---- the findings spaces' claims (search_spaces/findings_*.yaml; analysis.findings draws these beside the sweep) ----
+FIG6_DERIVED = ("derived, assuming §4.3's gains are in points of Recall@1 (Table 2's gain column is): {}; Fig. 6 "
+                "itself is a plot whose values the text does not print")
+FINDINGS: dict[str, tuple[PaperValue, ...]] = {
+    # XBM paper §4.3 "Mini-batch Size" (Fig. 6) and "Memory Ratio" (Fig. 1 right), Table 2: contrastive loss, SOP
+    "findings_batch_size": (
+        PaperValue("XBM paper Fig. 6", "SOP", "no memory", "recall_at_1", 46.6,
+                   (("memory.enabled", False), ("batch_size", 16)),
+                   FIG6_DERIVED.format("Table 2's 71.7 at batch 256 minus §4.3's 25.1-point gain from 16 to 256")),
+        PaperValue("XBM paper Fig. 6", "SOP", "no memory", "recall_at_1", 71.7,
+                   (("memory.enabled", False), ("batch_size", 256)), "Table 2, 'Cont. bs. 256'"),
+        PaperValue("XBM paper Fig. 6", "SOP", "xbm", "recall_at_1", 78.2,
+                   (("memory.enabled", True), ("batch_size", 16)),
+                   "§4.3 'Memory Ratio' text (71.7 -> 78.2 at batch 16); the memory ratio is not stated"),
+        PaperValue("XBM paper Fig. 6", "SOP", "xbm", "recall_at_1", 81.4,
+                   (("memory.enabled", True), ("batch_size", 256)),
+                   FIG6_DERIVED.format("78.2 at batch 16 plus §4.3's 3.2-point gain from 16 to 256"))),
+    "findings_memory_ratio": (
+        PaperValue("XBM paper Fig. 1 right", "In-Shop", "xbm, batch 16", "recall_at_1", 52.0,
+                   (("memory.ratio", 0.0), ("batch_size", 16)), "§4.3 'Memory Ratio' text: ratio 0 is no memory"),
+        PaperValue("XBM paper Fig. 1 right", "In-Shop", "xbm, batch 16", "recall_at_1", 79.4,
+                   (("memory.ratio", 0.01), ("batch_size", 16)), "§4.3 'Memory Ratio' text (52.0 -> 79.4)"),
+        *(PaperValue("XBM paper Table 2", "SOP", "xbm, batch 64", "recall_at_1", value,
+                     (("memory.ratio", ratio), ("batch_size", 64)), "Table 2: batch 64, not Fig. 1's 16")
+          for ratio, value in ((0.0, 63.9), (0.01, 69.8), (1.0, 77.4)))),
+    # XBM paper "Hard Mining Ability" (end of §3.3, Fig. 4): SOP, R_M = 1, batch 64, GoogLeNet
+    "findings_valid_negatives": (
+        PaperValue("XBM paper Fig. 4", "SOP", "memory", "valid_neg_memory", 1000.0, (("memory.ratio", 1.0),),
+                   "text: 'about 1,000 hard negative pairs per iteration', steadily through training", "pairs"),
+        PaperValue("XBM paper Fig. 4", "SOP", "mini-batch", "valid_neg_batch", 10.0, (("batch_size", 64),),
+                   "text: 'less than 10 valid pairs' from the mini-batch: an upper bound", "pairs")),
+    # the thesis (seed 000) §5.4.1-5.4.2, Figs. 5.1 and 5.4: only what its text states (the figures are plots)
+    "findings_drift": (
+        PaperValue("thesis Fig. 5.4", "In-Shop, SOP, DeepFashion2", "xbm / no memory", "drift_ratio", 2.0, (),
+                   "§5.4.2: 'quite a significant increase (2x) in drift ... particularly in the initial stages'",
+                   "x"),),
+}
+

@@ -69,6 +69,7 @@ COMMANDS = {
     "retrieve": "top-k gallery images per query with an export folder",
     "oneshot": "an export's error on Omniglot's 20-way one-shot runs",
     "report": "write report.md and figures into a sweep folder",
+    "findings": "judge a findings sweep's claim: verdict lines, figure and CSVs",
 }
 
 

@@ -226,6 +226,10 @@ SMOKE = {"num_samples": 2, "max_epochs": 2, "grace_period": 1}
 SMOKE_OVERRIDES = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs": 0,
                    "batch_size": 128, "samples_per_class": 4, "num_workers": 0,
                    "pretrained": False}
+#: ``--smoke-test`` of a space with its own ``smoke:`` section (a study: its data, its comparison at toy sizes):
+#: the section's grid gives the points (seeds among them: one sample each) and every point runs to its end
+#: (fifo), as the study's analysis needs whole runs; SMOKE_OVERRIDES do not apply
+SMOKE_DECLARED = {"num_samples": 1, "max_epochs": 2, "grace_period": 1, "scheduler": "fifo"}
 
 
 @contextmanager

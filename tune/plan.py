@@ -24,7 +24,8 @@ from analysis.contract import SweepRecord, TRIALS_FILE
 from tune.results.loggers import build_loggers
 from tune.search.optuna_study import live_journal
 from analysis.location import Folder
-from tune.options import GEOMETRIC_RUNGS, SMOKE, SMOKE_OVERRIDES, SweepInputError, SweepOptions, train_config
+from tune.options import (GEOMETRIC_RUNGS, SMOKE, SMOKE_DECLARED, SMOKE_OVERRIDES, SweepInputError, SweepOptions,
+                          train_config)
 from tune.results.parquet import RESULTS, check_storage
 from tune.search.rungs import recorded_rungs, rung_epochs, straddle_warning
 from tune.search.schedulers import build_scheduler
@@ -72,21 +73,21 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     from tune.search.spaces import load_space
 
     if options.smoke_test:
-        options = options.replace(**SMOKE, overrides={**SMOKE_OVERRIDES, **options.overrides},
-                                  max_concurrent=options.max_concurrent)
+        options = smoke_options(space_name, options)
     options = options.replace(overrides=absolute_paths(options.overrides, Path.cwd()))
     overrides = dict(options.overrides)
     if options.max_epochs is not None:
         overrides["epochs"] = options.max_epochs
-    space = load_space(space_name, overrides=overrides or None)
+    smoke = options.smoke_test
+    space = load_space(space_name, overrides=overrides or None, smoke=smoke)
     if "seed" not in space.base and "seed" not in space.params:
         overrides["seed"] = options.seed
-        space = load_space(space_name, overrides=overrides)
+        space = load_space(space_name, overrides=overrides, smoke=smoke)
     options = options.for_space(space.is_grid)
     space.check_search(options.search)
     check_space(space, options)  # a space's own workers; each rank's share of the batch, named after the flag
     if options.workers > 1 and WORKERS_KEY not in space.base:  # the trials' TrainConfig knows them: config.workers
-        space = load_space(space_name, overrides={**overrides, WORKERS_KEY: options.workers})
+        space = load_space(space_name, overrides={**overrides, WORKERS_KEY: options.workers}, smoke=smoke)
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs
     check_metric(space, options.metric)
@@ -120,6 +121,18 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     loggers = build_loggers(options.loggers, options.storage_path(), experiment)  # a missing package: exit 2
     return SweepPlan(space, options, experiment, max_epochs, warnings, warm, searcher, swept_space, scheduler,
                      stop_reasons, loggers, rungs)
+
+
+def smoke_options(space_name: str, options: SweepOptions) -> SweepOptions:
+    """``--smoke-test``'s options: a space with a ``smoke:`` section runs that reduction (``SMOKE_DECLARED``:
+    its own data and grid at toy sizes, each point once, to its end); any other the toy data set
+    (``SMOKE``, ``SMOKE_OVERRIDES``). ``--set`` values win over both."""
+    from tune.search.spaces import load_space
+
+    if load_space(space_name).smoke:
+        return options.replace(**SMOKE_DECLARED, max_concurrent=options.max_concurrent)
+    return options.replace(**SMOKE, overrides={**SMOKE_OVERRIDES, **options.overrides},
+                           max_concurrent=options.max_concurrent)
 
 
 def check_metric(space, metric: str) -> None:

@@ -54,16 +54,23 @@ def _locate(name_or_path: str | Path) -> Path:
     return shipped[text]
 
 
-def load_space(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> SearchSpace:
+def load_space(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None,
+               smoke: bool = False) -> SearchSpace:
     """Read and fully validate a space: a shipped name (``quickstart``) or a YAML path.
 
     ``overrides`` (the CLI's ``--set key=value``) pin keys after the file is validated: a pinned
     param leaves ``params`` for ``base``, and branches whose condition can no longer hold are dropped.
+    ``smoke``: the space reduced by its ``smoke:`` section (``smoke_space``; unchanged without one), what
+    ``--smoke-test`` runs; ``overrides`` still win over it.
     """
     path = _locate(name_or_path)
     text = path.read_text()
     source = str(path)
-    raw = _absolute(read_space(text, source), path.parent)
+    raw = read_space(text, source)
+    for key in raw.smoke:
+        check_key(key, source, "smoke")
+    declared = dict(raw.smoke)
+    raw = _absolute(smoke_space(raw) if smoke else raw, path.parent)
     base, params = validate(raw, source)
     if overrides:
         for key in overrides:
@@ -73,7 +80,18 @@ def load_space(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
         kept = {k: p for k, p in params.items() if k not in overrides}
         base, params = validate(RawSpace(raw.description, pinned, kept), source + " with --set overrides",
                                 prune=True)
-    return SearchSpace(path.stem, raw.description, path, text, base, params, overrides)
+    return SearchSpace(path.stem, raw.description, path, text, base, params, overrides, smoke=declared)
+
+
+def smoke_space(raw: RawSpace) -> RawSpace:
+    """``raw`` reduced by its ``smoke:`` section: a scalar there pins its key (into ``base``), a grid there
+    replaces the key's values (a fixed key becomes that grid). A study's smoke test keeps its data and its
+    comparison, at toy sizes: e.g. 2 seeds x 2 batch sizes, a small model, 2 epochs."""
+    pinned = {k: v for k, v in raw.smoke.items() if not isinstance(v, Param)}
+    grids = {k: v for k, v in raw.smoke.items() if isinstance(v, Param)}
+    base = {k: v for k, v in {**raw.base, **pinned}.items() if k not in grids}
+    params = {k: p for k, p in {**raw.params, **grids}.items() if k not in pinned}
+    return RawSpace(raw.description, base, params)
 
 
 def _absolute(raw: RawSpace, folder: Path) -> RawSpace:

@@ -5,6 +5,7 @@ Shape::
     description: <text citing the source>        # optional for user files, required for shipped ones
     base:   {<dotted key>: <value>, ...}         # fixed TrainConfig values
     params: {<dotted key>: <spec>, ...}          # swept values
+    smoke:  {<dotted key>: <value or grid>, ...} # optional: what ``--smoke-test`` runs instead (``smoke_space``)
 
     <spec>   := {<distribution>: <args>[, when: {<key>: <value or [values]>, ...}][, mutable: true]}
               | [<spec with when>, <spec with when>, ...]   # one range per condition
@@ -13,7 +14,7 @@ Duplicated keys anywhere (PyYAML silently keeps the last one) are errors, with t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -22,7 +23,7 @@ from tune.search.spaces.distributions import DISTRIBUTIONS, build_distribution
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Branch, Param
 
-SECTIONS = ("description", "base", "params")
+SECTIONS = ("description", "base", "params", "smoke")
 
 
 @dataclass
@@ -32,6 +33,7 @@ class RawSpace:
     description: str
     base: dict[str, Any]
     params: dict[str, Param]
+    smoke: dict[str, Any] = field(default_factory=dict)  # key -> a scalar (pinned) or a Param (a smaller grid)
 
 
 class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types: its classes are Any
@@ -90,7 +92,8 @@ def read_space(text: str, source: str) -> RawSpace:
         raise SpaceError(source, "description", f"must be a string, but got {description!r}")
     base = data.get("base") or {}
     params = data.get("params") or {}
-    for section, value in (("base", base), ("params", params)):
+    smoke = data.get("smoke") or {}
+    for section, value in (("base", base), ("params", params), ("smoke", smoke)):
         if not isinstance(value, dict):
             raise SpaceError(source, section, f"must be a mapping of dotted keys, but got {value!r}")
     for key, value in base.items():
@@ -101,7 +104,26 @@ def read_space(text: str, source: str) -> RawSpace:
     if both:
         raise SpaceError(source, both[0], "is both in base and in params: a key is either fixed or swept")
     return RawSpace(description.strip(), {str(k): v for k, v in base.items()},
-                    {str(k): _read_param(str(k), spec, source) for k, spec in params.items()})
+                    {str(k): _read_param(str(k), spec, source) for k, spec in params.items()},
+                    _read_smoke(smoke, source))
+
+
+def _read_smoke(smoke: dict[Any, Any], source: str) -> dict[str, Any]:
+    """The ``smoke:`` section: each key a fixed scalar (pinned, as ``--set`` pins) or ``{grid: [...]}`` (the
+    smoke test's grid for that key: fewer seeds, fewer values), nothing else."""
+    out: dict[str, Any] = {}
+    for key, value in smoke.items():
+        key = str(key)
+        if isinstance(value, list):
+            raise SpaceError(source, f"smoke.{key}", f"a smoke value is a scalar or {{grid: [...]}}, but got {value!r}")
+        out[key] = value
+        if isinstance(value, dict):
+            param = _read_param(key, value, source)
+            if not param.is_grid:
+                raise SpaceError(source, f"smoke.{key}", "a smoke param must be a grid (the smoke test's points are "
+                                 f"listed, not drawn), but got {param.describe()}")
+            out[key] = param
+    return out
 
 
 def _read_param(key: str, spec: Any, source: str) -> Param:

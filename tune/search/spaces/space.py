@@ -44,7 +44,8 @@ class SearchSpace:
     """A validated search space. Build with ``load_space``; attributes are read-only by convention."""
 
     def __init__(self, name: str, description: str, path: Path | None, text: str, base: dict[str, Any],
-                 params: dict[str, Param], overrides: Mapping[str, Any] | None = None) -> None:
+                 params: dict[str, Param], overrides: Mapping[str, Any] | None = None,
+                 smoke: Mapping[str, Any] | None = None) -> None:
         self.name = name
         self.description = description
         self.path = path
@@ -52,6 +53,7 @@ class SearchSpace:
         self.base = base  # dotted key -> coerced fixed value
         self.params = params  # dotted key -> Param, in dependency order
         self.overrides = dict(overrides or {})
+        self.smoke = dict(smoke or {})  # the file's ``smoke:`` section (key -> scalar or grid Param), as declared
 
     @property
     def source(self) -> str:
@@ -163,6 +165,9 @@ class SearchSpace:
         lines.append("params (in dependency order):")
         width = max((len(k) for k in self.params), default=0)
         lines += [f"  {k:<{width}}  {p.describe()}" for k, p in self.params.items()] or ["  (none)"]
+        if self.smoke:
+            lines.append("smoke (what --smoke-test runs instead): " + ", ".join(
+                f"{k}={v.describe() if isinstance(v, Param) else repr(v)}" for k, v in self.smoke.items()))
         runnable = [s for s in SEARCHES if _accepts(self, s)]
         lines.append(f"searches: {', '.join(runnable)}; grid points: {self.grid_size()}")
         return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""The findings figure (``analysis.findings``): the paper's values on the left, on their own axis (another data set,
+backbone and budget: the shape compares, not the level), the measured curve on the right with its 95% intervals
+over seeds and the floors (raw-pixel nearest neighbour, the untrained model) as dashed lines. Draws only what
+``Findings`` holds; matplotlib is imported here, lazily."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.findings import Findings
+
+
+def _figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(11.0, 4.2))
+    FigureCanvasAgg(figure)
+    return figure, figure.subplots(1, 2)
+
+
+def _paper_x(found: Findings) -> str | None:
+    """The paper table's column that is the claim's x, when its values set it (batch size, memory ratio)."""
+    key = {"batch_size": "batch_size", "ratio": "memory.ratio"}.get(found.spec.x)
+    return key if key in found.paper.columns else None
+
+
+def _draw_paper(ax, found: Findings) -> None:
+    paper, x = found.paper, _paper_x(found)
+    if x is None:  # values the text states without an axis: one labelled bar each
+        ax.bar(range(len(paper)), paper["value"], color="0.6")
+        ax.set_xticks(range(len(paper)), [f"{r}\n{m}" for r, m in zip(paper["row"], paper["metric"])], fontsize=7)
+        ax.set_ylabel(f"paper value ({paper['unit'].iloc[0]})" if len(paper) else "paper value")
+    else:
+        for (row, dataset), part in paper.groupby(["row", "dataset"], sort=False):
+            part = part.sort_values(x)
+            ax.plot(part[x], part["value"], "o--", label=f"{row} ({dataset})")
+        ax.set_xlabel(x)
+        ax.set_ylabel("paper Recall@1 (%)")
+        if x == "batch_size":
+            ax.set_xscale("log", base=2)
+        ax.legend(fontsize=7)
+    ax.set_title(f"paper: {paper['source'].iloc[0] if len(paper) else '-'}", fontsize=9)
+
+
+def _draw_measured(ax, found: Findings) -> None:
+    x = found.spec.x
+    for name, part in found.curve.groupby("variant", sort=True):
+        part = part.sort_values(x)
+        line = ax.plot(part[x], part["mean"], "o-", label=f"{name} (n={int(part['n'].min())})")[0]
+        ax.fill_between(part[x], part["low"], part["high"], color=line.get_color(), alpha=0.2)
+    for (label, value), style in zip(found.floors.items(), (":", "--")):
+        if pd.notna(value):
+            ax.axhline(value, color="0.3", linestyle=style, label=f"floor: {label} ({value:.1f})")
+    ax.set_xlabel(x)
+    ax.set_ylabel(found.spec.label)
+    if x == "batch_size":
+        ax.set_xscale("log", base=2)
+    ax.set_title(f"measured ({found.claim}), mean and 95% interval over seeds", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def draw_findings(found: Findings, path: str | Path) -> Path:
+    """Write the figure as a PNG at ``path``; returns it."""
+    figure, (left, right) = _figure()
+    _draw_paper(left, found)
+    _draw_measured(right, found)
+    figure.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    return path
