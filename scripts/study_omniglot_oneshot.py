@@ -146,16 +146,6 @@ class Study:
         start = int(read_record(str(self.sweep)).options.get("seed") or 0) + 1
         return list(range(start, start + self.args.seeds))
 
-    def variant_sets(self, chosen: dict, variant: str) -> list[str]:
-        """The --set arguments that turn the chosen configuration into ``variant`` (nothing for its own)."""
-        if variant == chosen["variant"]:
-            return []
-        config = chosen["config"]
-        values = dict(VARIANTS[variant])
-        if values["memory.enabled"] and not config.get("memory.enabled", True):
-            values["memory.ratio"] = 1.0   # the chosen had no memory: as large as the training set (XBM Fig. 1)
-        return [f"--set={k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
-
     def new_trial(self, stage: str, before: set[str]) -> str:
         from tune.search.warm_start import read_trials
 
@@ -182,7 +172,7 @@ class Study:
         if not marker.exists():
             before = self.trial_ids("refit")
             self.run(f"refit-{name}", "refit", str(self.sweep), "--trial", chosen["trial_id"], "--classes", "all",
-                     "--seeds", "1", "--seed-start", str(seed), *self.variant_sets(chosen, variant), *self.alone,
+                     "--seeds", "1", "--seed-start", str(seed), *variant_sets(chosen, variant), *self.alone,
                      *self.sets)
             marker.write_text(self.new_trial("refit", before) + "\n")
         trial = marker.read_text().strip()
@@ -199,7 +189,7 @@ class Study:
             return
         before = self.trial_ids("confirm")
         self.run(f"confirm-{name}", "confirm", str(self.sweep), "--top", "1", "--seeds", "1", "--seed-start",
-                 str(seed), *self.variant_sets(chosen, variant), *self.alone, *self.sets)
+                 str(seed), *variant_sets(chosen, variant), *self.alone, *self.sets)
         marker.write_text(self.new_trial("confirm", before) + "\n")
 
     def score(self, log: str, export: Path, out: Path, what: str) -> None:
@@ -248,6 +238,17 @@ class Study:
 
         summary = write_summary(self.out)
         print(f"[study] wrote {summary}", flush=True)
+
+
+def variant_sets(chosen: dict, variant: str) -> list[str]:
+    """The --set arguments that turn the chosen configuration into ``variant`` (nothing for its own)."""
+    if variant == chosen["variant"]:
+        return []
+    config = chosen["config"]
+    values = dict(VARIANTS[variant])
+    if values["memory.enabled"] and not config.get("memory.enabled", True):
+        values["memory.ratio"] = 1.0   # the chosen had no memory: as large as the training set (XBM Fig. 1)
+    return [f"--set={k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
 
 
 def variant_of(config: dict) -> str:
