@@ -54,11 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "never drawn when stderr is not a terminal); the metrics lines stay")
 
 
-def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-    """``--set`` pairs, stripped as ``xbm-tune sweep`` strips them (``xbm.checks.parse_overrides``)."""
-    return checks.parse_overrides(items, BadInput)
-
-
 def load_yaml(path: Optional[str]) -> dict[str, Any]:
     if not path:
         return {}
@@ -82,7 +77,7 @@ def resolve_config(args: argparse.Namespace):
     from xbm.inputs import absolute_paths
 
     in_file = absolute_paths(load_yaml(args.config), Path(args.config).parent) if args.config else {}
-    return TrainConfig.from_dict({**in_file, **absolute_paths(parse_overrides(args.overrides), Path.cwd())})
+    return TrainConfig.from_dict({**in_file, **absolute_paths(checks.parse_overrides(args.overrides, BadInput), Path.cwd())})
 
 
 def output_folder(path: Optional[str]) -> Path:

@@ -158,11 +158,12 @@ def rerun_seeds_and_overrides(args: argparse.Namespace, record: SweepRecord) -> 
     values, paths made absolute here."""
     from pathlib import Path
 
-    from tune.options import parse_overrides
+    from tune.options import SweepInputError
+    from xbm.checks import parse_overrides
     from xbm.inputs import absolute_paths
 
     start = args.seed_start if args.seed_start is not None else int(record.option("seed", 0)) + 1
-    return list(range(start, start + args.seeds)), absolute_paths(parse_overrides(args.overrides), Path.cwd())
+    return list(range(start, start + args.seeds)), absolute_paths(parse_overrides(args.overrides, SweepInputError), Path.cwd())
 
 
 def check_configs(configs: Sequence[Mapping[str, Any]]) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tune.options import (DEFAULT_STORAGE, SweepOptions, bad_input, cpus_option, metric_options,
-                          parse_overrides)
+from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, bad_input, cpus_option, metric_options
+from xbm.checks import parse_overrides
 
 SWEEP_EXAMPLES = """examples:
   xbm-tune sweep quickstart
@@ -131,7 +131,7 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         max_failures=args.max_failures,
         **metric_options(args.metric, args.mode), seed=args.seed, storage=args.storage, name=args.name,
         **cluster, strict=args.strict, warm_start=args.warm_start,
-        overrides=parse_overrides(args.set), smoke_test=args.smoke_test, loggers=tuple(args.log or ()),
+        overrides=parse_overrides(args.set, SweepInputError), smoke_test=args.smoke_test, loggers=tuple(args.log or ()),
         **{k: getattr(args, k) for k in ("stop_collapsed", "gpu_hours_budget") if hasattr(args, k)},
         time_budget_s=getattr(args, "time_budget", None))
 
