@@ -24,6 +24,7 @@ import torch
 from xbm.config import ON_BAD_IMAGE
 from xbm.data.preprocess import ImageLike, Preprocessing
 from xbm.errors import BadImageError
+from xbm.training.runtime import resolve_amp, resolve_device
 
 FORMAT = 1
 WEIGHTS, CARD, README = "weights.safetensors", "embedder.yaml", "README.md"
@@ -121,12 +122,6 @@ def load_embedder(folder: Union[str, Path], device: str = "auto") -> "ImageEmbed
                          provenance=card.get("provenance") or {})
 
 
-def resolve_device(device: Union[str, torch.device]) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 @dataclass
 class Embedded:
     """One batch of :meth:`ImageEmbedder.batches`: ``rows`` float32 [n, d] (CPU) of the items at ``positions``
@@ -170,8 +165,6 @@ class ImageEmbedder:
             raise ValueError(f"on_error must be one of {list(ON_BAD_IMAGE)}, but got {on_error!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, but got {batch_size}")
-        from xbm.training.runtime import resolve_amp
-
         device = self._to(device)
         amp = resolve_amp("auto", device)  # as amp=auto trains: autocast on CUDA, fp32 on the CPU
         norm = self.norm.to(device)
