@@ -25,12 +25,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from analysis.contract import SweepRecord
+from analysis.contract import REFIT_STAGE, SweepRecord
 from tune.commands import plain
 from tune.commands.confirm import add_rerun_arguments, check_configs, rerun_options, rerun_seeds_and_overrides
 from tune.options import SweepInputError
 
-STAGE = "refit"
 #: --classes -> the config's train_on (xbm.config.TRAIN_ON)
 CLASSES = ("train+val", "all")
 #: data sets whose test protocol is external, and how to run it on the refit's export
@@ -57,9 +56,9 @@ def pick(rows: Sequence[Mapping[str, Any]], record: SweepRecord, trial_id: str |
     from tune.commands.confirm import front_rows, select_top
 
     if trial_id is not None:
-        found = [r for r in rows if str(r.get("trial_id")) == trial_id and r.get("stage") != STAGE]
+        found = [r for r in rows if str(r.get("trial_id")) == trial_id and r.get("stage") != REFIT_STAGE]
         if not found:
-            known = sorted(str(r.get("trial_id")) for r in rows if r.get("stage") != STAGE)[:10]
+            known = sorted(str(r.get("trial_id")) for r in rows if r.get("stage") != REFIT_STAGE)[:10]
             raise SweepInputError(f"--trial {trial_id!r} is not a sweep or confirm trial of this sweep; its trials "
                                   f"include {known}")
         return found[0]
@@ -158,7 +157,7 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
     print(describe(p, args.classes))
     if args.dry_run:
         return 0
-    outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage=STAGE,
+    outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage=REFIT_STAGE,
                           **init_kwargs)
     print(summary(p.uri, p.record.metric))
     if outcome.interrupted:
@@ -166,7 +165,7 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
         print("interrupted: the refit runs stopped before they finished", file=sys.stderr)
         return 1
     trials = outcome.trials
-    refit = trials[trials["stage"] == STAGE] if "stage" in trials else trials.iloc[:0]
+    refit = trials[trials["stage"] == REFIT_STAGE] if "stage" in trials else trials.iloc[:0]
     return 0 if (refit["status"] == "completed").any() else 1
 
 
