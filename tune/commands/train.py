@@ -140,11 +140,10 @@ def worker_main(job) -> None:
         folder = Path(job["folder"])
         writer = train_cli.RunWriter(folder, cfg.to_dict())
         print(f"output: {folder}", flush=True)
-        best = train_cli.BestWeights(writer)
         for metrics in trainer.fit():
             writer.metrics(metrics)
             writer.checkpoint(trainer.state_dict())
-            best.offer(trainer, metrics)
+            writer.offer_best(trainer, metrics)
             print(train_cli.format_line(metrics, cfg.epochs), flush=True)
             warning = collapse_warning(metrics)
             if warning:

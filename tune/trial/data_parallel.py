@@ -200,7 +200,8 @@ def _run_rank(job: Mapping[str, Any]) -> None:
     import ray.train
     import torch.distributed as dist
 
-    from tune.trial.checkpoints import BestWeights, storage_uri
+    from tune.trial.checkpoints import storage_uri
+    from xbm.training.best_weights import BestWeights
     from analysis.location import Folder
     from xbm.cpus import use_cpus
     from xbm.training.rng import seed_everything

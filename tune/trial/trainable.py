@@ -21,7 +21,8 @@ from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
 from tune.trial.base import (TrialPolicy, assigned_device, build_trainer, deterministic_failure, error_row,
                              refused_row)
-from tune.trial.checkpoints import BestWeights, finish_best_weights, storage_uri
+from tune.trial.checkpoints import storage_uri
+from xbm.training.best_weights import BestWeights, finish_best_weights
 from analysis.location import Folder
 # CHECKPOINT_FILE, SETUP_KEY, BEST_WEIGHTS_KEY: re-exported (the loop that writes them moved to tune.trial.loop)
 from tune.trial.loop import BEST_WEIGHTS_KEY, CHECKPOINT_FILE, SETUP_KEY, TrialLoop, tune_reporter  # noqa: F401
