@@ -15,6 +15,7 @@ float32 rows [N, d].
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
@@ -205,3 +206,23 @@ class ImageEmbedder:
             images = [images]
         rows = [b.rows for b in self.batches(images, batch_size, device)]
         return torch.cat(rows) if rows else torch.zeros(0, self.embedding_size)
+
+
+def embed_files(embedder: ImageEmbedder, paths: list[str], batch_size: int, device: str, on_error: str,
+                desc: str = "embedding", progress: bool = True):
+    """(kept positions, float32 rows [n, d]) of ``paths`` with a progress bar (``progress``: drawn on a terminal,
+    ``xbm.progress.bar``); skipped images are named on stderr. Raises BadImageError under ``on_error=stop``.
+    ``xbm-tune embed`` and ``xbm-tune retrieve`` (its gallery and its queries) embed through it."""
+    from tqdm import tqdm
+
+    from xbm.progress import bar as progress_bar
+
+    positions, rows = [], []
+    with progress_bar(desc=desc, enabled=progress, total=len(paths), unit="img") as bar:
+        for batch in embedder.batches(paths, batch_size, device, on_error):
+            for _, reason in batch.skipped:
+                tqdm.write(f"skipped: {reason}", file=sys.stderr)
+            positions += batch.positions
+            rows.append(batch.rows)
+            bar.update(len(batch.positions) + len(batch.skipped))
+    return positions, torch.cat(rows) if rows else torch.zeros(0, embedder.embedding_size)

@@ -42,7 +42,7 @@ def test_the_chosen_loggers_are_recorded_and_old_records_have_none(tmp_path):
 
     from analysis.sweep_record import SweepRecord
     from tune.cli import build_parser
-    from tune.commands.sweep import options_from
+    from tune.commands._arguments import options_from
 
     args = build_parser().parse_args(["sweep", "toy.yaml", "--log", "wandb", "--log", "mlflow"])
     chosen = options_from(args)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from tune.commands.sweep import add_cluster_arguments, finish, say_interrupted
+from tune.commands._arguments import add_cluster_arguments
+from tune.commands._outcome import finish, say_interrupted
 from tune.options import SweepInputError
 from xbm.checks import parse_overrides
 
