@@ -77,7 +77,8 @@ def resolve_config(args: argparse.Namespace):
     from xbm.inputs import absolute_paths
 
     in_file = absolute_paths(load_yaml(args.config), Path(args.config).parent) if args.config else {}
-    return TrainConfig.from_dict({**in_file, **absolute_paths(checks.parse_overrides(args.overrides, BadInput), Path.cwd())})
+    overrides = checks.parse_overrides(args.overrides, BadInput)
+    return TrainConfig.from_dict({**in_file, **absolute_paths(overrides, Path.cwd())})
 
 
 def output_folder(path: Optional[str]) -> Path:

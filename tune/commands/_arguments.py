@@ -39,6 +39,26 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
                         help="seeds the searcher, and every trial unless the space sets seed (default %(default)s)")
     search.add_argument("--warm-start", metavar="OLD_PATH", default=None,
                         help="seed TPE with an old sweep's finished trials (optuna only)")
+    _add_stopping_arguments(parser, d)
+    _add_resource_arguments(parser, d)
+    out = parser.add_argument_group("storage")
+    out.add_argument("--storage", default=DEFAULT_STORAGE,
+                     help="a folder, or a URI pyarrow.fs understands (s3://, gs://) for clusters (default %(default)s)")
+    out.add_argument("--name", default=None, help="experiment name (default <space>-<UTC time>); must be new")
+    out.add_argument("--log", action="append", default=None, metavar="NAME",
+                     help="also log every trial's epochs to wandb (offline without a key or a connection: "
+                          "<sweep>/wandb) or mlflow (MLFLOW_TRACKING_URI, else <sweep>/mlruns); repeat for both")
+    if cluster:
+        add_cluster_arguments(parser)
+    cfg = parser.add_argument_group("training config")
+    cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="pin a TrainConfig value, e.g. --set dataset=toy --set lr=3e-4 (repeatable)")
+    cfg.add_argument("--smoke-test", action="store_true",
+                     help="tiny run to check an install or a space: 2 trials x 2 epochs on the toy data, mlp")
+
+
+def _add_stopping_arguments(parser: argparse.ArgumentParser, d: SweepOptions) -> None:
+    """The sweep's early-stopping flags (``d``: the options' defaults)."""
     stop = parser.add_argument_group("early stopping")
     stop.add_argument("--scheduler", default=d.scheduler,
                       help="asha | hyperband | fifo | pbt (population-based training of the space's "
@@ -68,6 +88,10 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
                       help="e.g. 90s, 30m, 2h: then no new trial, running ones stop after their current epoch")
     stop.add_argument("--gpu-hours-budget", type=float, default=None, metavar="HOURS",
                       help="the same for the trials' wall time x GPUs")
+
+
+def _add_resource_arguments(parser: argparse.ArgumentParser, d: SweepOptions) -> None:
+    """The sweep's resource and fault flags (``d``: the options' defaults)."""
     res = parser.add_argument_group("resources and faults")
     res.add_argument("--cpus-per-trial", type=cpus_option, default=d.cpus_per_trial,
                      help="CPUs per trial, or auto: 1 without GPUs, else the node's CPUs x --gpus-per-trial / its "
@@ -85,20 +109,6 @@ def add_sweep_arguments(parser: argparse.ArgumentParser, cluster: bool = True) -
     res.add_argument("--max-concurrent", type=int, default=None, help="cap on trials at once (default: resources)")
     res.add_argument("--max-failures", type=int, default=d.max_failures,
                      help="retries of a crashed trial from its last checkpoint (default %(default)s)")
-    out = parser.add_argument_group("storage")
-    out.add_argument("--storage", default=DEFAULT_STORAGE,
-                     help="a folder, or a URI pyarrow.fs understands (s3://, gs://) for clusters (default %(default)s)")
-    out.add_argument("--name", default=None, help="experiment name (default <space>-<UTC time>); must be new")
-    out.add_argument("--log", action="append", default=None, metavar="NAME",
-                     help="also log every trial's epochs to wandb (offline without a key or a connection: "
-                          "<sweep>/wandb) or mlflow (MLFLOW_TRACKING_URI, else <sweep>/mlruns); repeat for both")
-    if cluster:
-        add_cluster_arguments(parser)
-    cfg = parser.add_argument_group("training config")
-    cfg.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="pin a TrainConfig value, e.g. --set dataset=toy --set lr=3e-4 (repeatable)")
-    cfg.add_argument("--smoke-test", action="store_true",
-                     help="tiny run to check an install or a space: 2 trials x 2 epochs on the toy data, mlp")
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:

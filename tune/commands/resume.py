@@ -24,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from tune.sweep import resume_sweep
 
     args.resume_path = args.path
-    outcome = resume_sweep(args.path, address=args.address, dashboard=args.dashboard, paths=parse_overrides(args.set, SweepInputError))
+    outcome = resume_sweep(args.path, address=args.address, dashboard=args.dashboard,
+                           paths=parse_overrides(args.set, SweepInputError))
     code = finish(outcome)
     say_interrupted(outcome)
     return code
