@@ -41,7 +41,7 @@ def select_top(rows: Sequence[Mapping[str, Any]], metric: str, mode: str, top: i
         if not finite(value):
             continue
         sign = -1.0 if mode == "max" else 1.0
-        ranked.append(((FINISHED_STATUSES.index(row["status"]), sign * value), row))
+        ranked.append(((FINISHED_STATUSES.index(row["status"]), sign * float(row[column])), row))
     ranked.sort(key=lambda item: item[0])
     chosen: dict[tuple, list] = {}
     for _, row in ranked:

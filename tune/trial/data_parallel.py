@@ -4,8 +4,9 @@ Ray's Train-in-Tune pattern (Ray 2.60, Train V2): the Tune trial is a small laun
 (:func:`run_parallel_trial`) that starts a ``TorchTrainer`` of N workers (gloo on the CPU, NCCL on GPUs)
 and waits for it. ``xbm-tune train --workers N`` starts the same workers on a local Ray (:func:`train_run`),
 rank 0 writing the run's folder (:func:`train_rank`). Each worker (:func:`worker_main`, set up by
-``tune.trial.setup``) builds ``xbm.Trainer`` inside the process group Ray Train initialised (``Ranks.from_process_group()``: the trainer shards the global batch, keeps the memories
-identical, wraps DDP and evaluates on rank 0).
+``tune.trial.setup``) builds ``xbm.Trainer`` inside the process group Ray Train initialised
+(``Ranks.from_process_group()``: the trainer shards the global batch, keeps the memories identical, wraps DDP and
+evaluates on rank 0).
 
 - **Reports.** Rank 0 runs the one-worker trial's epoch loop (``tune.trial.loop.TrialLoop``: live line,
   best weights, checkpoint clock, cost columns) with ``ray.train.report`` as its reporter; the other ranks
