@@ -23,6 +23,10 @@ import pyarrow as pa
 
 from analysis.sweep_record import RECORD_VERSION, SpaceRecord, SweepRecord  # noqa: F401  (re-exported)
 
+#: the ``stage`` column's values: a sweep's own trials, its confirm runs (``xbm-tune confirm``), its refit runs
+#: (``xbm-tune refit``)
+SWEEP_STAGE, CONFIRM_STAGE, REFIT_STAGE = "sweep", "confirm", "refit"
+STAGES = (SWEEP_STAGE, CONFIRM_STAGE, REFIT_STAGE)
 #: prefix of the columns holding the trial's TrainConfig values, ``config.<dotted name>``
 CONFIG_PREFIX = "config."
 #: the folder of a sweep's results, and its files

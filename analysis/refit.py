@@ -14,11 +14,11 @@ import pandas as pd
 
 from analysis.columns import config_key, seeds
 from analysis.compare import Interval, t_interval
+from analysis.contract import REFIT_STAGE
 from analysis.errors import NotApplicable
 from analysis.loader import Sweep
 from analysis.values import finished, metric_values
 
-STAGE = "refit"
 NO_HELD_OUT = "all"  # the config.train_on value whose runs hold no class out
 
 
@@ -36,11 +36,11 @@ def refit_runs(sweep: Sweep, metric: str | None = None) -> pd.DataFrame:
     """One row per refit run: trial_id, seed, classes (``config.train_on``), train_classes, completed, test
     (the final ``<metric>`` on the held-out test classes; NaN for ``all``), config (its key but the seed)."""
     metric = metric or sweep.metric
-    refit = sweep.stage_trials(STAGE) if "stage" in sweep.trials.columns else sweep.trials.iloc[:0]
+    refit = sweep.stage_trials(REFIT_STAGE) if "stage" in sweep.trials.columns else sweep.trials.iloc[:0]
     if refit.empty:
         raise NotApplicable("no refit stage (run `xbm-tune refit PATH --best --seeds N`)")
     classes = refit.get("config.train_on", pd.Series("train", index=refit.index)).astype("string")
-    values = metric_values(sweep, metric, stage=STAGE, how="final")
+    values = metric_values(sweep, metric, stage=REFIT_STAGE, how="final")
     train_classes = refit.get("train_classes", pd.Series(pd.NA, index=refit.index))
     return pd.DataFrame({"trial_id": refit["trial_id"].astype("string"), "seed": seeds(refit), "classes": classes,
                          "train_classes": pd.to_numeric(train_classes, errors="coerce").astype("Int64"),

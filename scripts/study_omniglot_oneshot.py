@@ -125,7 +125,7 @@ class Study:
         path = self.out / "chosen.json"
         if path.exists():
             return json.loads(path.read_text())
-        from tune.commands.refit import pick, refit_configs
+        from tune.stages.refit import pick, refit_configs
         from tune.results.record import read_record
         from tune.search.warm_start import read_trials
 

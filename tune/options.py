@@ -15,7 +15,6 @@ import numpy as np
 from analysis.location import absolute, is_uri
 from analysis.sweep_record import Objectives
 from xbm.checks import checker
-from xbm.checks import parse_overrides as _parse_overrides
 from xbm.config import parse_milestones
 
 if TYPE_CHECKING:
@@ -214,11 +213,6 @@ def cpus_option(text: str) -> float | str:
         return float(text)
     except ValueError:
         return text
-
-
-def parse_overrides(pairs: list[str] | None) -> dict[str, str]:
-    """``--set key=value`` pairs -> dict (``xbm.checks.parse_overrides``; bad input is a SweepInputError)."""
-    return _parse_overrides(pairs, SweepInputError)
 
 
 #: ``--smoke-test``: a tiny sweep to check an installation or a space in seconds

@@ -15,6 +15,7 @@ float32 rows [N, d].
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
@@ -24,6 +25,7 @@ import torch
 from xbm.config import ON_BAD_IMAGE
 from xbm.data.preprocess import ImageLike, Preprocessing
 from xbm.errors import BadImageError
+from xbm.training.runtime import resolve_amp, resolve_device
 
 FORMAT = 1
 WEIGHTS, CARD, README = "weights.safetensors", "embedder.yaml", "README.md"
@@ -121,12 +123,6 @@ def load_embedder(folder: Union[str, Path], device: str = "auto") -> "ImageEmbed
                          provenance=card.get("provenance") or {})
 
 
-def resolve_device(device: Union[str, torch.device]) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 @dataclass
 class Embedded:
     """One batch of :meth:`ImageEmbedder.batches`: ``rows`` float32 [n, d] (CPU) of the items at ``positions``
@@ -170,8 +166,6 @@ class ImageEmbedder:
             raise ValueError(f"on_error must be one of {list(ON_BAD_IMAGE)}, but got {on_error!r}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, but got {batch_size}")
-        from xbm.training.runtime import resolve_amp
-
         device = self._to(device)
         amp = resolve_amp("auto", device)  # as amp=auto trains: autocast on CUDA, fp32 on the CPU
         norm = self.norm.to(device)
@@ -212,3 +206,23 @@ class ImageEmbedder:
             images = [images]
         rows = [b.rows for b in self.batches(images, batch_size, device)]
         return torch.cat(rows) if rows else torch.zeros(0, self.embedding_size)
+
+
+def embed_files(embedder: ImageEmbedder, paths: list[str], batch_size: int, device: str, on_error: str,
+                desc: str = "embedding", progress: bool = True):
+    """(kept positions, float32 rows [n, d]) of ``paths`` with a progress bar (``progress``: drawn on a terminal,
+    ``xbm.progress.bar``); skipped images are named on stderr. Raises BadImageError under ``on_error=stop``.
+    ``xbm-tune embed`` and ``xbm-tune retrieve`` (its gallery and its queries) embed through it."""
+    from tqdm import tqdm
+
+    from xbm.progress import bar as progress_bar
+
+    positions, rows = [], []
+    with progress_bar(desc=desc, enabled=progress, total=len(paths), unit="img") as bar:
+        for batch in embedder.batches(paths, batch_size, device, on_error):
+            for _, reason in batch.skipped:
+                tqdm.write(f"skipped: {reason}", file=sys.stderr)
+            positions += batch.positions
+            rows.append(batch.rows)
+            bar.update(len(batch.positions) + len(batch.skipped))
+    return positions, torch.cat(rows) if rows else torch.zeros(0, embedder.embedding_size)

@@ -32,7 +32,7 @@ TRAIN_EXAMPLES = """examples:
       --set model=resnet18 --set image_size=64 --set normaliser.kind=xbn
   xbm-tune train --config run.yaml --set memory.enabled=false --output runs/no_memory
 """
-BEST_METRIC, BEST_WEIGHTS = "recall_at_1", "best_weights.pt"  # on the selection split, as a sweep's default
+BEST_METRIC = "recall_at_1"  # on the selection split, as a sweep's default
 SHOWN = ("loss", "recall_at_*", "map_at_r", "drift_mean", "memory_fill", "images_per_s",
          "epoch_time_s")
 
@@ -52,11 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bars (each epoch's, and an evaluation's once it lasts a few seconds; "
                              "never drawn when stderr is not a terminal); the metrics lines stay")
-
-
-def parse_overrides(items: Sequence[str]) -> dict[str, str]:
-    """``--set`` pairs, stripped as ``xbm-tune sweep`` strips them (``xbm.checks.parse_overrides``)."""
-    return checks.parse_overrides(items, BadInput)
 
 
 def load_yaml(path: Optional[str]) -> dict[str, Any]:
@@ -82,7 +77,8 @@ def resolve_config(args: argparse.Namespace):
     from xbm.inputs import absolute_paths
 
     in_file = absolute_paths(load_yaml(args.config), Path(args.config).parent) if args.config else {}
-    return TrainConfig.from_dict({**in_file, **absolute_paths(parse_overrides(args.overrides), Path.cwd())})
+    overrides = checks.parse_overrides(args.overrides, BadInput)
+    return TrainConfig.from_dict({**in_file, **absolute_paths(overrides, Path.cwd())})
 
 
 def output_folder(path: Optional[str]) -> Path:
@@ -95,13 +91,16 @@ def output_folder(path: Optional[str]) -> Path:
 
 
 class RunWriter:
-    """Writes config.yaml, appends metrics.jsonl / metrics.csv rows, replaces checkpoint.pt atomically (written
-    in the background while the next epoch trains: :class:`xbm.training.checkpoint.CheckpointWriter`; call
-    :meth:`wait` before the run ends)."""
+    """Writes config.yaml, appends metrics.jsonl / metrics.csv rows, replaces checkpoint.pt atomically and keeps
+    ``best_weights.pt``, the model at the epoch with the best ``recall_at_1`` (:meth:`offer_best`, in a sweep
+    trial's format, so that ``xbm-tune export --run`` exports the best epoch, not the last). Both files are written
+    in the background while the next epoch trains (:class:`xbm.training.checkpoint.CheckpointWriter`,
+    :class:`xbm.training.best_weights.BestWeights`): call :meth:`wait` before the run ends."""
 
     def __init__(self, folder: Path, config: dict[str, Any]) -> None:
         import yaml
 
+        from xbm.training.best_weights import BestWeights
         from xbm.training.checkpoint import CheckpointWriter
 
         self.folder = folder
@@ -110,6 +109,7 @@ class RunWriter:
         self.columns: list[str] = []
         self.rows: list[dict[str, Any]] = []
         self.files = CheckpointWriter()
+        self.best = BestWeights.in_folder(folder)
 
     def metrics(self, row: dict[str, Any]) -> None:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
@@ -130,30 +130,20 @@ class RunWriter:
     def checkpoint(self, state: dict[str, Any], name: str = "checkpoint.pt") -> None:
         self.files.save(state, self.folder / name)
 
+    def offer_best(self, trainer, metrics: dict[str, Any]) -> bool:
+        """Keep the trainer's model as ``best_weights.pt`` if this epoch's ``recall_at_1`` beats every earlier one
+        (higher is better; a tie keeps the earlier epoch). Returns whether it was kept."""
+        model = getattr(trainer.model, "module", trainer.model)  # the weights without a DDP wrapper's prefix
+        return self.best.offer(int(metrics["epoch"]), metrics.get(BEST_METRIC), model,
+                               {"config": trainer.cfg.to_dict(), "preprocessing": trainer.preprocessing_dict(),
+                                "metric": BEST_METRIC})
+
     def wait(self) -> None:
         """Until checkpoint.pt and best_weights.pt hold the last states given; a failed write raises OSError."""
-        self.files.wait()
-
-
-class BestWeights:
-    """``best_weights.pt``: the model at the epoch with the best ``metric`` (higher is better) so far, in the
-    format of a sweep trial's (``{"model", "config", "preprocessing", "epoch", "value", "metric"}``), so that
-    ``xbm-tune export --run`` exports the best epoch, not the last."""
-
-    def __init__(self, writer: RunWriter, metric: str = BEST_METRIC) -> None:
-        self.writer, self.metric, self.value = writer, metric, None
-
-    def offer(self, trainer, metrics: dict[str, Any]) -> bool:
-        from xbm.training.checkpoint import improves
-
-        value = metrics.get(self.metric)
-        if not improves(value, self.value):
-            return False
-        self.value = value
-        self.writer.checkpoint({"model": trainer.model.state_dict(), "config": trainer.cfg.to_dict(),
-                                "preprocessing": trainer.preprocessing_dict(), "epoch": int(metrics["epoch"]),
-                                "value": value, "metric": self.metric}, BEST_WEIGHTS)
-        return True
+        try:
+            self.files.wait()
+        finally:
+            self.best.wait()
 
 
 def format_line(metrics: dict[str, Any], epochs: int) -> str:
@@ -203,12 +193,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     writer = RunWriter(folder, cfg.to_dict())
     print(f"output: {folder}")
-    best = BestWeights(writer)
     try:
         for metrics in trainer.fit():
             writer.metrics(metrics)
             writer.checkpoint(trainer.state_dict())
-            best.offer(trainer, metrics)
+            writer.offer_best(trainer, metrics)
             tqdm.write(format_line(metrics, cfg.epochs))
             warning = collapse_warning(metrics)
             if warning:

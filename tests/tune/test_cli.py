@@ -172,7 +172,7 @@ def test_sweep_flags_for_objectives_guards_and_budgets_reach_the_options():
     """Bug caught: a repeated --metric keeping only the last one, --no-stop-collapsed or the budgets
     parsed but never reaching SweepOptions (the sweep then runs without them), 2h read as seconds."""
     from tune.cli import build_parser
-    from tune.commands.sweep import options_from
+    from tune.commands._arguments import options_from
 
     args = build_parser().parse_args(["sweep", "quickstart", "--metric", "recall_at_1:max", "--metric",
                                       "memory_bytes:min", "--no-stop-collapsed", "--time-budget", "2h",

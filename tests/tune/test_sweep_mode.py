@@ -106,9 +106,9 @@ def test_every_selection_of_a_min_sweep_takes_its_lowest_trial(min_sweep):
     (``SweepOutcome.best``), ``status``'s order, ``confirm --top`` / ``refit --best`` (``select_top``),
     ``export --best`` (``pick_trial``) or ``analysis``'s leaderboard taking the highest ``best_loss``."""
     import analysis
-    from tune.commands.confirm import front_rows, select_top
+    from tune.stages.selection import front_rows, select_top
     from tune.commands.export import pick_trial
-    from tune.commands.refit import pick
+    from tune.stages.refit import pick
     from tune.results.record import read_record
     from tune.results.status import load_status, status_table
     from tune.search.warm_start import read_trials

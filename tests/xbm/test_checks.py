@@ -1,5 +1,5 @@
 """xbm/checks.py: the one input check and the one ``--set`` parser that the config, the normaliser config,
-``xbm-tune train`` and the sweep (tests/tune/test_options.py) all use."""
+``xbm-tune train`` and the sweep all use."""
 from __future__ import annotations
 
 import pytest
@@ -28,11 +28,27 @@ def test_every_config_check_is_the_shared_one_with_its_prefix():
     checks.checker()(True, "k", ">= 1", 0)  # a rule that holds raises nothing
 
 
-def test_train_strips_set_values_as_the_sweep_does():
+class SweepRefused(ValueError):
+    """As tune.options.SweepInputError: a caller's own exception (its exit 2)."""
+
+
+@pytest.mark.parametrize("error", [train_cli.BadInput, SweepRefused])
+def test_one_set_parser_strips_pairs_and_raises_the_callers_error(error):
     """Bug caught: ``xbm-tune train --set "dataset= toy"`` keeping the blank (" toy" is no data set) while
-    ``xbm-tune sweep`` strips it: one parser, values and keys stripped in both."""
-    assert train_cli.parse_overrides([" dataset = toy ", "lr=3e-4", "data_root="]) == {
+    ``xbm-tune sweep`` strips it, or the parser raising a plain ValueError where the train command needs its
+    BadInput and the sweep its SweepInputError (exit 2): one parser, the caller's exception."""
+    assert checks.parse_overrides([" dataset = toy ", "lr=3e-4", "data_root="], error) == {
         "dataset": "toy", "lr": "3e-4", "data_root": ""}
     for bad in ("epochs", "=3", " =3"):
-        with pytest.raises(train_cli.BadInput, match=f"--set must satisfy the form key=value.*but got '{bad}'"):
-            train_cli.parse_overrides([bad])
+        with pytest.raises(error, match=f"--set must satisfy the form key=value.*but got '{bad}'"):
+            checks.parse_overrides([bad], error)
+
+
+def test_train_resolves_set_pairs_with_the_shared_parser():
+    """Bug caught: ``xbm-tune train`` parsing ``--set`` with a copy of its own (drifting from the sweep's)."""
+    import argparse
+
+    cfg = train_cli.resolve_config(argparse.Namespace(config=None, overrides=[" dataset = toy ", "lr = 3e-4"]))
+    assert (cfg.dataset, cfg.lr) == ("toy", 3e-4)
+    with pytest.raises(train_cli.BadInput, match="--set must satisfy the form key=value"):
+        train_cli.resolve_config(argparse.Namespace(config=None, overrides=["lr"]))

@@ -18,89 +18,22 @@ Paths: each run reads the sweep's files where ``sweep.json`` says they are now (
 ``--set`` path (relative to the working directory) moves them, and is recorded there. The data set is
 opened once on the driver before Ray starts: a wrong path exits 2.
 
-Selection (``select_top``, pure): ``stage == "sweep"`` trials with a finite ``best_<metric>`` (the
-sweep's metric and mode from ``results/sweep.json``); ``completed`` trials rank before
-``stopped_early`` ones (ASHA judged those at a rung and culled them, whatever their best value), then
-by ``best_<metric>``; trials with the same configuration (all ``config.*`` but the seed, nulls
-included) count once, at their best. Fewer than K candidates: all of them, with a note. A sweep with
-several objectives (``--metric`` repeated) takes its candidates from its Pareto front (``front_rows``,
-``analysis.pareto``), ranked the same way by the first objective.
+Selection (``tune.stages.selection``): the sweep-stage trials with a finite ``best_<metric>`` (the sweep's metric
+and mode from ``results/sweep.json``), completed before stopped early, then by ``best_<metric>``, each
+configuration once. Fewer than K candidates: all of them, with a note. A sweep with several objectives
+(``--metric`` repeated) takes its candidates from its Pareto front, ranked by the first objective.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from analysis.contract import FINISHED_STATUSES, SweepRecord
+from analysis.contract import CONFIRM_STAGE
 from tune.commands import plain
-from tune.results.parquet import RESULTS, config_of, finite
-from tune.search.warm_start import read_trials
-
-RUN_KEYS = ("seed", "evaluate_test")  # set by the confirm stage itself, never copied from the sweep
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One configuration chosen for confirmation."""
-
-    rank: int
-    trial_id: str
-    status: str
-    value: float  # its best_<metric> in the sweep
-    config: dict[str, Any]  # flat dotted TrainConfig values (absent params dropped), no seed
-    duplicates: int = 1  # sweep trials that ran this same configuration
-
-
-def select_top(rows: Sequence[Mapping[str, Any]], metric: str, mode: str, top: int) -> list[Candidate]:
-    """The ``top`` best distinct configurations among the sweep's trials (module docstring)."""
-    column = f"best_{metric}"
-    ranked = []
-    for row in rows:
-        value = row.get(column)
-        if (row.get("stage") or "sweep") != "sweep" or row.get("status") not in FINISHED_STATUSES:
-            continue
-        if not finite(value):
-            continue
-        sign = -1.0 if mode == "max" else 1.0
-        ranked.append(((FINISHED_STATUSES.index(row["status"]), sign * value), row))
-    ranked.sort(key=lambda item: item[0])
-    chosen: dict[tuple, list] = {}
-    for _, row in ranked:
-        config = {k: v for k, v in config_of(row).items() if v is not None and k not in RUN_KEYS}
-        key = tuple(sorted((k, repr(v)) for k, v in config.items()))
-        if key in chosen:
-            chosen[key][1] += 1
-        elif len(chosen) < top:
-            chosen[key] = [row, 1, config]
-    return [Candidate(i + 1, str(row.get("trial_id")), row["status"], float(row[column]), config, n)
-            for i, (row, n, config) in enumerate(chosen.values())]
-
-
-def front_rows(rows: Sequence[Mapping[str, Any]], record) -> list[Mapping[str, Any]]:
-    """A several-objective sweep's candidates: its Pareto front (``analysis.dominance``), which
-    ``select_top`` then ranks by the first objective; a one-objective sweep's rows as they are."""
-    if len(record.metrics) < 2:
-        return list(rows)
-    import pandas as pd
-
-    from analysis.dominance import pareto_front
-    from analysis.errors import NotApplicable
-
-    try:
-        front = set(pareto_front(pd.DataFrame(list(rows)), record.metrics, record.modes).front["trial_id"])
-    except NotApplicable:
-        return []
-    return [row for row in rows if row.get("trial_id") in front]
-
-
-def confirm_configs(candidates: Sequence[Candidate], seeds: Sequence[int],
-                    overrides: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """One config per (candidate, seed), candidates outer: what ``run_configs`` runs."""
-    return [{**c.config, **dict(overrides or {}), "seed": int(s), "evaluate_test": True}
-            for c in candidates for s in seeds]
-
+from tune.commands._arguments import add_rerun_arguments
+from tune.results.parquet import RESULTS
+from tune.stages.selection import Candidate
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = plain(__doc__.split("\n\n")[0])
@@ -118,95 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rerun_arguments(parser)
 
 
-def add_rerun_arguments(parser: argparse.ArgumentParser) -> None:
-    """The resource flags of a stage that re-runs a sweep's configurations (confirm, refit)."""
-    ray = parser.add_argument_group("resources")
-    ray.add_argument("--max-concurrent", type=int, default=None, help="trials at once (default: as resources allow)")
-    ray.add_argument("--cpus-per-trial", type=float, default=None, help="default: the sweep's")
-    ray.add_argument("--gpus-per-trial", type=float, default=None, help="default: the sweep's (fractions allowed)")
-    ray.add_argument("--address", default=None,
-                     help="the address of a running Ray cluster to join, as ray.init takes it (auto, HOST:PORT, "
-                          "ray://HOST:10001), not its dashboard URL; default: start a local Ray")
-    ray.add_argument("--dashboard", action=argparse.BooleanOptionalAction, default=True,
-                     help="start Ray's dashboard on 127.0.0.1 (default on)")
-
-
-def rerun_options(record: SweepRecord, args: argparse.Namespace):
-    """The sweep's recorded options for a stage that re-runs its configurations, with this command's resources
-    and no warm start."""
-    from tune.options import SweepOptions
-
-    changes = {k: getattr(args, k) for k in ("cpus_per_trial", "gpus_per_trial", "address")
-               if getattr(args, k) is not None}
-    return SweepOptions.from_record(record.options).replace(
-        metric=record.metric, mode=record.mode, max_concurrent=args.max_concurrent, dashboard=args.dashboard,
-        warm_start=None, **changes)
-
-
-@dataclass
-class ConfirmPlan:
-    uri: str
-    record: SweepRecord
-    candidates: list[Candidate]
-    seeds: list[int]
-    configs: list[dict[str, Any]]
-    overrides: dict[str, Any]  # --set, paths made absolute
-
-
-def rerun_seeds_and_overrides(args: argparse.Namespace, record: SweepRecord) -> tuple[list[int], dict[str, Any]]:
-    """A re-running stage's seeds (``--seeds`` from ``--seed-start``, else after the sweep's seed) and its ``--set``
-    values, paths made absolute here."""
-    from pathlib import Path
-
-    from tune.options import parse_overrides
-    from xbm.inputs import absolute_paths
-
-    start = args.seed_start if args.seed_start is not None else int(record.option("seed", 0)) + 1
-    return list(range(start, start + args.seeds)), absolute_paths(parse_overrides(args.overrides), Path.cwd())
-
-
-def check_configs(configs: Sequence[Mapping[str, Any]]) -> None:
-    """Every config a valid TrainConfig (a bad ``--set`` fails here) and its data readable on this machine."""
-    from tune.options import train_config
-    from tune.plan import check_data
-
-    for config in configs:
-        train_config(config)
-    check_data(configs)
-
-
-def plan(args: argparse.Namespace) -> ConfirmPlan:
-    """Read and check everything before Ray starts; any bad input raises SweepInputError (exit 2)."""
-    from tune.options import SweepInputError
-    from tune.results.record import read_record
-
-    if args.top < 1 or args.seeds < 1:
-        raise SweepInputError(f"--top and --seeds must be >= 1, but got --top {args.top} --seeds {args.seeds}")
-    uri = str(args.path).rstrip("/")
-    try:
-        record = read_record(uri)
-        metric, mode = record.metric, record.mode
-        candidates = select_top(front_rows(read_trials(uri), record), metric, mode, args.top)
-        if not candidates:
-            raise SweepInputError(f"nothing to confirm in {uri}: no completed or early-stopped sweep trial has "
-                                  f"a finite best_{metric}")
-        seeds, overrides = rerun_seeds_and_overrides(args, record)
-        configs = confirm_configs(candidates, seeds, {**record.paths, **overrides})
-        check_configs(configs)
-    except SweepInputError:
-        raise
-    except ValueError as exc:
-        raise SweepInputError(str(exc)) from exc
-    return ConfirmPlan(uri, record, candidates, seeds, configs, overrides)
-
-
 def run(args: argparse.Namespace, **init_kwargs) -> int:
     """Select, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
     from tune.results.record import record_paths
+    from tune.stages.confirm import plan_confirm
+    from tune.stages.rerun import rerun_options
     from tune.sweep import run_configs
     from xbm.inputs import RELOCATABLE_KEYS
 
-    p = plan(args)
+    p = plan_confirm(args)
     metric, mode = p.record.metric, p.record.mode
     swept = p.record.swept
     print(describe_selection(p.candidates, metric, mode, p.seeds, args.top, swept))
@@ -218,16 +71,16 @@ def run(args: argparse.Namespace, **init_kwargs) -> int:
     # the sweep's data is there now: a later resume or confirm reads it there too
     moved = {k: v for k, v in p.overrides.items() if k in RELOCATABLE_KEYS and k not in swept}
     record_paths(p.uri, p.record, {**p.record.paths, **moved})
-    outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage="confirm",
+    outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage=CONFIRM_STAGE,
                           **init_kwargs)
-    print(summary(p.uri, metric))
+    print(confirmation_summary(p.uri, metric))
     if outcome.interrupted:  # Ctrl-C: Ray's Tuner.fit returned early (tune.sweep.fit); `resume` does not continue these
         sys.stdout.flush()
         print("interrupted: the confirm runs stopped before they finished; the summary above covers the finished "
               "ones", file=sys.stderr)
         return 1
     trials = outcome.trials
-    confirm = trials[trials["stage"] == "confirm"] if "stage" in trials else trials.iloc[:0]
+    confirm = trials[trials["stage"] == CONFIRM_STAGE] if "stage" in trials else trials.iloc[:0]
     return 0 if (confirm["status"] == "completed").any() else 1
 
 
@@ -250,7 +103,7 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def summary(uri: str, metric: str) -> str:
+def confirmation_summary(uri: str, metric: str) -> str:
     """The confirmation table (analysis.compare), or a pointer to it when analysis cannot build it."""
     try:
         import warnings

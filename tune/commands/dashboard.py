@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tune.commands.submit import DASHBOARD_HELP
+    from tune.commands._arguments import DASHBOARD_HELP
 
     print(DASHBOARD_HELP)
     return 0

@@ -14,6 +14,8 @@ import json
 import sys
 from typing import Optional
 
+from tune.commands._arguments import add_embedding_arguments
+
 EMBED_EXAMPLES = """examples:
   xbm-tune embed embedder/ --images photos/ --out embeddings.parquet
   xbm-tune embed embedder/ --images photos/ --out embeddings.parquet --on-error skip --device cpu
@@ -30,36 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_embedding_arguments(parser)
 
 
-def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-size", type=int, default=64, help="(default %(default)s)")
-    parser.add_argument("--device", default="auto",
-                        help="auto (CUDA when present), cpu, cuda:0, ... (default %(default)s)")
-    parser.add_argument("--on-error", choices=("stop", "skip"), default="stop",
-                        help="an image that cannot be decoded: exit 2 naming it, or skip it (default %(default)s)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bar (never drawn when stderr is not a terminal)")
-
-
-def embed_files(embedder, paths: list[str], batch_size: int, device: str, on_error: str,
-                desc: str = "embedding", progress: bool = True):
-    """(kept positions, float32 rows [n, d]) of ``paths`` with a progress bar (``progress``: drawn on a terminal,
-    ``xbm.progress.bar``); skipped images are named on stderr. Raises BadImageError under ``on_error=stop``."""
-    import torch
-    from tqdm import tqdm
-
-    from xbm.progress import bar as progress_bar
-
-    positions, rows = [], []
-    with progress_bar(desc=desc, enabled=progress, total=len(paths), unit="img") as bar:
-        for batch in embedder.batches(paths, batch_size, device, on_error):
-            for _, reason in batch.skipped:
-                tqdm.write(f"skipped: {reason}", file=sys.stderr)
-            positions += batch.positions
-            rows.append(batch.rows)
-            bar.update(len(batch.positions) + len(batch.skipped))
-    return positions, torch.cat(rows) if rows else torch.zeros(0, embedder.embedding_size)
-
-
 def write_embeddings(path: str, paths: list[str], rows, labels: Optional[list[str]], about: dict) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -73,7 +45,7 @@ def write_embeddings(path: str, paths: list[str], rows, labels: Optional[list[st
 
 
 def run(args: argparse.Namespace) -> int:
-    from xbm.embedder import load_embedder
+    from xbm.embedder import embed_files, load_embedder
     from xbm.errors import BadImageError
     from xbm.image_folder import list_images
 

@@ -20,10 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from analysis.contract import FINISHED_STATUSES
+from analysis.contract import FINISHED_STATUSES, STAGES
 from analysis.location import read_file_bytes
 
-STAGES = ("sweep", "confirm", "refit")
 RUN_WEIGHTS = ("best_weights.pt", "checkpoint.pt")
 
 

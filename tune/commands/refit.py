@@ -15,60 +15,18 @@ set). Each run is the trial's configuration with only these changed:
 
 Epochs are the trial's (``--set epochs=N`` to change). With nothing held out to select on, a run keeps its last
 epoch's weights (``tune.trial.loop``), and the report takes its last epoch's test value (``analysis.refit``).
-``--best``: the sweep-stage trial ``confirm`` would rank first (``select_top``: completed before stopped early,
-then by ``best_<metric>``; a several-objective sweep's Pareto front).
+``--best``: the sweep-stage trial ``confirm`` would rank first (``tune.stages.selection.select_top``: completed
+before stopped early, then by ``best_<metric>``; a several-objective sweep's Pareto front).
 """
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
 
-from analysis.contract import SweepRecord
+from analysis.contract import REFIT_STAGE
 from tune.commands import plain
-from tune.commands.confirm import add_rerun_arguments, check_configs, rerun_options, rerun_seeds_and_overrides
-from tune.options import SweepInputError
-
-STAGE = "refit"
-#: --classes -> the config's train_on (xbm.config.TRAIN_ON)
-CLASSES = ("train+val", "all")
-#: data sets whose test protocol is external, and how to run it on the refit's export
-EXTERNAL_PROTOCOLS = {"omniglot": "Omniglot's 20-way one-shot runs: `xbm-tune export {sweep} --stage refit --best "
-                                  "--out DIR`, then `xbm-tune oneshot DIR --runs omniglot/all_runs`"}
-
-
-def refit_configs(trial: Mapping[str, Any], seeds: Sequence[int], classes: str,
-                  overrides: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The trial's flat dotted config (absent parameters dropped) once per seed, with ``train_on`` = ``classes``
-    and ``overrides``; with ``all``, ``val_fraction`` 0 as well (the validation classes, or super-classes, the
-    sweep held out are trained on): nothing else changes."""
-    from tune.results.parquet import config_of
-
-    config = {k: v for k, v in config_of(trial).items() if v is not None}
-    # train_on=all holds out val_fraction of the classes (a sweep on every class but those): the refit adds them
-    back = {"val_fraction": 0.0} if classes == "all" else {}
-    return [{**config, **dict(overrides or {}), **back, "train_on": classes, "seed": int(s)} for s in seeds]
-
-
-def pick(rows: Sequence[Mapping[str, Any]], record: SweepRecord, trial_id: str | None) -> Mapping[str, Any]:
-    """The row of ``--trial ID`` (a sweep or confirm trial), or ``--best``: the sweep-stage trial ``confirm``'s
-    selection ranks first."""
-    from tune.commands.confirm import front_rows, select_top
-
-    if trial_id is not None:
-        found = [r for r in rows if str(r.get("trial_id")) == trial_id and r.get("stage") != STAGE]
-        if not found:
-            known = sorted(str(r.get("trial_id")) for r in rows if r.get("stage") != STAGE)[:10]
-            raise SweepInputError(f"--trial {trial_id!r} is not a sweep or confirm trial of this sweep; its trials "
-                                  f"include {known}")
-        return found[0]
-    best = select_top(front_rows(rows, record), record.metric, record.mode, 1)
-    if not best:
-        raise SweepInputError(f"nothing to refit: no completed or early-stopped sweep trial has a finite "
-                              f"best_{record.metric}")
-    return next(r for r in rows
-                if str(r.get("trial_id")) == best[0].trial_id and (r.get("stage") or "sweep") == "sweep")
+from tune.commands._arguments import add_rerun_arguments
+from tune.stages.refit import CLASSES, RefitPlan, held_out_notes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,41 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rerun_arguments(parser)
 
 
-@dataclass
-class RefitPlan:
-    uri: str
-    record: SweepRecord
-    trial: Mapping[str, Any]  # the chosen trials.parquet row
-    seeds: list[int]
-    configs: list[dict[str, Any]]
-    overrides: dict[str, Any]  # --set, paths made absolute
-
-
-def plan(args: argparse.Namespace) -> RefitPlan:
-    """Read and check everything before Ray starts; any bad input raises SweepInputError (exit 2)."""
-    from tune.results.record import read_record
-    from tune.search.warm_start import read_trials
-
-    if args.seeds < 1:
-        raise SweepInputError(f"--seeds must be >= 1, but got --seeds {args.seeds}")
-    uri = str(args.path).rstrip("/")
-    try:
-        record = read_record(uri)
-        trial = pick(read_trials(uri), record, args.trial)
-        seeds, overrides = rerun_seeds_and_overrides(args, record)
-        for key in ("train_on", "seed"):
-            if key in overrides:
-                raise SweepInputError(f"--set {key}=... is the refit's own: use --classes and --seed-start")
-        configs = refit_configs(trial, seeds, args.classes, {**record.paths, **overrides})
-        check_configs(configs)
-    except SweepInputError:
-        raise
-    except ValueError as exc:
-        raise SweepInputError(str(exc)) from exc
-    return RefitPlan(uri, record, trial, seeds, configs, overrides)
-
-
-def describe(p: RefitPlan, classes: str) -> str:
+def describe_refit(p: RefitPlan, classes: str) -> str:
     config, metric = p.configs[0], p.record.metric
     head = (f"refitting trial {p.trial.get('trial_id')} ({p.trial.get('stage') or 'sweep'}, {p.trial.get('status')}, "
             f"best_{metric} = {p.trial.get(f'best_{metric}')}) on {classes} classes x {len(p.seeds)} seed(s) "
@@ -133,44 +57,30 @@ def describe(p: RefitPlan, classes: str) -> str:
     return "\n".join([head, *held_out_notes(p.trial, config, classes, p.uri)])
 
 
-def held_out_notes(trial: Mapping[str, Any], config: Mapping[str, Any], classes: str, uri: str) -> list[str]:
-    """What the refit's test values will be: none without held-out classes (the external protocol, if any)."""
-    if classes == "all":
-        dataset = str(config.get("dataset"))
-        protocol = EXTERNAL_PROTOCOLS.get(dataset)
-        if protocol is None:
-            return [f"note: test metrics are not available for --classes all: every class of {dataset!r} is trained "
-                    "on, and the data set defines no external test protocol"]
-        return [f"note: --classes all trains on every class, so no test metric is written; {dataset}'s test "
-                f"protocol is external: {protocol.format(sweep=uri)}"]
-    if float(trial.get("config.val_fraction") or 0.0) == 0.0:
-        return ["note: val_fraction is 0: the sweep selected on the test classes, the refit trains on the trial's "
-                "own classes, and its test values are optimistic"]
-    return []
-
-
 def run(args: argparse.Namespace, **init_kwargs) -> int:
     """Plan, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
     from tune.results.parquet import RESULTS
+    from tune.stages.refit import plan_refit
+    from tune.stages.rerun import rerun_options
     from tune.sweep import run_configs
 
-    p = plan(args)
-    print(describe(p, args.classes))
+    p = plan_refit(args)
+    print(describe_refit(p, args.classes))
     if args.dry_run:
         return 0
-    outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage=STAGE,
+    outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage=REFIT_STAGE,
                           **init_kwargs)
-    print(summary(p.uri, p.record.metric))
+    print(refit_summary(p.uri, p.record.metric))
     if outcome.interrupted:
         sys.stdout.flush()
         print("interrupted: the refit runs stopped before they finished", file=sys.stderr)
         return 1
     trials = outcome.trials
-    refit = trials[trials["stage"] == STAGE] if "stage" in trials else trials.iloc[:0]
+    refit = trials[trials["stage"] == REFIT_STAGE] if "stage" in trials else trials.iloc[:0]
     return 0 if (refit["status"] == "completed").any() else 1
 
 
-def summary(uri: str, metric: str) -> str:
+def refit_summary(uri: str, metric: str) -> str:
     """The refit's test values per seed and their interval (analysis.refit), or a pointer to the rows."""
     try:
         import warnings

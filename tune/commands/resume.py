@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 
-from tune.commands.sweep import add_cluster_arguments, finish, say_interrupted
-from tune.options import parse_overrides
+from tune.commands._arguments import add_cluster_arguments
+from tune.commands._outcome import finish, say_interrupted
+from tune.options import SweepInputError
+from xbm.checks import parse_overrides
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from tune.sweep import resume_sweep
 
     args.resume_path = args.path
-    outcome = resume_sweep(args.path, address=args.address, dashboard=args.dashboard, paths=parse_overrides(args.set))
+    outcome = resume_sweep(args.path, address=args.address, dashboard=args.dashboard,
+                           paths=parse_overrides(args.set, SweepInputError))
     code = finish(outcome)
     say_interrupted(outcome)
     return code

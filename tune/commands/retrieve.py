@@ -22,7 +22,7 @@ RETRIEVE_EXAMPLES = """examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tune.commands.embed import add_embedding_arguments
+    from tune.commands._arguments import add_embedding_arguments
 
     parser.description = ("Print each query's top-k gallery images by cosine similarity, embedded with an export\n"
                           "folder's embedder (the gallery a folder, or an `xbm-tune embed` Parquet); --grid draws\n"
@@ -42,7 +42,7 @@ def read_gallery(path: str, embedder, args) -> tuple[list[str], "object", list |
     """(paths, rows [n, d] float32, labels or None) of a gallery folder (embedded now) or Parquet file."""
     import torch
 
-    from tune.commands.embed import embed_files
+    from xbm.embedder import embed_files
     from xbm.image_folder import list_images
 
     if Path(path).is_file():
@@ -97,7 +97,7 @@ def _key(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tune.commands.embed import embed_files
+    from xbm.embedder import embed_files
     from xbm.embedder import load_embedder
     from xbm.errors import BadImageError
 

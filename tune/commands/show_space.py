@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tune.options import bad_input, parse_overrides
+from tune.options import SweepInputError, bad_input
+from xbm.checks import parse_overrides
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from tune.search.spaces import load_space
 
     with bad_input():
-        space = load_space(args.name, overrides=parse_overrides(args.set) or None)
+        space = load_space(args.name, overrides=parse_overrides(args.set, SweepInputError) or None)
     print(space.describe())
     warning = space.combination_warning()
     if warning:

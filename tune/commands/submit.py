@@ -116,26 +116,13 @@ def follow_help(job_id: str, address: str, token_auth: bool = False) -> str:
 
 
 #: what `xbm-tune dashboard` prints
-DASHBOARD_HELP = """A sweep started without --address runs its own Ray, whose dashboard dies with the sweep.
-To keep Ray and its dashboard alive across sweeps, start Ray once and join it:
-
-  ray start --head --dashboard-host=127.0.0.1       # Ray and its dashboard on http://127.0.0.1:8265
-  xbm-tune sweep quickstart --address auto           # the sweep joins it; the dashboard outlives it
-  xbm-tune submit quickstart                         # or as a Ray job: the Jobs page shows its driver log
-  ray stop                                           # when done
-
-Token authentication is on by default: the page asks for the token that `ray get-auth-token` prints.
-From another machine, tunnel first: ssh -L 8265:127.0.0.1:8265 <this host>.
-What the dashboard shows of a sweep: docs/sweeps.md, "Watching a sweep"."""
-
-
 SUBMIT_EXAMPLES = """examples:
   xbm-tune submit quickstart --address http://127.0.0.1:8265
   xbm-tune submit full --num-samples 200 --gpus-per-trial 0.5 --address http://HEAD:8265"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tune.commands.sweep import add_sweep_arguments
+    from tune.commands._arguments import add_sweep_arguments
 
     parser.description = ("Check a sweep here as `xbm-tune sweep` would (a mistake exits 2 and submits nothing),\n"
                           "then send it as a Ray job to a running cluster through its dashboard (Ray's Job\n"
@@ -149,7 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tune.commands.sweep import options_from
+    from tune.commands._arguments import options_from
     from tune.plan import prepare
 
     with bad_input():  # the sweep's own checks, here, before anything reaches the cluster

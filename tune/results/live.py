@@ -37,8 +37,8 @@ from tune.results.parquet import finite
 #: the internal-KV namespace of the sweeps' best values (key: the experiment name)
 KV_NAMESPACE = "xbm-tune-best"
 PREFIX = "[xbm]"
-#: metrics each epoch line shows besides the sweep's metric
-SHOWN = ("loss",)
+#: metrics a trial's epoch line shows besides the sweep's metric (``xbm-tune train``'s line: ``xbm.train_cli.SHOWN``)
+TRIAL_LINE_METRICS = ("loss",)
 _trials_on_this_actor = 0
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def _fmt(value: Any) -> str:
 def epoch_line(trial_id: str, metrics: Mapping[str, Any], budget: int, metric: str, mode: str,
                best: Mapping[str, Any] | None) -> str:
     """One epoch of one trial, with the sweep's best so far (``best``, or this epoch when it is better)."""
-    shown = [f"{name}={_fmt(metrics[name])}" for name in dict.fromkeys((*SHOWN, metric)) if name in metrics]
+    shown = [f"{name}={_fmt(metrics[name])}" for name in dict.fromkeys((*TRIAL_LINE_METRICS, metric)) if name in metrics]
     own = metrics.get(metric)
     if finite(own) and (best is None or better(float(own), best["value"], mode)):
         best = {"value": float(own), "trial_id": trial_id, "epoch": metrics.get("epoch")}

@@ -2,9 +2,11 @@
 
 Ray's Train-in-Tune pattern (Ray 2.60, Train V2): the Tune trial is a small launcher function
 (:func:`run_parallel_trial`) that starts a ``TorchTrainer`` of N workers (gloo on the CPU, NCCL on GPUs)
-and waits for it. Each worker (:func:`worker_main`) builds ``xbm.Trainer`` inside the process group Ray
-Train initialised (``Ranks.from_process_group()``: the trainer shards the global batch, keeps the memories
-identical, wraps DDP and evaluates on rank 0).
+and waits for it. ``xbm-tune train --workers N`` starts the same workers on a local Ray (:func:`train_run`),
+rank 0 writing the run's folder (:func:`train_rank`). Each worker (:func:`worker_main`, set up by
+``tune.trial.setup``) builds ``xbm.Trainer`` inside the process group Ray Train initialised
+(``Ranks.from_process_group()``: the trainer shards the global batch, keeps the memories identical, wraps DDP and
+evaluates on rank 0).
 
 - **Reports.** Rank 0 runs the one-worker trial's epoch loop (``tune.trial.loop.TrialLoop``: live line,
   best weights, checkpoint clock, cost columns) with ``ray.train.report`` as its reporter; the other ranks
@@ -29,6 +31,7 @@ identical, wraps DDP and evaluates on rank 0).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 import uuid
@@ -41,9 +44,9 @@ from tune.logs import trial_logging
 from tune.results import live
 from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
-from tune.trial.base import (TrialPolicy, assigned_device, build_trainer, deterministic_failure, error_row,
-                             refused_row)
+from tune.trial.base import TrialPolicy, build_trainer, deterministic_failure, error_row, refused_row
 from tune.trial.loop import Reporter, TrialLoop, follow, load_trainer_state
+from tune.trial.setup import restore_and_prepare, setup_trial
 
 #: the folder of a trial's Train runs, inside its Tune trial folder
 TRAIN_RUNS = "data_parallel"
@@ -181,12 +184,16 @@ def _delete(fs, path: str) -> None:
 
 
 def worker_main(job: Mapping[str, Any]) -> None:
-    """One Train worker of a trial: rank 0 runs the trial's epoch loop and reports; the others follow. A rank
-    that runs out of CUDA memory says so with its own peak (``RankOutOfMemoryError``)."""
+    """One Train worker, of a sweep's data-parallel trial (rank 0 runs the trial's epoch loop and reports; the
+    others follow) or of ``xbm-tune train --workers N`` (``job["folder"]``: :func:`train_rank`). A trial's rank that
+    runs out of CUDA memory says so with its own peak (``RankOutOfMemoryError``)."""
     import torch
 
     from tune.trial.resources import RankOutOfMemoryError, out_of_memory_reason
 
+    if "folder" in job:
+        train_rank(job)
+        return
     try:
         _run_rank(job)
     except torch.OutOfMemoryError as exc:
@@ -200,40 +207,23 @@ def _run_rank(job: Mapping[str, Any]) -> None:
     import ray.train
     import torch.distributed as dist
 
-    from tune.trial.checkpoints import BestWeights, storage_uri
+    from tune.trial.checkpoints import storage_uri
     from analysis.location import Folder
-    from xbm.cpus import use_cpus
-    from xbm.training.rng import seed_everything
+    from xbm.training.best_weights import BestWeights
 
     ray.train.report({STARTED_KEY: 1})  # every rank: Train's reports are collective
     trial_logging()   # rank 0's epoch lines reach this worker's stdout (the dashboard's and the driver's logs)
     rank = ray.train.get_context().get_world_rank()
-    config, paths = job["config"], job["paths"]
-    moved = {k: v for k, v in paths.items() if config.get(k) != v}
-    cfg = train_config({**config, **moved})
-    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-    device = assigned_device(cfg.device, gpu_ids)
-    if device.startswith("cuda"):
-        import ray.train.torch
-
-        device = str(ray.train.torch.get_device())  # this rank's GPU among those Train made visible
-    cfg = cfg.replace(device=device)
-    seed_everything(cfg.seed)
+    setup = setup_trial(job["config"], job["paths"], job["cpus"], rank_device=True)
     every_gpu: list = [None] * dist.get_world_size()
-    dist.all_gather_object(every_gpu, gpu_ids)  # the trial's GPUs, for gpu_ids
-    gpu_text = ",".join(g for ids in every_gpu for g in ids) or None
-    where = {NODE_KEY: ray.get_runtime_context().get_node_id(), GPU_KEY: gpu_text,
-             **({RELOCATED_KEY: moved} if moved else {})}
-    cpus = use_cpus(job["cpus"])
-    trainer = _trainer(cfg, cpus, job["policy"], where[NODE_KEY], job["sweep"])
+    dist.all_gather_object(every_gpu, setup.gpu_ids)  # the trial's GPUs, for gpu_ids
+    where, cfg = setup.where([g for ids in every_gpu for g in ids]), setup.cfg
+    trainer = _trainer(cfg, setup.cpus, job["policy"], setup.node_id, job["sweep"])
     reporter = Reporter(ray.train.report, ray.train.Checkpoint.from_directory)
-    checkpoint = job["checkpoint"]
     try:
         if rank != 0:
-            if checkpoint is not None:
-                with checkpoint.as_directory() as folder:
-                    load_trainer_state(trainer, folder, job["policy"].mutable)
-            trainer.prepare()
+            restore_and_prepare(trainer, job["checkpoint"],
+                                lambda trainer, folder: load_trainer_state(trainer, folder, job["policy"].mutable))
             follow(trainer, reporter)
             return
         fs, path = job["filesystem"], job["trial_path"]
@@ -241,10 +231,7 @@ def _run_rank(job: Mapping[str, Any]) -> None:
         loop = TrialLoop(job["trial_id"], cfg, job["metric"], job["mode"], job["policy"], job["sweep"], where, best,
                          reporter, started, best_before_report=True)
         try:
-            if checkpoint is not None:
-                with checkpoint.as_directory() as folder:
-                    loop.restore(trainer, folder)
-            trainer.prepare()
+            restore_and_prepare(trainer, job["checkpoint"], loop.restore)
             loop.run(trainer)
         finally:
             best.wait()
@@ -258,3 +245,85 @@ def _trainer(cfg, cpus: int, policy: TrialPolicy, node_id: str, sweep: str | Non
     from xbm.training.distributed import Ranks
 
     return build_trainer(cfg, cpus, policy, node_id, sweep, ranks=Ranks.from_process_group())
+
+
+def train_run(cfg, folder, workers: int, gpus: bool, progress: bool = False) -> None:
+    """``xbm-tune train --workers N``: the run ``cfg`` as ``workers`` Train workers (gloo on the CPU; NCCL with one
+    GPU each when ``gpus``) on a local Ray sized for them, rank 0 writing ``folder`` (:func:`train_rank`). A worker's
+    error is raised as its own exception (Train's wrapper dropped)."""
+    import os
+
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    from xbm.cpus import available_cpus
+
+    cpus = max(1, available_cpus() // workers)
+    # a local Ray sized for the workers (more logical CPUs than cores is allowed: they are shares, not pins)
+    ray.init(address="local", num_cpus=max(available_cpus(), workers * cpus), include_dashboard=False)
+    try:
+        trainer = TorchTrainer(
+            # absolute: a worker's working folder is Ray's, not the user's
+            worker_main, train_loop_config={"config": cfg.to_dict(), "folder": os.path.abspath(folder), "cpus": cpus,
+                                            "progress": progress},
+            torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
+            scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpus, resources_per_worker={"CPU": cpus}),
+            run_config=RunConfig(name="ray_train", storage_path=os.path.abspath(folder),
+                                 failure_config=FailureConfig(max_failures=0)))
+        trainer.fit()
+    except Exception as exc:  # a worker's error, with its traceback
+        cause = next(iter(worker_errors(exc).values()), exc)
+        if cause is exc:
+            raise
+        raise cause from exc
+    finally:
+        ray.shutdown()
+
+
+def train_rank(job: Mapping[str, Any]) -> None:
+    """One worker of ``xbm-tune train --workers N``: rank 0 writes the run's folder as ``xbm-tune train`` does (config,
+    metrics, checkpoint, best weights, the epoch lines); the others train in step."""
+    from pathlib import Path
+
+    from xbm import train_cli
+    from xbm.signals import collapse_warning
+    from xbm.trainer import Trainer
+    from xbm.training.distributed import Ranks
+
+    setup = setup_trial(job["config"], None, job["cpus"], rank_device=True)
+    cfg, ranks = setup.cfg, Ranks.from_process_group()
+    trainer = Trainer(cfg, cpus=setup.cpus, ranks=ranks, **rank_bars(job.get("progress", False), ranks.is_main))
+    writer = None
+    try:
+        if not ranks.is_main:
+            for _ in trainer.fit():
+                pass
+            return
+        folder = Path(job["folder"])
+        writer = train_cli.RunWriter(folder, cfg.to_dict())
+        print(f"output: {folder}", flush=True)
+        for metrics in trainer.fit():
+            writer.metrics(metrics)
+            writer.checkpoint(trainer.state_dict())
+            writer.offer_best(trainer, metrics)
+            print(train_cli.format_line(metrics, cfg.epochs), flush=True)
+            warning = collapse_warning(metrics)
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
+    finally:
+        trainer.close()   # before Train destroys the process group: DDP lets go of it (DataParallel.close)
+        if writer is not None:
+            writer.wait()   # checkpoint.pt and best_weights.pt land before the worker ends
+
+
+def rank_bars(draw: bool, is_main: bool) -> dict:
+    """The ``Trainer``'s bar arguments on a rank of ``xbm-tune train --workers N``: the one-worker run's bars
+    (``xbm.train_cli.progress_bars``) on rank 0 when the driver draws them, through Ray
+    (``tune.ray_progress.ray_bars``); none on the other ranks, which train in step (one bar per run, not N)."""
+    if not (draw and is_main):
+        return {}
+    from tune.ray_progress import ray_bars
+    from xbm.progress import DELAY_S
+
+    return {"progress": ray_bars(), "eval_progress": ray_bars(DELAY_S)}

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from tune.results import live
-from tune.trial.checkpoints import TRIAL_STATE, BestWeights, CheckpointClock
+from tune.trial.checkpoints import TRIAL_STATE, CheckpointClock
+from xbm.training.best_weights import BestWeights
 
 CHECKPOINT_FILE = "trainer.pt"
 #: trial-level facts of every row: set-up seconds, the best weights' URI

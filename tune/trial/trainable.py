@@ -17,14 +17,13 @@ from ray.tune.trainable.function_trainable import wrap_function
 
 from tune.logs import trial_logging
 from tune.results import live
-from tune.options import train_config
-from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
-from tune.trial.base import (TrialPolicy, assigned_device, build_trainer, deterministic_failure, error_row,
-                             refused_row)
-from tune.trial.checkpoints import BestWeights, finish_best_weights, storage_uri
+from tune.trial.base import TrialPolicy, build_trainer, deterministic_failure, error_row, refused_row
+from tune.trial.checkpoints import storage_uri
+from xbm.training.best_weights import BestWeights, finish_best_weights
 from analysis.location import Folder
 # CHECKPOINT_FILE, SETUP_KEY, BEST_WEIGHTS_KEY: re-exported (the loop that writes them moved to tune.trial.loop)
 from tune.trial.loop import BEST_WEIGHTS_KEY, CHECKPOINT_FILE, SETUP_KEY, TrialLoop, tune_reporter  # noqa: F401
+from tune.trial.setup import restore_and_prepare, setup_trial
 
 log = logging.getLogger(__name__)
 
@@ -44,28 +43,19 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     import torch
 
     from tune.trial.resources import cap_gpu_memory, free_previous_trial, track_trainer
-    from xbm.cpus import use_cpus
-    from xbm.training.rng import seed_everything
 
     free_previous_trial()
     trial_logging()
     context = ray_tune.get_context()
     trial_id = context.get_trial_id()
     live.log_header(trial_id, context.get_trial_name(), config)
-    moved = {k: v for k, v in (paths or {}).items() if config.get(k) != v}
-    try:
-        cfg = train_config({**config, **moved})
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    try:   # torch and decode threads: the trial's CPUs, not the node's
+        setup = setup_trial(config, paths, assigned.get("CPU", 1))
     except ValueError as exc:   # deterministic: one error row, no retry
         ray_tune.report(refused_row(exc, metric, mode, trial_id))
         return
-    gpu_ids = [str(g) for g in ray.get_gpu_ids()]
-    cfg = cfg.replace(device=assigned_device(cfg.device, gpu_ids))
-    seed_everything(cfg.seed)
-    node_id = ray.get_runtime_context().get_node_id()
-    where = {NODE_KEY: node_id, GPU_KEY: ",".join(gpu_ids) or None, **({RELOCATED_KEY: moved} if moved else {})}
-
-    assigned = ray.get_runtime_context().get_assigned_resources()
-    cpus = use_cpus(assigned.get("CPU", 1))  # torch and decode threads: the trial's CPUs, not the node's
+    cfg, where = setup.cfg, setup.where()
     gpu_share = float(assigned.get("GPU", 0.0))
     if cfg.device.startswith("cuda") and torch.cuda.is_available():
         if torch.device(cfg.device).index is not None:  # the cap and the peak read the current device
@@ -76,13 +66,9 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
                      tune_reporter(), started)
     trainer = None
     try:
-        trainer = build_trainer(cfg, cpus, policy, node_id, sweep)
+        trainer = build_trainer(cfg, setup.cpus, policy, setup.node_id, sweep)
         track_trainer(trainer)
-        checkpoint = ray_tune.get_checkpoint()
-        if checkpoint is not None:
-            with checkpoint.as_directory() as folder:
-                loop.restore(trainer, folder)
-        trainer.prepare()
+        restore_and_prepare(trainer, ray_tune.get_checkpoint(), loop.restore)
         loop.run(trainer)
     except Exception as exc:
         failure = deterministic_failure(exc, cfg, loop.epoch, gpu_share)

@@ -12,13 +12,16 @@ from dataclasses import dataclass
 import torch
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str | torch.device) -> torch.device:
+    """``auto``: CUDA when available, else the CPU; any other name (or a ``torch.device``) as it is. A CUDA device
+    on a machine without CUDA is a ValueError naming it (the training's config and an embedder's ``--device``)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device must be available on this machine, but got {name!r} and CUDA is not; "
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device must be available on this machine, but got {str(name)!r} and CUDA is not; "
                          "use device=auto or device=cpu")
-    return torch.device(name)
+    return device
 
 
 def resolve_amp(amp: str, device: torch.device) -> torch.dtype | None:

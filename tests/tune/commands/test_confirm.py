@@ -9,7 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tune.commands.confirm import add_arguments, confirm_configs, plan, select_top
+from tune.commands.confirm import add_arguments
+from tune.stages.confirm import confirm_configs, plan_confirm as plan
+from tune.stages.selection import select_top
 from tune.options import SweepInputError
 from xbm.config import TrainConfig
 

@@ -39,7 +39,7 @@ def test_two_workers_write_the_one_worker_runs_folder_with_its_losses(tmp_path, 
 def test_only_rank_0_gets_bars_and_only_when_the_driver_draws_them():
     """Bug caught (issue 55): ``--workers N`` training without the one-worker run's bars, N bars (every rank's),
     or bars sent to a driver that does not draw them (``--no-progress``, stderr not a terminal)."""
-    from tune.commands.train import rank_bars
+    from tune.trial.data_parallel import rank_bars
 
     bars = rank_bars(True, is_main=True)
     assert sorted(bars) == ["eval_progress", "progress"] and all(callable(b) for b in bars.values())

@@ -141,7 +141,7 @@ def test_the_flag_reaches_the_options_and_resume_rebuilds_the_recorded_rungs():
     written before --rungs failing to load, or ``resume`` (no space to place rungs from) refusing a
     --rungs schedule sweep, or deciding at other epochs than those it recorded."""
     from tune.cli import build_parser
-    from tune.commands.sweep import options_from
+    from tune.commands._arguments import options_from
     from tune.search.rungs import recorded_rungs
     from tune.search.schedulers import build_scheduler, decision_epochs
 

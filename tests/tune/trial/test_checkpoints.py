@@ -1,13 +1,8 @@
-"""The checkpoint policy (tune.trial.checkpoints): the period clock, the best weights, pruning."""
-import threading
-import time
-
+"""The checkpoint policy (tune.trial.checkpoints): the period clock, pruning, the actor waiting for the best weights."""
 import pyarrow.fs as pafs
-import pytest
-import torch
 
-from tune.trial.checkpoints import BEST_WEIGHTS, BestWeights, CheckpointClock, prune_checkpoints, storage_uri
-from analysis.location import Folder
+from tune.trial.checkpoints import CheckpointClock, prune_checkpoints, storage_uri
+from xbm.training.best_weights import BEST_WEIGHTS
 
 
 def test_the_clock_is_due_after_a_period_of_epochs_and_at_the_last():
@@ -19,44 +14,6 @@ def test_the_clock_is_due_after_a_period_of_epochs_and_at_the_last():
     assert clock.due(1.0, last=True) and clock.since_s == 0.0
     every = CheckpointClock(period_s=0.0)
     assert all(every.due(0.001, last=False) for _ in range(3))
-
-
-def test_best_weights_follow_the_best_epoch_by_the_sweeps_mode(tmp_path):
-    """Bug caught: the last epoch's weights kept instead of the best one's, NaN (an epoch eval_every
-    skipped) taken as a new best, min-mode metrics kept as if larger were better, or the file written
-    before the thread finished reading the weights (a later step's values saved)."""
-    model = torch.nn.Linear(2, 1)
-    best = BestWeights(Folder(str(tmp_path)), str(tmp_path), "max")
-    assert best.uri is None
-    with torch.no_grad():
-        model.weight.fill_(1.0)
-    assert best.offer(1, 0.5, model, {"metric": "recall_at_1"})
-    with torch.no_grad():
-        model.weight.fill_(2.0)  # changed right after the offer: the kept copy must not follow
-    assert not best.offer(2, float("nan"), model, {}) and not best.offer(3, 0.4, model, {})
-    best.wait()
-    saved = torch.load(tmp_path / BEST_WEIGHTS, weights_only=True)
-    assert saved["epoch"] == 1 and saved["value"] == 0.5 and saved["metric"] == "recall_at_1"
-    assert torch.equal(saved["model"]["weight"], torch.ones(1, 2))
-    assert best.uri == f"{tmp_path}/{BEST_WEIGHTS}"
-    lower = BestWeights(Folder(str(tmp_path / "min")), str(tmp_path / "min"), "min")
-    assert lower.offer(1, 2.0, model, {}) and lower.offer(2, 1.0, model, {}) and not lower.offer(3, 1.5, model, {})
-    lower.wait()
-    restored = BestWeights(Folder(str(tmp_path)), str(tmp_path), "max")
-    restored.load_state(best.state())  # a resumed trial must not replace a better epoch by a worse one
-    assert not restored.offer(4, 0.45, model, {}) and restored.epoch == 1
-
-
-def test_a_failed_write_is_raised_naming_the_file(tmp_path):
-    """Bug caught: a best-weights write that failed in its thread going unnoticed (the sweep's product lost)."""
-    class Broken(Folder):
-        def write_bytes(self, relative, payload):
-            raise OSError("disk full")
-
-    best = BestWeights(Broken(str(tmp_path)), "s3://bucket/trial_1", "max")
-    best.offer(1, 0.1, torch.nn.Linear(1, 1), {})
-    with pytest.raises(OSError, match="s3://bucket/trial_1/best_weights.pt.*disk full"):
-        best.wait()
 
 
 def test_pruning_keeps_the_newest_checkpoint_only(tmp_path):
@@ -101,28 +58,12 @@ def test_under_pbt_checkpoints_are_pruned_when_the_sweep_ends_not_when_a_trial_d
     assert len(list((tmp_path / "failed").iterdir())) == 2
 
 
-class SlowStorage(Folder):
-    """Writes as slowly as ~100 MB of ResNet50 weights on a network disk."""
-
-    def write_bytes(self, relative, payload):
-        import time
-
-        time.sleep(0.5)
-        super().write_bytes(relative, payload)
-
-
-def test_a_stopped_or_reused_actor_waits_for_the_best_weights_write(tmp_path, monkeypatch):
+def test_a_stopped_or_reused_actor_waits_for_the_best_weights_write(monkeypatch):
     """Bug caught: ASHA stopping a trial right after an improving epoch (Tune's cleanup does not wait for the
     trial's thread, and the daemon writer dies with the actor): the row names best_weights.pt, but the file
-    is missing (first rung) or holds an older epoch, so `xbm-tune export` fails on the sweep's best trial."""
+    is missing (first rung) or holds an older epoch, so `xbm-tune export` fails on the sweep's best trial.
+    (That ``finish_best_weights`` waits: tests/xbm/training/test_best_weights.py.)"""
     from tune.trial import trainable
-    from tune.trial.checkpoints import finish_best_weights
-
-    best = BestWeights(SlowStorage(str(tmp_path)), str(tmp_path), "max")
-    best.offer(1, 0.5, torch.nn.Linear(2, 1), {})
-    finish_best_weights()
-    assert torch.load(tmp_path / BEST_WEIGHTS, weights_only=True)["epoch"] == 1
-    finish_best_weights()  # nothing pending: returns at once
 
     waited = []
     monkeypatch.setattr(trainable, "finish_best_weights", lambda: waited.append(True))
@@ -133,31 +74,3 @@ def test_a_stopped_or_reused_actor_waits_for_the_best_weights_write(tmp_path, mo
     cls.cleanup(object.__new__(cls))
     cls.reset_config(object.__new__(cls), {})
     assert waited == [True, True]
-
-
-def test_a_wait_that_overlaps_a_new_write_leaves_no_write_behind(tmp_path):
-    """Bug caught: the actor's cleanup waiting while the trial's thread offered a new epoch: cleanup's wait,
-    back from joining the old write, cleared the new one, which then nobody waited for (lost with the actor)."""
-    from tune.trial.checkpoints import _PENDING
-
-    best = BestWeights(SlowStorage(str(tmp_path)), str(tmp_path), "max")
-    model = torch.nn.Linear(2, 1)
-    key = f"{tmp_path}/{BEST_WEIGHTS}"
-
-    class OldWrite:  # the old write; while cleanup joins it, the trial's thread offers epoch 2
-        offered = False
-
-        def join(self):
-            if not self.offered:
-                self.offered = True
-                threading.Thread(target=best.offer, args=(2, 0.9, model, {})).start()
-                while not best._files.pending() or best._files._writes.get(key) is self:
-                    time.sleep(0.01)   # until the trial's thread has saved epoch 2
-
-    best._files._writes[key] = OldWrite()
-    _PENDING.add(best)
-    best.wait()   # cleanup's wait: it returns once epoch 2 has landed too, or leaves it pending
-    if best._files.pending():
-        assert best in _PENDING
-        best.wait()
-    assert torch.load(tmp_path / BEST_WEIGHTS, weights_only=True)["epoch"] == 2 and best not in _PENDING

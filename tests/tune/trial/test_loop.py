@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tune.trial.checkpoints import BEST_WEIGHTS, TRIAL_STATE, BestWeights
+from tune.trial.checkpoints import TRIAL_STATE
+from xbm.training.best_weights import BEST_WEIGHTS, BestWeights
 from analysis.location import Folder
 from tune.trial.base import TrialPolicy
 from tune.trial.loop import Reporter, TrialLoop

@@ -10,7 +10,8 @@ import torch
 from ray import tune as ray_tune
 from ray.tune import Callback
 
-from tune.trial.checkpoints import BEST_WEIGHTS, KeepLatestCheckpoint
+from tune.trial.checkpoints import KeepLatestCheckpoint
+from xbm.training.best_weights import BEST_WEIGHTS
 from tune.results.sink import ParquetSink
 from tune.trial.base import CONFIG_REFUSED, TrialPolicy
 from tune.trial.trainable import make_trainable, run_trial

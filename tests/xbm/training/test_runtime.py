@@ -166,3 +166,19 @@ def test_amp_auto_picks_bf16_from_ampere_on_and_fp16_before(monkeypatch, capabil
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: seen.append(device) or capability)
     assert resolve_amp("auto", torch.device("cuda", 1)) is dtype
     assert seen == [torch.device("cuda", 1)]  # the run's device, not the current one
+
+
+def test_one_device_resolution_for_training_and_embedding(monkeypatch):
+    """Bug caught: a second copy (the embedder's) that took ``torch.device`` objects but let ``cuda`` through on a
+    machine without CUDA (a RuntimeError deep in ``model.to``, not the rule and the value), or this one refusing
+    a ``torch.device``: one ``resolve_device`` takes both, and the embedder uses it."""
+    import xbm.embedder
+    from xbm.training.runtime import resolve_device
+
+    assert xbm.embedder.resolve_device is resolve_device
+    assert resolve_device(CPU) == CPU and resolve_device("cpu") == CPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == CPU
+    for name in ("cuda", "cuda:1", torch.device("cuda", 0)):
+        with pytest.raises(ValueError, match=r"device must be available on this machine, but got 'cuda.*CUDA is not"):
+            resolve_device(name)
