@@ -69,7 +69,22 @@ class SweepPlan:
 
 
 def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
-    """Load and check everything; raise ``SpaceError`` / ``SweepInputError`` / ``ValueError`` on bad input."""
+    """Load and check everything a sweep needs before Ray starts.
+
+    Args:
+        space_name: a shipped space's name (``quickstart``) or a YAML path.
+        options: the sweep's options (the CLI's flags: ``tune.commands._arguments.options_from``).
+
+    Returns:
+        The plan :func:`tune.sweep.run_sweep` runs: the space, its searcher and scheduler, the Parquet sink and
+        the options as resolved (``--smoke-test`` applied, paths made absolute, the space's seed).
+
+    Raises:
+        SpaceError: the space file is invalid (naming the file and the key).
+        SweepInputError: a flag that does not fit the space (a metric its trials do not report, a searcher that
+            cannot sample it, a storage folder that holds another sweep).
+        ValueError: the space's fixed values are not a valid ``TrainConfig``.
+    """
     from tune.search.spaces import load_space
 
     if options.smoke_test:

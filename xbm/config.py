@@ -461,7 +461,20 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "TrainConfig":
-        """Build from a flat dotted dict or nested dicts; unknown keys raise ValueError naming the valid ones."""
+        """Build from a flat dotted dict or nested dicts, strings coerced to each field's type.
+
+        Args:
+            values: dotted keys (``{"memory.ratio": 0.5}``) or nested dicts (``{"memory": {"ratio": 0.5}}``), as a
+                space's ``base``, ``--set`` or a Parquet row's ``config.*`` give them; keys left out keep their
+                defaults.
+
+        Returns:
+            The validated, frozen config.
+
+        Raises:
+            ValueError: an unknown key (naming the closest valid ones), a value that does not coerce to its
+                field's type, or a value its field's check refuses (naming the field and what it takes).
+        """
         types = _flat_types(cls)
         groups: dict[str, dict[str, Any]] = {}
         top: dict[str, Any] = {}

@@ -108,7 +108,19 @@ def read_card(folder: Union[str, Path]) -> dict[str, Any]:
 
 
 def load_embedder(folder: Union[str, Path], device: str = "auto") -> "ImageEmbedder":
-    """The embedder of an export folder (module docstring), its model in eval mode on ``device``."""
+    """The embedder of an export folder (module docstring), its model in eval mode on ``device``.
+
+    Args:
+        folder: an export folder (``xbm-tune export``): ``embedder.yaml`` and the weights beside it.
+        device: ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Returns:
+        An :class:`ImageEmbedder` that preprocesses images as the run's evaluation did.
+
+    Raises:
+        FileNotFoundError: the folder, its card or its weights are missing.
+        ValueError: the card is not one this version reads, or ``device`` names CUDA on a machine without it.
+    """
     from safetensors.torch import load_file
 
     from xbm.config import TrainConfig

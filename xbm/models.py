@@ -97,7 +97,22 @@ def create_backbone(model: str, input_shape: tuple[int, ...], pretrained: bool =
 def create_embedding_model(model: str, input_shape: tuple[int, ...], embedding_size: int, pretrained: bool = False,
                            pretrained_path: str = "") -> EmbeddingModel:
     """Backbone from the registry (timm's weights with ``pretrained``, or the local file ``pretrained_path``,
-    which wins) with a head to ``embedding_size``. The run's config reaches it through :func:`model_kwargs`."""
+    which wins) with a head to ``embedding_size``. The run's config reaches it through :func:`model_kwargs`.
+
+    Args:
+        model: a timm model name (``resnet50``, ``resnet10t``) or one of ours (``MODELS``: ``mlp``, ``test_resnet``).
+        input_shape: one input's shape, ``(channels, height, width)`` or ``(features,)`` for vectors.
+        embedding_size: the head's output size (the embedding, L2-normalised by the model).
+        pretrained: timm's ImageNet weights (from the hub when online, unless ``pretrained_path`` gives them).
+        pretrained_path: a local weights file for the backbone (no download).
+
+    Returns:
+        The backbone with its embedding head.
+
+    Raises:
+        ValueError: an unknown model, or ``pretrained`` for one of ours (they have no weights).
+        FileNotFoundError: ``pretrained_path`` does not exist.
+    """
     # ours refuse pretrained outright; timm's skip the download when the local file gives the weights
     backbone = create_backbone(model, input_shape, pretrained and (model in MODELS or not pretrained_path))
     if pretrained_path:

@@ -68,20 +68,30 @@ TIMING_KEYS = ("epoch_time_s", "images_per_s", "train_s", "data_wait_s", "eval_s
 
 
 class Trainer:
-    """A training run.
+    """A training run: its data, model, memory, normaliser and loss, built from one config; ``fit`` trains it
+    and yields each epoch's metrics.
 
-    ``splits``: an already built data set to reuse (the same data set; its images are re-wired for ``cfg``'s
-    preset). ``progress``: wraps each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches,
-    desc=desc)`` (the CLI's bar: ``xbm.progress.bars``). ``eval_progress``: wraps each evaluation pass's
-    batches (:class:`xbm.training.loaders.Embedder`; the CLI's bar shows once a pass lasts a few seconds).
-    ``cpus``: the CPUs this run may use, for ``num_workers=auto`` (default: the process's affinity mask).
-    ``evaluate_at``: main epochs (1-based) evaluated whatever ``eval_every`` says, e.g. a sweep scheduler's
-    rung epochs, so that it decides on measured values. ``reuse_dir``: a folder
-    where the references and the warm-up are stored and read back by later runs with the same inputs
-    (:mod:`xbm.training.reuse`; None: always computed); ``reused_references`` and ``reused_warmup`` say
-    whether this run read them. ``ranks``: this process's place in a data-parallel run of ``cfg.workers``
-    ranks (docs/distributed.md): each trains on its share of every global batch and all keep the same memory,
-    normalisers and state; rank 0 evaluates and every rank yields rank 0's metrics.
+    Args:
+        cfg: the run's config.
+        splits: an already built data set to reuse (the same data set; its images are re-wired for ``cfg``'s
+            preset); None builds it from ``cfg``.
+        progress: wraps each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches, desc=desc)``
+            (the CLI's bar: ``xbm.progress.bars``).
+        cpus: the CPUs this run may use, for ``num_workers=auto`` (default: the process's affinity mask).
+        evaluate_at: main epochs (1-based) evaluated whatever ``eval_every`` says, e.g. a sweep scheduler's rung
+            epochs, so that it decides on measured values.
+        reuse_dir: a folder where the references and the warm-up are stored and read back by later runs with
+            the same inputs (:mod:`xbm.training.reuse`; None: always computed); ``reused_references`` and
+            ``reused_warmup`` say whether this run read them.
+        ranks: this process's place in a data-parallel run of ``cfg.workers`` ranks (docs/distributed.md): each
+            trains on its share of every global batch and all keep the same memory, normalisers and state;
+            rank 0 evaluates and every rank yields rank 0's metrics.
+        eval_progress: wraps each evaluation pass's batches (:class:`xbm.training.loaders.Embedder`; the CLI's
+            bar shows once a pass lasts a few seconds).
+
+    Raises:
+        ValueError: ``cfg.workers`` does not match ``ranks``, or the data set's root is missing or incomplete
+            (the message names what is missing and where).
     """
 
     def __init__(self, cfg: TrainConfig, splits: Optional[DatasetSplits] = None,

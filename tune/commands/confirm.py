@@ -52,7 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, **init_kwargs) -> int:
-    """Select, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
+    """Select the top configs, print them, rerun them over seeds (unless --dry-run) and summarise.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune confirm`` (``add_arguments``).
+        init_kwargs: passed to ``ray.init`` (tests give a local address or resources).
+
+    Returns:
+        The exit status: 0 when a confirm run completed (or --dry-run), 1 when none did or Ctrl-C stopped them.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from tune.results.record import record_paths
     from tune.stages.confirm import plan_confirm
     from tune.stages.rerun import rerun_options

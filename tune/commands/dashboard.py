@@ -10,6 +10,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune dashboard``: how to keep a local Ray and its dashboard alive.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune dashboard`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when done.
+    """
     from tune.commands._arguments import DASHBOARD_HELP
 
     print(DASHBOARD_HELP)

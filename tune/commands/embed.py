@@ -45,6 +45,18 @@ def write_embeddings(path: str, paths: list[str], rows, labels: Optional[list[st
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune embed``: embed a folder of images with an export folder, into Parquet.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune embed`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when the Parquet was written, 2 on bad input (the message printed).
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from xbm.embedder import embed_files, load_embedder
     from xbm.errors import BadImageError
     from xbm.image_folder import list_images

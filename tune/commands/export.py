@@ -49,6 +49,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune export``: a trial's (or a train run's) best weights as an embedder folder.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune export`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when the export folder was written, 2 on bad input (the message printed).
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from xbm.embedder import write_export
 
     try:

@@ -18,6 +18,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune export-optuna``: write a sweep's Optuna study (for optuna-dashboard) from its Parquet.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune export-optuna`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when done.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from tune.search.optuna_study import export_optuna
 
     with bad_input():

@@ -24,6 +24,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune findings``: judge a findings sweep's claim: verdict lines, figure and CSVs.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune findings`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when done.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     import analysis
     from analysis.findings import CLAIMS, sweep_findings
     from analysis.findings_plot import draw_findings

@@ -53,6 +53,18 @@ def default_out(export: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune oneshot``: an export's error on Omniglot's 20-way one-shot runs.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune oneshot`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when the runs were scored, 2 on bad input (the message printed).
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from analysis.compare import t_interval
     from xbm.embedder import ExportFolderError, load_embedder, read_card
     from xbm.errors import BadImageError

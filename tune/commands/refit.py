@@ -58,7 +58,19 @@ def describe_refit(p: RefitPlan, classes: str) -> str:
 
 
 def run(args: argparse.Namespace, **init_kwargs) -> int:
-    """Plan, print, run (unless --dry-run), summarise. ``init_kwargs`` go to ``ray.init``."""
+    """Plan the refits, print them, run them (unless --dry-run) and summarise.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune refit`` (``add_arguments``).
+        init_kwargs: passed to ``ray.init`` (tests give a local address or resources).
+
+    Returns:
+        The exit status: 0 when a refit completed (or --dry-run), 1 when none did or Ctrl-C stopped them.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from tune.results.parquet import RESULTS
     from tune.stages.refit import plan_refit
     from tune.stages.rerun import rerun_options

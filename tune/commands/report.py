@@ -33,6 +33,18 @@ class StepBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune report``: write report.md and figures into a sweep folder.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune report`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when done.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from analysis.report import STEPS, write_report
     from xbm.progress import DELAY_S, bar
 

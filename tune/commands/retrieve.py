@@ -97,6 +97,18 @@ def _key(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune retrieve``: top-k gallery images per query with an export folder.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune retrieve`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when the results were written, 2 on bad input (the message printed).
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from xbm.embedder import embed_files
     from xbm.embedder import load_embedder
     from xbm.errors import BadImageError

@@ -17,6 +17,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune show-space``: print a space resolved and validated.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune show-space`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when done.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from tune.search.spaces import load_space
 
     with bad_input():

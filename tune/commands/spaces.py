@@ -10,6 +10,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune spaces``: list the shipped search spaces.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune spaces`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when done.
+    """
     from tune.search.spaces import list_spaces
 
     spaces = list_spaces()

@@ -16,6 +16,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune status``: a sweep's trials as a table, from its Parquet.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune status`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when done.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from tune.results.status import load_status, status_table
 
     with bad_input():

@@ -136,6 +136,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune submit``: run a sweep as a Ray job on a running cluster.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune submit`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when done.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from tune.commands._arguments import options_from
     from tune.plan import prepare
 

@@ -30,6 +30,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``xbm-tune sweep``: run a sweep over a search space.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune sweep`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when the sweep ran, 1 when every trial failed or Ctrl-C interrupted it.
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     from tune.plan import prepare
     from tune.sweep import run_sweep
 

@@ -31,7 +31,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``xbm.train_cli.run`` for one worker; otherwise the run on Ray Train (0 done, 2 bad input, 1 failure)."""
+    """``xbm.train_cli.run`` for one worker; otherwise the run on Ray Train.
+
+    Args:
+        args: the parsed arguments of ``xbm-tune train`` (``add_arguments``).
+
+    Returns:
+        The exit status: 0 when the run finished, 1 when it failed, 2 on bad input (the message printed).
+
+    Raises:
+        SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
+            prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
+    """
     workers = getattr(args, "workers", 1)
     if workers == 1:
         return train_cli.run(args)

@@ -45,7 +45,18 @@ def build_miner(cfg: MinerConfig) -> Optional[miners.PairMarginMiner]:
 
 
 def build_pair_miner(loss: LossConfig, miner: MinerConfig) -> Optional[nn.Module]:
-    """The loss's own miner (MS with ``loss.ms_mining``) or ``miner.*``'s."""
+    """The loss's own miner (MS with ``loss.ms_mining``) or ``miner.*``'s.
+
+    Args:
+        loss: the run's ``loss.*`` options (``miner.kind=auto`` follows the loss).
+        miner: the run's ``miner.*`` options.
+
+    Returns:
+        The miner, or None where the loss takes every pair.
+
+    Raises:
+        KeyError: ``miner.distance`` is not in :data:`xbm.registries.MINER_DISTANCES` (the config refuses it first).
+    """
     mine = own_miner(loss)
     if mine is not None:
         return mine

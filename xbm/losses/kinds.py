@@ -52,7 +52,17 @@ def ntxent(cfg: LossConfig) -> nn.Module:
 
 
 def build_loss(cfg: LossConfig) -> nn.Module:
-    """The pair loss of ``cfg.kind``."""
+    """The pair loss of ``cfg.kind``.
+
+    Args:
+        cfg: the run's ``loss.*`` options.
+
+    Returns:
+        The pytorch-metric-learning loss (ours for SupCon: :class:`xbm.losses.pair_masks.SupConLoss`).
+
+    Raises:
+        ValueError: ``cfg.kind`` is not in :data:`xbm.registries.LOSSES`.
+    """
     return LOSSES.build(cfg.kind)(cfg)
 
 

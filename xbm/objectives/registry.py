@@ -32,4 +32,18 @@ def neighbours(cfg: TrainConfig, model: nn.Module, labels: torch.Tensor) -> Obje
 
 
 def build_objective(cfg: TrainConfig, model: nn.Module, train_labels: torch.Tensor) -> Objective:
+    """The run's objective (config key ``objective``).
+
+    Args:
+        cfg: the run's config.
+        model: the embedding model (MoCo copies it into its key encoder).
+        train_labels: the training set's labels, one per image (the label-free objectives never read them
+            to train; ``neighbours`` counts its mined positives' purity against them).
+
+    Returns:
+        The objective, which draws the batches' labels for the pair loss.
+
+    Raises:
+        ValueError: ``cfg.objective`` is not in :data:`xbm.registries.OBJECTIVES`.
+    """
     return OBJECTIVES.build(cfg.objective)(cfg, model, train_labels)
