@@ -98,7 +98,7 @@ def seeds(frame: pd.DataFrame) -> pd.Series:
     return out
 
 
-ABSENT = "<null>"  # a config_key's value of a parameter the row does not have
+NULL_TEXT = "<null>"  # a config_key's value of a parameter the row does not have
 
 
 def config_key(frame: pd.DataFrame, exclude: tuple[str, ...] = ("config.seed",)) -> pd.Series:
@@ -107,7 +107,7 @@ def config_key(frame: pd.DataFrame, exclude: tuple[str, ...] = ("config.seed",))
     columns = [c for c in config_columns(frame) if c not in exclude]
     if not columns or frame.empty:
         return pd.Series("", index=frame.index, dtype="string")
-    parts = frame[columns].astype("string").fillna(ABSENT)
+    parts = frame[columns].astype("string").fillna(NULL_TEXT)
     return parts.apply(lambda row: "|".join(f"{param_name(c)}={v}" for c, v in row.items()), axis=1).astype("string")
 
 
@@ -115,4 +115,4 @@ def config_key(frame: pd.DataFrame, exclude: tuple[str, ...] = ("config.seed",))
 def key_values(key: str) -> list[tuple[str, str]]:
     """The ``(parameter, value)`` pairs of a :func:`config_key`, without the parameters it marks absent."""
     return [(name, value) for name, value in (part.split("=", 1) for part in str(key).split("|") if "=" in part)
-            if value != ABSENT]
+            if value != NULL_TEXT]

@@ -60,7 +60,11 @@ class Interval:
         return (self.high - self.low) / 2
 
 
-def t_interval(values, confidence: float = 0.95) -> Interval:
+#: the intervals' confidence, the field's convention (95%)
+CONFIDENCE = 0.95
+
+
+def t_interval(values, confidence: float = CONFIDENCE) -> Interval:
     """Mean and two-sided ``confidence`` t-interval of the numeric, non-missing ``values`` (NaN and
     non-numeric entries are dropped; NaN bounds below n = 2)."""
     if not 0.0 < confidence < 1.0:

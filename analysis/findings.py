@@ -24,14 +24,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.columns import config_column, seeds
-from analysis.compare import t_interval
+from analysis.compare import CONFIDENCE, t_interval
 from analysis.loader import Sweep
 from analysis.values import finished
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 #: one point of Recall@1: a gap smaller than this is not the paper's effect (its gaps are 3 to 25 points)
 NEGLIGIBLE_POINTS = 1.0
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.findings import Findings
-
-
-def _figure():
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(11.0, 4.2))
-    FigureCanvasAgg(figure)
-    return figure, figure.subplots(1, 2)
+from analysis.plots import new_figure, save
 
 
 def _paper_x(found: Findings) -> str | None:
@@ -63,11 +55,7 @@ def _draw_measured(ax, found: Findings) -> None:
 
 def draw_findings(found: Findings, path: str | Path) -> Path:
     """Write the figure as a PNG at ``path``; returns it."""
-    figure, (left, right) = _figure()
+    figure, (left, right) = new_figure(11.0, 4.2, ncols=2)
     _draw_paper(left, found)
     _draw_measured(right, found)
-    figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    return path
+    return save(figure, path)

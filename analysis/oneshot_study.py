@@ -20,6 +20,7 @@ import pandas as pd
 
 from analysis.compare import t_interval
 from analysis.markdown import table
+from analysis.plots import new_figure, save
 
 METRIC = "val_oneshot_error"
 # Published 20-way one-shot errors on the same 20 runs (Lake et al., Science 2015, and the runs' README), trained
@@ -61,7 +62,7 @@ def _interval_row(values, **extra) -> dict:
     return {**extra, "n": iv.n, "mean": iv.mean, "low": iv.low, "high": iv.high}
 
 
-def compare_variants(refits: pd.DataFrame, validation: pd.DataFrame, chosen: str
+def memory_comparison(refits: pd.DataFrame, validation: pd.DataFrame, chosen: str
                      ) -> tuple[pd.DataFrame, pd.DataFrame, float]:
     """(per variant: n, mean, low, high of its real-run errors and ``val_mean``, ``val_n`` of its validation runs;
     per other variant: its paired difference to ``chosen`` over the seeds both have; Spearman's rank correlation
@@ -95,7 +96,7 @@ def study_tables(out: str | Path) -> StudyTables:
     validation = _ids(out, ".confirm")
     last = epochs.sort_values("epoch").groupby("trial_id").tail(1).set_index("trial_id")
     validation[METRIC] = [float(last[METRIC].get(t, float("nan"))) for t in validation["trial_id"]]
-    variants, paired, spearman = compare_variants(refits, validation, chosen["variant"])
+    variants, paired, spearman = memory_comparison(refits, validation, chosen["variant"])
     references = pd.DataFrame(columns=["reference", "n", "mean", "low", "high"])
     if (out / "oneshot" / "references.csv").exists():
         ref = pd.read_csv(out / "oneshot" / "references.csv")
@@ -114,31 +115,18 @@ def study_tables(out: str | Path) -> StudyTables:
                        spearman, scorings)
 
 
-def _axes(size: tuple[float, float]):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=size)
-
-
 def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
-    import matplotlib.pyplot as plt
-
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return save(fig, path, dpi=110)
 
 
 def plot_curves(tables: StudyTables, path: Path) -> Path:
     """Each sweep trial's val_oneshot_error per epoch, the chosen one in colour, the validation references."""
-    fig, ax = _axes((7, 4.2))
+    fig, ax = new_figure(7, 4.2)
     for trial, g in tables.curves.groupby("trial_id"):
         chosen = trial == tables.chosen["trial_id"]
         ax.plot(g["epoch"], g[METRIC], color="C3" if chosen else "0.6", lw=2.2 if chosen else 0.9,
@@ -154,7 +142,7 @@ def plot_curves(tables: StudyTables, path: Path) -> Path:
 def plot_val_vs_test(tables: StudyTables, path: Path) -> Path:
     """Each refit's error on the real runs against its variant's validation run of the same seed."""
     joined = tables.refits.merge(tables.validation, on=["variant", "seed"], suffixes=("", "_val"))
-    fig, ax = _axes((5, 4.2))
+    fig, ax = new_figure(5, 4.2)
     for i, (variant, g) in enumerate(joined.groupby("variant")):
         ax.scatter(g[METRIC], g["error"], label=variant, color=f"C{i}")
     return _save(fig, ax, path, "val_oneshot_error, last epoch (%)", "error on the 20 real runs (%)",

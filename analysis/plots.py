@@ -16,7 +16,8 @@ from analysis.columns import param_name
 PALETTE = "tab10"
 
 
-def _figure(width: float = 7.0, height: float = 4.0, ncols: int = 1):
+def new_figure(width: float = 7.0, height: float = 4.0, ncols: int = 1):
+    """A matplotlib Figure (constrained layout, the Agg canvas: no pyplot state) and its ``ncols`` axes."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     fig = Figure(figsize=(width, height), layout="constrained")
@@ -60,7 +61,7 @@ def plot_leaderboard(board: pd.DataFrame, metric: str, top: int = 15):
     variant, with a legend of the variants drawn."""
     from matplotlib.patches import Patch
     rows = board.dropna(subset=[f"best_{metric}"]).head(top).iloc[::-1]
-    fig, ax = _figure(7, 0.6 + 0.3 * max(len(rows), 1))
+    fig, ax = new_figure(7, 0.6 + 0.3 * max(len(rows), 1))
     colours = _colours(board["variant"])
     ax.barh(rows["trial_id"].astype(str), rows[f"best_{metric}"], color=[colours[str(v)] for v in rows["variant"]])
     shown = sorted(set(map(str, rows["variant"])))
@@ -85,7 +86,7 @@ def _interval_plot(ax, labels, mean, low, high, colours=None):
 def plot_variant_comparison(comparison):
     """Mean and t-interval per variant (from ``compare_variants``)."""
     table = comparison.table
-    fig, ax = _figure(7, 0.8 + 0.45 * len(table))
+    fig, ax = new_figure(7, 0.8 + 0.45 * len(table))
     _interval_plot(ax, table["variant"], table["mean"], table["ci_low"], table["ci_high"], _colours(table["variant"]))
     for i, n in enumerate(table["n"]):
         ax.annotate(f"n={n}", (table["mean"].iloc[i], i), textcoords="offset points", xytext=(0, 7),
@@ -98,7 +99,7 @@ def plot_variant_comparison(comparison):
 def plot_paired_differences(diffs: pd.DataFrame):
     """Mean difference ``a - b`` over matched runs with its interval (from ``paired_differences``)."""
     labels = [f"{a} − {b} (n={n})" for a, b, n in zip(diffs["a"], diffs["b"], diffs["n_pairs"])]
-    fig, ax = _figure(7, 0.8 + 0.4 * len(diffs))
+    fig, ax = new_figure(7, 0.8 + 0.4 * len(diffs))
     _interval_plot(ax, labels, diffs["mean_diff"], diffs["ci_low"], diffs["ci_high"])
     ax.axvline(0.0, color="grey", lw=1, ls="--")
     ax.set_xlabel("paired difference")
@@ -109,7 +110,7 @@ def plot_paired_differences(diffs: pd.DataFrame):
 def plot_importance(result):
     """Bars of the normalised importances (from ``importance``)."""
     table = result.table.iloc[::-1]
-    fig, ax = _figure(6, 0.8 + 0.4 * len(table))
+    fig, ax = new_figure(6, 0.8 + 0.4 * len(table))
     ax.barh(table["param"], table["importance"], color="tab:blue")
     ax.set_xlabel(f"importance ({result.evaluator}, {result.n_trials} trials)")
     ax.set_title("Parameter importance")
@@ -118,7 +119,7 @@ def plot_importance(result):
 
 def plot_learning_curves(curves: pd.DataFrame, metric: str):
     """One line per trial, coloured by variant (from ``learning_curves``)."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     colours = _colours(curves["variant"])
     for (_, _, variant), rows in curves.groupby(["sweep_dir", "trial_id", "variant"], sort=False):
         ax.plot(rows["epoch"], rows["value"], color=colours[str(variant)], alpha=0.6, lw=1, marker=".")
@@ -135,7 +136,7 @@ def plot_learning_curves(curves: pd.DataFrame, metric: str):
 def plot_survival(survival):
     """Trials reaching each epoch (step line, ASHA rungs marked) and where trials ended, by status."""
     m = survival.milestones
-    fig, ax = _figure()
+    fig, ax = new_figure()
     ax.step(m["epoch"], m["reached"], where="mid", color="black", label="reached epoch")
     bottom = np.zeros(len(m))
     for status, colour in (("stopped_early", "tab:orange"), ("failed", "tab:red"), ("completed", "tab:green")):
@@ -154,7 +155,7 @@ def plot_survival(survival):
 def plot_param_effect(effect):
     """Trials as points (by variant), the per-level mean as a line, and the paper's reference
     points on their own right-hand axis (from ``param_effect``)."""
-    fig, ax = _figure()
+    fig, ax = new_figure()
     colours = _colours(effect.points["variant"])
     for variant, rows in effect.points.groupby("variant"):
         ax.scatter(rows["x"].astype(str) if effect.categorical else rows["x"], rows["value"], s=14, alpha=0.6,
@@ -178,7 +179,7 @@ def plot_param_effect(effect):
 
 def plot_heatmap(heatmap):
     """Mean metric per cell with trial counts (from ``param_heatmap``)."""
-    fig, ax = _figure(6, 5)
+    fig, ax = new_figure(6, 5)
     values = heatmap.mean.to_numpy(dtype=float)
     image = ax.imshow(values, origin="lower", cmap="viridis", aspect="auto")
     ax.set_xticks(range(values.shape[1]), [f"{v:.3g}" for v in heatmap.mean.columns])
@@ -196,7 +197,7 @@ def plot_heatmap(heatmap):
 def plot_drift_staleness(table: pd.DataFrame):
     """One panel per diagnostic, one line per variant (from ``drift_staleness``)."""
     quantities = list(dict.fromkeys(table["quantity"]))
-    fig, axes = _figure(5 * len(quantities), 4, ncols=len(quantities))
+    fig, axes = new_figure(5 * len(quantities), 4, ncols=len(quantities))
     axes = np.atleast_1d(axes)
     colours = _colours(table["variant"])
     for ax, quantity in zip(axes, quantities):
@@ -213,7 +214,7 @@ def plot_parallel_coordinates(coords, metric: str):
     """One line per trial across the scaled axes, coloured by the metric (from ``parallel_coordinates``)."""
     from matplotlib import colormaps
     axes_names = [a for a in coords.axes["axis"]]
-    fig, ax = _figure(max(6, 1.6 * len(axes_names)), 4.5)
+    fig, ax = new_figure(max(6, 1.6 * len(axes_names)), 4.5)
     scores = coords.scaled[metric] if metric in coords.scaled else coords.scaled[axes_names[-1]]
     cmap = colormaps["viridis"]
     x = np.arange(len(axes_names))
@@ -240,7 +241,7 @@ def plot_retrieval_grid(grid, tile_inches: float = 1.4):
     from analysis.retrieval import grid_size
 
     rows, columns = grid_size(grid)
-    fig, _ = _figure(tile_inches * columns, tile_inches * rows + 0.4)
+    fig, _ = new_figure(tile_inches * columns, tile_inches * rows + 0.4)
     fig.clear()
     axes = fig.subplots(rows, columns, squeeze=False)
     for r, (query, neighbours) in enumerate(grid.rows):
@@ -290,7 +291,7 @@ def plot_pareto(result):
     the value of the one that is better on x, i.e. the left one when x is minimised (``steps-post``) and the
     right one when x is maximised (``steps-pre``)."""
     x, y = result.columns[0], result.columns[1]
-    fig, ax = _figure(6, 4.5)
+    fig, ax = new_figure(6, 4.5)
     points, front = result.points, result.front.sort_values(x)
     ax.scatter(points[x], points[y], s=14, color="0.7", label="trials")
     steps = "steps-post" if result.modes[0] == "min" else "steps-pre"

@@ -24,7 +24,7 @@ from analysis.loader import Sweep, load
 
 TOP = 10
 #: the report's sections after the overview, in order: (title, the _Report method that builds it)
-SECTIONS = (("Leaderboard", "leaderboard"), ("Recall@K", "recall_at_k"), ("Best per normaliser kind", "best_per_kind"),
+REPORT_SECTIONS = (("Leaderboard", "leaderboard"), ("Recall@K", "recall_at_k"), ("Best per normaliser kind", "best_per_kind"),
             ("Variant comparison", "variants"), ("Confirmation", "confirmation"), ("Refit", "refit"),
             ("Parameter importance", "importance"), ("Learning curves", "learning_curves"),
             ("ASHA survival", "survival"), ("One-parameter effects", "effects"), ("The paper's table", "paper_table"),
@@ -34,7 +34,7 @@ SECTIONS = (("Leaderboard", "leaderboard"), ("Recall@K", "recall_at_k"), ("Best 
 #: the first and the last of the report's steps (``write_report``'s ``on_step``); the sections come between
 LOADING, WRITING = "loading the sweep", "writing report.md"
 #: how many steps ``on_step`` hears of
-STEPS = len(SECTIONS) + 2
+STEPS = len(REPORT_SECTIONS) + 2
 
 
 class ReportSectionWarning(UserWarning):
@@ -46,7 +46,7 @@ def write_report(path: str | Path, metric: str | None = None, neighbours=None,
     """Load the sweep at ``path``, write ``<path>/report.md`` and ``<path>/figures/*.png``; return
     the report's path (a ``Path``; the URI string for remote storage). ``metric`` defaults to the
     sweep's own (``sweep.json``). ``neighbours`` embeds the best trial's test queries for the retrieval
-    examples (``analysis.retrieval.Neighbours``; ``xbm-tune report`` passes the torch one); without it that
+    examples (``analysis.retrieval.NeighboursOf``; ``xbm-tune report`` passes the torch one); without it that
     section says so. ``on_step(name)`` is called as each of the report's :data:`STEPS` steps begins (loading, each
     section by its title, writing): ``xbm-tune report`` draws them as a progress bar; analysis draws nothing. An
     unreadable ``trials.parquet`` raises ValueError naming it: the report would otherwise rank trials rebuilt from
@@ -81,7 +81,7 @@ class _Report:
     def render(self, on_step: Callable[[str], None] = _no_step) -> str:
         """report.md's text; ``on_step(title)`` as each section after the overview begins."""
         parts = self.overview()
-        for title, name in SECTIONS:
+        for title, name in REPORT_SECTIONS:
             on_step(title)
             parts += ["", f"## {title}", ""] + self.section(getattr(self, name))
         return "\n".join(parts) + "\n"

@@ -54,10 +54,10 @@ def _pixels(image: np.ndarray) -> np.ndarray:
 
 #: (best-weights URI, queries, k) -> that model's test queries and their neighbours, as
 #: ``xbm.evaluate.retrieval.split_neighbours`` returns them plus the weights' ``epoch``
-Neighbours = Callable[[str, int, int], Mapping[str, Any]]
+NeighboursOf = Callable[[str, int, int], Mapping[str, Any]]
 
 
-def best_trial_grid(sweep, neighbours: Neighbours, queries: int = 8, k: int = 5) -> RetrievalGrid:
+def best_trial_grid(sweep, neighbours: NeighboursOf, queries: int = 8, k: int = 5) -> RetrievalGrid:
     """The best sweep-stage trial that kept best weights, on ``queries`` test queries and their top ``k``.
     Raises NotApplicable (with the reason) when no trial kept weights, the file is gone or the data are not
     images."""

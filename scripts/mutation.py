@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 # group -> (files to mutate, the group's own test files)
 GROUPS: dict[str, tuple[list[str], list[str]]] = {
     "normalisers": (["xbm/normalisers/*.py"], ["tests/xbm/normalisers"]),
-    "memory": (["xbm/memory.py"], ["tests/xbm/test_memory.py"]),
+    "memory": (["xbm/memory/ring.py"], ["tests/xbm/memory/test_ring.py"]),
     # the loss folder: the valid negatives and the indexed memory test XBMLoss in their own files
     "loss": (["xbm/losses/xbm_loss.py"], ["tests/xbm/losses"]),
     # the trainer tests that reach the loop are slow (full toy epochs): only the NaN-check one is selected

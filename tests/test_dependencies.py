@@ -79,7 +79,7 @@ def declare(root: Path, old: str, new: str) -> None:
 # name -> (what is planted, the codes that may report it, the name reported). sympy arrives with torch: DEP003 where
 # it is installed, DEP001 where it is not (deptry run outside the project's environment).
 PLANTED = {
-    "undeclared import": (lambda r: plant(r / "xbm/memory.py", "import sympy"), ("DEP001", "DEP003"), "'sympy'"),
+    "undeclared import": (lambda r: plant(r / "xbm/memory/ring.py", "import sympy"), ("DEP001", "DEP003"), "'sympy'"),
     "undeclared import in a lazy import": (lambda r: plant(r / "analysis/compare.py", "def _f():\n    import sympy"),
                                            ("DEP001", "DEP003"), "'sympy'"),
     "a declaration dropped": (lambda r: declare(r, '    "scipy>=1.17",', ""), ("DEP001", "DEP003"), "'scipy'"),

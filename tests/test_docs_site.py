@@ -27,7 +27,7 @@ needs_mkdocs = pytest.mark.skipif(bool(MISSING), reason=f"the docs tools are not
 # page of the built site -> anchors (object paths) it must hold: the public API the issue asks for
 API = {
     "api/xbm/index.html": ["xbm.trainer.Trainer", "xbm.config.TrainConfig", "xbm.memory.EmbeddingMemory",
-                           "xbm.indexed_memory.IndexedMemory", "xbm.losses.xbm_loss.XBMLoss",
+                           "xbm.memory.IndexedMemory", "xbm.losses.xbm_loss.XBMLoss",
                            "xbm.embedder.load_embedder"],
     "api/normalisers/index.html": ["xbm.normalisers.config.NormaliserConfig",
                                    "xbm.normalisers.registry.build_normaliser", "xbm.normalisers.xbn.XBN",
@@ -69,7 +69,7 @@ def test_the_site_builds_strictly_with_the_api_and_the_readme_as_home(tmp_path):
 PLANTED = {
     "a page that does not exist": ("docs/memory.md", "[gone](no_such_page.md)", "no_such_page.md"),
     "an anchor no heading makes": ("docs/sweeps.md", "[gone](trainer.md#no-such-heading)", "#no-such-heading"),
-    "a file outside docs/": ("docs/trainer.md", "[source](../xbm/memory.py)", "../xbm/memory.py"),
+    "a file outside docs/": ("docs/trainer.md", "[source](../xbm/memory/ring.py)", "../xbm/memory/ring.py"),
     "the README's link to a missing page": ("README.md", "[gone](docs/no_such_readme_page.md)",
                                             "no_such_readme_page.md"),
 }

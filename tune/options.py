@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from xbm.config import TrainConfig
 
 DEFAULT_STORAGE = "~/xbm_sweeps"
-MODES = ("max", "min")
+METRIC_MODES = ("max", "min")
 #: schedulers that change configs during a run (``mutable: true`` params, exploits, a checkpoint per interval)
 POPULATION_SCHEDULERS = ("pbt", "pb2")
 #: ``--rungs``: Ray's geometric ASHA rungs, or rungs placed by the LR schedule (``tune.search.rungs``)
@@ -138,7 +138,7 @@ class SweepOptions(Objectives):
                "0 or 1 with --workers-per-trial > 1 (it is per worker: a fraction would put two ranks on one GPU, "
                "which NCCL refuses, and a worker uses one GPU)", self.gpus_per_trial)
         _check(self.max_failures >= 0, "--max-failures", ">= 0", self.max_failures)
-        _check(self.mode in MODES, "--mode", f"one of {list(MODES)}", self.mode)
+        _check(self.mode in METRIC_MODES, "--mode", f"one of {list(METRIC_MODES)}", self.mode)
         _check(bool(self.metric), "--metric", "a metric name such as recall_at_1", self.metric)
         _check(self.name is None or (bool(self.name) and "/" not in self.name and self.name not in (".", "..")),
                "--name", "a folder name without '/'", self.name)
@@ -150,7 +150,7 @@ class SweepOptions(Objectives):
         _check(len(self.extra_modes) == len(self.extra_metrics), "--metric", "one mode per metric",
                list(zip(self.extra_metrics, self.extra_modes)))
         for name, mode in zip(self.extra_metrics, self.extra_modes):
-            _check(bool(name) and mode in MODES, "--metric", f"NAME:MODE with MODE one of {list(MODES)}",
+            _check(bool(name) and mode in METRIC_MODES, "--metric", f"NAME:MODE with MODE one of {list(METRIC_MODES)}",
                    f"{name}:{mode}")
         _check(len(set(self.metrics)) == len(self.metrics), "--metric", "each metric once", list(self.metrics))
         _check(self.time_budget_s is None or self.time_budget_s > 0, "--time-budget", "> 0 seconds",

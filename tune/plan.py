@@ -85,24 +85,9 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
             cannot sample it, a storage folder that holds another sweep).
         ValueError: the space's fixed values are not a valid ``TrainConfig``.
     """
-    from tune.search.spaces import load_space
-
-    if options.smoke_test:
-        options = smoke_options(space_name, options)
-    options = options.replace(overrides=absolute_paths(options.overrides, Path.cwd()))
-    overrides = dict(options.overrides)
-    if options.max_epochs is not None:
-        overrides["epochs"] = options.max_epochs
-    smoke = options.smoke_test
-    space = load_space(space_name, overrides=overrides or None, smoke=smoke)
-    if "seed" not in space.base and "seed" not in space.params:
-        overrides["seed"] = options.seed
-        space = load_space(space_name, overrides=overrides, smoke=smoke)
-    options = options.for_space(space.is_grid)
+    space, options = resolved_space(space_name, options)
     space.check_search(options.search)
     check_space(space, options)  # a space's own workers; each rank's share of the batch, named after the flag
-    if options.workers > 1 and WORKERS_KEY not in space.base:  # the trials' TrainConfig knows them: config.workers
-        space = load_space(space_name, overrides={**overrides, WORKERS_KEY: options.workers}, smoke=smoke)
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs
     check_metric(space, options.metric)
@@ -138,13 +123,32 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
                      stop_reasons, loggers, rungs)
 
 
-def smoke_options(space_name: str, options: SweepOptions) -> SweepOptions:
+def resolved_space(space_name: str, options: SweepOptions) -> tuple[Any, SweepOptions]:
+    """The space with every value the flags set (``--set``, ``--max-epochs``, ``--seed`` unless the space fixes
+    or sweeps the seed, ``--workers-per-trial`` as ``workers``; ``--smoke-test``'s reduction), and the options
+    resolved against it. The file is read as written first: what it declares decides what the flags add."""
+    from tune.search.spaces import load_space
+
+    written = load_space(space_name, smoke=options.smoke_test)
+    if options.smoke_test:
+        options = smoke_options(written, options)
+    options = options.replace(overrides=absolute_paths(options.overrides, Path.cwd()))
+    overrides = dict(options.overrides)
+    if options.max_epochs is not None:
+        overrides["epochs"] = options.max_epochs
+    if not {"seed"} & (set(written.base) | set(written.params) | set(overrides)):
+        overrides["seed"] = options.seed
+    if options.workers > 1 and not {WORKERS_KEY} & (set(written.base) | set(overrides)):
+        overrides[WORKERS_KEY] = options.workers   # the trials' TrainConfig knows them: config.workers
+    space = load_space(space_name, overrides=overrides or None, smoke=options.smoke_test)
+    return space, options.for_space(space.is_grid)
+
+
+def smoke_options(space, options: SweepOptions) -> SweepOptions:
     """``--smoke-test``'s options: a space with a ``smoke:`` section runs that reduction (``SMOKE_DECLARED``:
     its own data and grid at toy sizes, each point once, to its end); any other the toy data set
     (``SMOKE``, ``SMOKE_OVERRIDES``). ``--set`` values win over both."""
-    from tune.search.spaces import load_space
-
-    if load_space(space_name).smoke:
+    if space.smoke:
         return options.replace(**SMOKE_DECLARED, max_concurrent=options.max_concurrent)
     return options.replace(**SMOKE, overrides={**SMOKE_OVERRIDES, **options.overrides},
                            max_concurrent=options.max_concurrent)

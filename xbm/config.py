@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, get_type_hints
 
 from xbm.checks import checker
 from xbm.normalisers.config import NormaliserConfig
-from xbm.registries import AUGMENTS, LOSS_DISTANCES, LOSSES, MINER_DISTANCES, OBJECTIVES, OPTIMIZERS
+from xbm.registries import AUGMENTS, LOSS_DISTANCES, LOSSES, MEMORIES, MINER_DISTANCES, OBJECTIVES, OPTIMIZERS
 
 MINER_KINDS = ("auto", "pair_margin", "none")   # auto: follows the loss (resolve_miner_kind)
 SCHEDULES = ("step", "cosine", "multistep")
@@ -58,9 +58,6 @@ ON_BAD_IMAGE = ("stop", "skip")
 SAMPLERS = ("m_per_class", "random")
 # VehicleID's official test lists by their vehicles: small, medium, large (xbm.data.vehicleid reads them)
 VEHICLEID_TEST_SIZES = (800, 1600, 2400)
-# how the memory's rows are written (xbm.losses.xbm_loss.MEMORIES owns them; repeated so config stays torch-free):
-# a ring of the newest rows, or one row per training sample overwritten at its index (XBM paper seed 002 §3.3)
-MEMORY_UPDATES = ("ring", "indexed")
 # objectives whose memory prefill is defined: the memory holds the trained model's rows labelled by class or image id
 PREFILL_OBJECTIVES = ("supervised", "instance")
 # the classes a run trains on (xbm.data.splits.assemble): the training classes less the validation ones (a sweep),
@@ -133,7 +130,7 @@ class MemoryConfig:
     ``prefill``: fill the memory with the current model's embeddings of the training set before its first step
     (XBM paper seed 002 §3.3, :mod:`xbm.training.prefill`). ``update``: ``ring`` (the newest rows, PML's
     ``CrossBatchMemory``) or ``indexed`` (one row per training sample, overwritten at the sample's index;
-    :class:`xbm.indexed_memory.IndexedMemory`), which needs ``ratio`` 1.
+    :class:`xbm.memory.IndexedMemory`), which needs ``ratio`` 1.
     """
 
     enabled: bool = True
@@ -145,7 +142,7 @@ class MemoryConfig:
 
     def __post_init__(self) -> None:
         _check(0.0 < self.ratio <= 1.0, "memory.ratio", "0 < ratio <= 1", self.ratio)
-        _check(self.update in MEMORY_UPDATES, "memory.update", f"one of {list(MEMORY_UPDATES)}", self.update)
+        _check(self.update in MEMORIES, "memory.update", f"one of {list(MEMORIES)}", self.update)
         # refused rather than resized: a sweep's config.memory.ratio column must say the size the run had
         _check(self.update != "indexed" or self.ratio == 1.0, "memory.ratio",
                "1.0 under memory.update=indexed (one row per training sample: the memory is the training set's "

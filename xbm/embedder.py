@@ -27,7 +27,7 @@ from xbm.data.preprocess import ImageLike, Preprocessing
 from xbm.errors import BadImageError
 from xbm.training.runtime import resolve_amp, resolve_device
 
-FORMAT = 1
+EXPORT_FORMAT = 1
 WEIGHTS, CARD, README = "weights.safetensors", "embedder.yaml", "README.md"
 EXPORT_FILES = (WEIGHTS, CARD, README)
 REQUIRED = (WEIGHTS, CARD)  # README is for people
@@ -50,7 +50,7 @@ def write_export(folder: Union[str, Path], model_state: Mapping[str, torch.Tenso
     # bytes written as the other files are (safetensors' save_file creates it readable by its owner only,
     # and an export folder is for handing on)
     (folder / WEIGHTS).write_bytes(save({k: v.detach().cpu().contiguous() for k, v in model_state.items()}))
-    card = {"format": FORMAT, "model": model, "embedding_size": int(embedding_size),
+    card = {"format": EXPORT_FORMAT, "model": model, "embedding_size": int(embedding_size),
             "input_shape": [int(v) for v in input_shape], "preprocessing": preprocessing.to_dict(),
             "provenance": dict(provenance), "config": dict(config)}
     (folder / CARD).write_text(yaml.safe_dump(card, sort_keys=False))
@@ -102,8 +102,8 @@ def read_card(folder: Union[str, Path]) -> dict[str, Any]:
     keys = ("format", "model", "embedding_size", "input_shape", "preprocessing")
     if not isinstance(card, dict) or any(k not in card for k in keys):
         raise ExportFolderError(f"{folder / CARD} must hold the keys {list(keys)}; export it again")
-    if card["format"] != FORMAT:
-        raise ExportFolderError(f"{folder / CARD} has format {card['format']!r}, this version reads {FORMAT}")
+    if card["format"] != EXPORT_FORMAT:
+        raise ExportFolderError(f"{folder / CARD} has format {card['format']!r}, this version reads {EXPORT_FORMAT}")
     return card
 
 

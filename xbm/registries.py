@@ -82,6 +82,10 @@ NORMALISERS = Registry("normaliser.kind", {"none": f"{_NORM}.identity:Identity",
                                            "pcxbn": f"{_NORM}.pcxbn:PerClassXBN",
                                            "scxbn": f"{_NORM}.scxbn:SuperClassXBN"})
 
+# how the memory's rows are written (memory.update): a ring buffer, or one row per training sample
+MEMORIES = Registry("memory.update", {"ring": "xbm.memory.ring:EmbeddingMemory",
+                                      "indexed": "xbm.memory.indexed:IndexedMemory"})
+
 # augment's presets (each a Preset class); the config's augment also takes "auto": the data set's own preset
 _AUG = "xbm.data.augment"
 AUGMENTS = Registry("augment", {"none": f"{_AUG}:NoAugment", "shift": f"{_AUG}:Shift", "metric": f"{_AUG}:Metric",

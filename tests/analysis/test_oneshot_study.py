@@ -3,7 +3,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.oneshot_study import compare_variants
+from analysis.oneshot_study import memory_comparison
 
 
 def test_memory_comparison_by_hand():
@@ -13,7 +13,7 @@ def test_memory_comparison_by_hand():
                            "error": [20.0, 22.0, 24.0, 25.0, 26.0, 30.0, 30.0, 31.0]})
     validation = pd.DataFrame({"variant": ["xbn"] * 3 + ["none"] * 3 + ["xbm"] * 2, "seed": [1, 2, 3, 1, 2, 3, 1, 2],
                                "val_oneshot_error": [30.0, 31.0, 32.0, 35.0, 36.0, 37.0, 33.0, 33.0]})
-    variants, paired, spearman = compare_variants(refits, validation, "xbn")
+    variants, paired, spearman = memory_comparison(refits, validation, "xbn")
     assert variants["variant"].tolist() == ["xbn", "none", "xbm"]
     assert variants["mean"].tolist() == [22.0, 27.0, 30.5] and variants["val_mean"].tolist() == [31.0, 36.0, 33.0]
     none = paired.set_index("variant").loc["none"]

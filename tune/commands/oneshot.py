@@ -21,7 +21,6 @@ import json
 import sys
 from pathlib import Path
 
-CONFIDENCE = 0.95
 SUFFIX = ".oneshot.parquet"
 
 ONESHOT_EXAMPLES = """examples:
@@ -65,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
-    from analysis.compare import t_interval
+    from analysis.compare import CONFIDENCE, t_interval
     from xbm.embedder import ExportFolderError, load_embedder, read_card
     from xbm.errors import BadImageError
     from xbm.evaluate.oneshot import evaluate_runs, read_runs, runs_folder

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def trial_neighbours(uri: str, queries: int, k: int) -> dict:
-    """The report's retrieval examples (``analysis.retrieval.Neighbours``): the best weights at ``uri`` embed
+    """The report's retrieval examples (``analysis.retrieval.NeighboursOf``): the best weights at ``uri`` embed
     ``queries`` test queries of their own data set, with their ``k`` nearest test images. FileNotFoundError
     when the weights are gone, ValueError when the data set cannot be read or holds vectors."""
     import io

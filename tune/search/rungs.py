@@ -36,14 +36,13 @@ import math
 from typing import Any
 
 from tune.options import GEOMETRIC_RUNGS, SCHEDULE_RUNGS, SweepInputError, train_config
+from tune.search.spaces.fairness import STARTS
 from xbm.config import parse_milestones
 
 #: epochs after a start (normaliser delay, memory start) before its rung: one to refill the memory, one on it
 SETTLE_EPOCHS = 2
 #: the config keys that decide the LR drops
 DROP_KEYS = ("schedule", "lr_step", "lr_gamma", "milestones", "warmup_lr_epochs", "epochs")
-#: start keys -> what must be on for them to matter
-STARTS = {"normaliser.delay_epochs": ("normaliser.kind", "none"), "memory.start_epoch": ("memory.enabled", False)}
 #: a cap on the configs enumerated to compare drops (a product of swept values)
 MAX_CONFIGS = 4096
 
@@ -75,7 +74,7 @@ def lr_drops(cfg) -> tuple[int, ...]:
 def space_drops(space) -> list[tuple[int, ...]]:
     """The distinct drop sets (``lr_drops``) the space's configs can have (the base config's when none is swept)."""
     swept = [key for key in DROP_KEYS if key in space.params]
-    values = [_probe(space, key) for key in swept]
+    values = [_probe_values(space, key) for key in swept]
     out: list[tuple[int, ...]] = []
     for combo in itertools.islice(itertools.product(*values), MAX_CONFIGS):
         try:
@@ -92,12 +91,12 @@ def start_rungs(space, swept_only: bool = False) -> tuple[int, ...]:
     """One rung per start that is on and > 0 in some config: its largest value + ``SETTLE_EPOCHS``.
     ``swept_only``: only the starts whose key is swept (those whose value differs between trials)."""
     out = []
-    for key, (switch, off) in STARTS.items():
+    for key, (_, switch, off) in STARTS.items():
         if switch not in space.params and space.fixed.get(switch, off) == off:
             continue
         if swept_only and key not in space.params:
             continue
-        start = max(_probe(space, key)) if key in space.params else int(space.fixed.get(key) or 0)
+        start = max(_probe_values(space, key)) if key in space.params else int(space.fixed.get(key) or 0)
         if start > 0:
             out.append(int(start) + SETTLE_EPOCHS)
     return tuple(out)
@@ -153,7 +152,7 @@ def straddle_warning(rungs: tuple[int, ...], space) -> str | None:
             f"compare trials mid-plateau or in a drop's transient; --rungs schedule places them before each drop")
 
 
-def _probe(space, key: str) -> list[Any]:
+def _probe_values(space, key: str) -> list[Any]:
     """Every value of a discrete swept param, the extremes of a continuous one (its branches')."""
     param = space.params[key]
     return param.possible_values() or [v for b in param.branches for v in b.dist.probe_values()]

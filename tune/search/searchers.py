@@ -60,7 +60,7 @@ class PrunedOptunaSearch(OptunaSearch):
         self._gpus = float(gpus)  # per trial: a trial's gpu_hours objective
         self._time_attr = time_attr
         self._steps: dict[str, set[int]] = {}
-        sampler = SAMPLERS[sampler](seed)
+        sampler = OPTUNA_SAMPLERS[sampler](seed)
         super().__init__(space=space, metric=metric, mode=mode, sampler=sampler,
                          points_to_evaluate=points or None, evaluated_rewards=rewards or None,
                          study_name=study_name, storage=storage)
@@ -161,7 +161,7 @@ def _cmaes(seed: int) -> optuna.samplers.BaseSampler:
 
 
 #: ``--search`` name -> the Optuna sampler, seeded
-SAMPLERS = {
+OPTUNA_SAMPLERS = {
     "tpe": lambda seed: optuna.samplers.TPESampler(seed=seed),
     "gp": lambda seed: optuna.samplers.GPSampler(seed=seed),
     "cmaes": _cmaes,

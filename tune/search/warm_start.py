@@ -75,7 +75,7 @@ def warm_start_points(old_sweep_path: str, space: SearchSpace, metric: str, mode
         reason = _row_reason(row, column)
         point = None
         if reason is None:
-            reason, point = fit(space, config)
+            reason, point = point_in_space(space, config)
         if reason is not None:
             out.rejected.append((config, f"{reason} (trial {row.get('trial_id')})"))
         else:
@@ -117,7 +117,7 @@ def _row_reason(row: Mapping[str, Any], column: str) -> str | None:
     return None
 
 
-def fit(space: SearchSpace, config: Mapping[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+def point_in_space(space: SearchSpace, config: Mapping[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
     """(None, point) when the old trial's ``config`` is a point of ``space``, else (reason, None)."""
     for key, new in space.fixed.items():
         if key in space.params or key in IGNORED:

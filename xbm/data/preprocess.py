@@ -29,7 +29,7 @@ from PIL import Image, ImageChops
 from xbm.data.augment import PRESETS, InputNorm, Stats
 from xbm.errors import BadImageError
 
-MODES = ("RGB", "L")
+IMAGE_MODES = ("RGB", "L")
 ImageLike = Union[str, Path, Image.Image, torch.Tensor]
 
 
@@ -63,8 +63,8 @@ class Preprocessing:
     std: Optional[tuple[float, ...]] = None
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"preprocessing mode must be one of {list(MODES)}, but got {self.mode!r}")
+        if self.mode not in IMAGE_MODES:
+            raise ValueError(f"preprocessing mode must be one of {list(IMAGE_MODES)}, but got {self.mode!r}")
         if self.preset not in PRESETS:
             raise ValueError(f"preprocessing preset must be one of {sorted(PRESETS)}, but got {self.preset!r}")
         for name in ("load_size", "image_size"):

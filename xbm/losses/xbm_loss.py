@@ -6,14 +6,11 @@ import torch
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor, nn
 
-from xbm.indexed_memory import IndexedMemory
-from xbm.memory import EmbeddingMemory
-from xbm.normalisers.base import Normaliser
 from xbm.losses.pair_masks import PairMasks, loss_from_masks, pair_masks, supports_masks
 from xbm.losses.valid_negatives import valid_negatives, valid_negatives_of_pairs
-
-#: ``memory.update`` -> the memory class (the names are ``MEMORY_UPDATES`` in the torch-free xbm.config)
-MEMORIES: dict[str, type[EmbeddingMemory]] = {"ring": EmbeddingMemory, "indexed": IndexedMemory}
+from xbm.memory import EmbeddingMemory
+from xbm.normalisers.base import Normaliser
+from xbm.registries import MEMORIES
 
 
 class XBMLoss(nn.Module):
@@ -39,7 +36,7 @@ class XBMLoss(nn.Module):
     and fill are in ``state_dict``, a batch larger than the memory is allowed (its newest rows are
     kept), and fp16/bf16 embeddings are compared with the memory in fp32.
 
-    ``update``: ``ring`` (the above) or ``indexed`` (:class:`xbm.indexed_memory.IndexedMemory`: one row per
+    ``update``: ``ring`` (the above) or ``indexed`` (:class:`xbm.memory.IndexedMemory`: one row per
     training sample, ``memory_size`` = the training set's size, overwritten at the sample's index; ``indices`` are
     then required).
 
@@ -63,14 +60,12 @@ class XBMLoss(nn.Module):
         super().__init__()
         if isinstance(batch_loss_weight, bool) or not batch_loss_weight >= 0.0:
             raise ValueError(f"batch_loss_weight must be >= 0, but got {batch_loss_weight!r}")
-        if update not in MEMORIES:
-            raise ValueError(f"update must be one of {list(MEMORIES)}, but got {update!r}")
         self.loss = loss
         self.miner = miner
         self.normaliser = normaliser
         self.batch_loss_weight = float(batch_loss_weight)
         self.masks = supports_masks(loss, miner)   # pairs as masks: no host read (xbm.losses.pair_masks)
-        self.memory = MEMORIES[update](memory_size, embedding_size)
+        self.memory: EmbeddingMemory = MEMORIES.build(update)(memory_size, embedding_size)
         self.register_buffer("iteration", torch.zeros((), dtype=torch.long))
         self.last_stats: dict[str, float | Tensor] = {}
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from xbm.checks import checker
 from xbm.registries import NORMALISERS
 
-ABSENT = ("global", "skip")
+ABSENT_CHOICES = ("global", "skip")
 #: ``kalman_r``'s default: the AXBN paper's r (§5.1, with q = 1 at |B| = 64)
 KALMAN_R = 0.01
 #: ``kalman_ratio``'s default: not set (r is ``kalman_r``)
@@ -50,7 +50,7 @@ class NormaliserConfig:
 
     def __post_init__(self) -> None:
         _check(self.kind in NORMALISERS, "kind", f"one of {list(NORMALISERS)}", self.kind)
-        _check(self.absent in ABSENT, "absent", f"one of {list(ABSENT)}", self.absent)
+        _check(self.absent in ABSENT_CHOICES, "absent", f"one of {list(ABSENT_CHOICES)}", self.absent)
         for name in ("centre_only", "unit_norm"):
             _check(isinstance(getattr(self, name), bool), name, "a boolean", getattr(self, name))
         for name in ("delay_epochs", "kalman_interval"):

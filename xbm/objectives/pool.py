@@ -37,7 +37,7 @@ def build_pool(embeddings: torch.Tensor, size: int) -> tuple[torch.Tensor, torch
     Exact search: faiss ``IndexFlatIP`` for CPU tensors (the thesis's tool); the chunked torch search below
     when faiss is missing, or for CUDA tensors (a GEMM on the device beats copying to faiss-cpu).
     """
-    _check_embeddings(embeddings)
+    _check_pool_rows(embeddings)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"the pool size (neighbours.pool) must be an integer >= 1, but got {size!r}")
     depth = min(size, len(embeddings) - 1)
@@ -46,7 +46,7 @@ def build_pool(embeddings: torch.Tensor, size: int) -> tuple[torch.Tensor, torch
     return _torch_pool(embeddings, depth)
 
 
-def _check_embeddings(embeddings: torch.Tensor) -> None:
+def _check_pool_rows(embeddings: torch.Tensor) -> None:
     if not isinstance(embeddings, torch.Tensor) or embeddings.dim() != 2:
         raise ValueError(f"build_pool needs a 2-D (n, d) tensor of embeddings, but got "
                          f"{getattr(embeddings, 'shape', type(embeddings).__name__)}")

@@ -10,7 +10,7 @@ RNG states included), restored through ``Trainer.load_state_dict``.
 Key: SHA-256 of
 - the config without the keys the result cannot read (:data:`REFERENCES_IGNORES`, :data:`WARMUP_IGNORES`:
   lists of what does *not* matter, so a newly added key counts by default);
-- the code: :data:`FORMAT`, every ``xbm/**/*.py`` source and the versions of the libraries the numbers
+- the code: :data:`REUSE_FORMAT`, every ``xbm/**/*.py`` source and the versions of the libraries the numbers
   depend on (:func:`code_fingerprint`);
 - the resolved runtime (device, autocast dtype, memory format; the warm-up: the loader's workers) and the
   data set's splits (indices and labels: ``Trainer(cfg, splits=...)`` may get other data than ``cfg`` names);
@@ -45,7 +45,7 @@ from xbm.training.rng import rng_state
 log = logging.getLogger(__name__)
 
 # Raise when the layout of an entry or the meaning of a key changes: older entries are then never read.
-FORMAT = 1
+REUSE_FORMAT = 1
 DEFAULT_FOLDER = Path(tempfile.gettempdir()) / "xbm-tune-reuse"
 # Libraries whose version can change the numbers (decoding, models, losses, k-NN search).
 LIBRARIES = ("torch", "torchvision", "numpy", "timm", "pytorch-metric-learning", "faiss-cpu", "pillow")
@@ -150,7 +150,7 @@ class Reuse:
                     return value, True
             value, storable = fresh()
             if storable:
-                _write(path, {"format": FORMAT, "key": key, "value": value})
+                _write(path, {"format": REUSE_FORMAT, "key": key, "value": value})
             return value, False
         finally:
             lock.release()
@@ -170,8 +170,8 @@ def _acquire(path: Path) -> FileLock:
 def _read(path: Path, key: str) -> Optional[Any]:
     try:
         entry = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("key") != key:
-            raise ValueError(f"not an entry of format {FORMAT} for key {key}")
+        if not isinstance(entry, dict) or entry.get("format") != REUSE_FORMAT or entry.get("key") != key:
+            raise ValueError(f"not an entry of format {REUSE_FORMAT} for key {key}")
         return entry["value"]
     except Exception as exc:  # any unreadable file: truncated, not a checkpoint, another format
         warnings.warn(f"reuse: cannot read {path} ({type(exc).__name__}: {exc}); computing it again and "
@@ -208,10 +208,10 @@ def entry_key(trainer, ignores: tuple[str, ...], start: Any, extra: Optional[dic
 
 @functools.cache
 def code_fingerprint() -> str:
-    """FORMAT, xbm's sources and the library versions: a changed trainer never reads stale results."""
+    """REUSE_FORMAT, xbm's sources and the library versions: a changed trainer never reads stale results."""
     import xbm
 
-    h = hashlib.sha256(f"format {FORMAT}".encode())
+    h = hashlib.sha256(f"format {REUSE_FORMAT}".encode())
     root = Path(xbm.__file__).parent
     for source in sorted(root.rglob("*.py")):
         h.update(str(source.relative_to(root)).encode() + b"\0" + source.read_bytes() + b"\0")

@@ -68,7 +68,7 @@ def test_the_reports_steps_get_a_bar_only_on_a_terminal_without_no_progress(tmp_
     """Bugs caught (issue 55): a long report (its retrieval examples embed test queries) silent until it ends, its
     bar drawn into a log file or a pipe, or despite ``--no-progress``; or steps left unnamed. The delay is 0 here, so that the small sweep's quick report draws."""
     import xbm.progress
-    from analysis.report import LOADING, SECTIONS, STEPS, WRITING
+    from analysis.report import LOADING, REPORT_SECTIONS, STEPS, WRITING
     from tune.cli import main
 
     cfg = config("xbn", 0.5, 0)
@@ -80,18 +80,18 @@ def test_the_reports_steps_get_a_bar_only_on_a_terminal_without_no_progress(tmp_
     assert main(["report", str(folder), *flags]) == 0
     assert capsys.readouterr().out == f"report: {folder / 'report.md'}\n"
     err = stream.getvalue()
-    named = [name in err for name in (LOADING, SECTIONS[0][0], SECTIONS[-1][0], WRITING, f"/{STEPS} ")]
+    named = [name in err for name in (LOADING, REPORT_SECTIONS[0][0], REPORT_SECTIONS[-1][0], WRITING, f"/{STEPS} ")]
     assert named == [drawn] * 5, err   # each step's name is drawn as it begins (set_postfix_str refreshes)
 
 
 def test_write_report_announces_each_step_once_in_order(tmp_path):
     """Bug caught: a bar whose total (``STEPS``) disagrees with the steps announced, so it stops short or
     overflows."""
-    from analysis.report import LOADING, SECTIONS, STEPS, WRITING
+    from analysis.report import LOADING, REPORT_SECTIONS, STEPS, WRITING
 
     cfg = config("xbn", 0.5, 0)
     rows = epoch_rows("only", cfg, 0.5, 2)
     folder = write_sweep(tmp_path / "sweep", [trial_row("only", cfg, rows, "completed")], rows)
     steps = []
     write_report(folder, on_step=steps.append)
-    assert steps == [LOADING, *(title for title, _ in SECTIONS), WRITING] and len(steps) == STEPS
+    assert steps == [LOADING, *(title for title, _ in REPORT_SECTIONS), WRITING] and len(steps) == STEPS

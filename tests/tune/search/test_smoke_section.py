@@ -58,10 +58,10 @@ def test_a_bad_smoke_section_is_refused_on_load(tmp_path, section, message):
 def test_smoke_options_keep_a_declared_study_on_its_data(tmp_path):
     """Bugs caught: a findings space's smoke test switched to the toy data set (SMOKE_OVERRIDES), ASHA stopping the
     points the verdicts compare, or num_samples 2 doubling a grid whose seeds are a dimension."""
-    declared = smoke_options(str(write(tmp_path, STUDY)), SweepOptions(overrides={"data_root": "/data"}))
+    declared = smoke_options(load_space(write(tmp_path, STUDY)), SweepOptions(overrides={"data_root": "/data"}))
     assert declared.overrides == {"data_root": "/data"} and declared.scheduler == "fifo"
     assert declared.num_samples == 1 and declared.max_epochs == 2
-    plain = smoke_options("quickstart", SweepOptions())
+    plain = smoke_options(load_space("quickstart"), SweepOptions())
     assert plain.overrides == SMOKE_OVERRIDES and plain.num_samples == 2
 
 

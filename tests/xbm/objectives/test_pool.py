@@ -266,7 +266,7 @@ def test_cpu_embeddings_go_to_faiss_and_other_devices_to_the_torch_search(monkey
     monkeypatch.setattr(pool_module, "_faiss_pool", lambda e, depth: called.append(("faiss", depth)))
     monkeypatch.setattr(pool_module, "_torch_pool", lambda e, depth: called.append(("torch", depth)))
     build_pool(unit_rows(4, 2), 2)
-    monkeypatch.setattr(pool_module, "_check_embeddings", lambda e: None)  # meta tensors have no values
+    monkeypatch.setattr(pool_module, "_check_pool_rows", lambda e: None)  # meta tensors have no values
     build_pool(torch.empty(4, 2, device="meta"), 9)
     assert called == [("faiss", 2), ("torch", 3)]
 

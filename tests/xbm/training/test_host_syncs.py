@@ -174,7 +174,7 @@ def test_a_partly_written_indexed_memory_finds_its_rows_once_a_step():
     them again (four waits a step, seen before the rows were kept between writes)."""
     trainer = tiny_trainer(**{"normaliser.kind": "xbn", "memory.update": "indexed", "memory.ratio": 1.0})
     steps, _ = _reads_per_step(trainer)
-    found = Read("nonzero", "xbm/indexed_memory.py:IndexedMemory._written_rows")
+    found = Read("nonzero", "xbm/memory/indexed.py:IndexedMemory._written_rows")
     assert [Counter(step)[found] for step in steps[1:-1]] == [1] * STEPS
     assert all(set(step) <= {found, CHECK} for step in steps[1:-1])
     assert trainer.xbm.last_stats["memory_fill"] < 1.0

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import xbm.trainer as trainer_module
-from xbm.indexed_memory import IndexedMemory
+from xbm.memory import IndexedMemory
 from xbm.memory import EmbeddingMemory
 from xbm.training.prefill import prefill, prefill_samples
 

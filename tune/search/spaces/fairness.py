@@ -24,9 +24,10 @@ class _Space(Protocol):
     @property
     def fixed(self) -> dict[str, Any]: ...
 
+#: the swept start times: key -> (what starts, the key that switches it, the value that switches it off)
 STARTS = {
-    "normaliser.delay_epochs": "the normaliser's adaptation (thesis 4.3.3)",
-    "memory.start_epoch": "the cross-batch memory",
+    "normaliser.delay_epochs": ("the normaliser's adaptation (thesis 4.3.3)", "normaliser.kind", "none"),
+    "memory.start_epoch": ("the cross-batch memory", "memory.enabled", False),
 }
 EARLY_STOPPING = ("asha", "hyperband")
 
@@ -36,7 +37,7 @@ def fairness_warnings(space: _Space, grace_period: int, scheduler: str) -> list[
     ``grace_period`` is the scheduler's first rung: ASHA's grace period, HyperBand's smallest r."""
     out: list[str] = []
     epochs = _max_of(space, "epochs")
-    for key, what in STARTS.items():
+    for key, (what, _, _) in STARTS.items():
         if key not in space.params:
             continue
         reach = _max_of(space, key)

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from tune.search.spaces.distributions import Distribution
 
-ABSENT = object()  # a key that does not exist in a trial (a conditional param whose condition is off)
+NOT_IN_TRIAL = object()  # a key that does not exist in a trial (a conditional param whose condition is off)
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Branch:
 
     def holds(self, values: Mapping[str, Any]) -> bool:
         """Whether the condition holds on ``values`` (a key missing from ``values`` fails it)."""
-        return all(member(values.get(key, ABSENT), allowed) for key, allowed in self.when.items())
+        return all(member(values.get(key, NOT_IN_TRIAL), allowed) for key, allowed in self.when.items())
 
     def describe(self) -> str:
         if not self.when:
@@ -92,7 +92,7 @@ class Param:
 
 def member(value: Any, allowed: tuple[Any, ...]) -> bool:
     """Whether ``value`` is one of ``allowed`` (1 == 1.0, but True != 1); an absent value never is."""
-    if value is ABSENT or value is None:
+    if value is NOT_IN_TRIAL or value is None:
         return False
     return any(type(value) is type(a) and value == a or _num_eq(value, a) for a in allowed)
 

@@ -23,7 +23,7 @@ from tune.search.spaces.distributions import DISTRIBUTIONS, build_distribution
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Branch, Param
 
-SECTIONS = ("description", "base", "params", "smoke")
+SPACE_SECTIONS = ("description", "base", "params", "smoke")
 
 
 @dataclass
@@ -83,10 +83,10 @@ def read_space(text: str, source: str) -> RawSpace:
     """Parse and shape-check one file's text; ``source`` names it in errors."""
     data = parse_yaml(text, source)
     if not isinstance(data, dict):
-        raise SpaceError(source, None, f"must be a mapping with keys {list(SECTIONS)}, but got {type(data).__name__}")
-    unknown = [k for k in data if k not in SECTIONS]
+        raise SpaceError(source, None, f"must be a mapping with keys {list(SPACE_SECTIONS)}, but got {type(data).__name__}")
+    unknown = [k for k in data if k not in SPACE_SECTIONS]
     if unknown:
-        raise SpaceError(source, str(unknown[0]), f"unknown section; valid sections: {', '.join(SECTIONS)}")
+        raise SpaceError(source, str(unknown[0]), f"unknown section; valid sections: {', '.join(SPACE_SECTIONS)}")
     description = data.get("description") or ""
     if not isinstance(description, str):
         raise SpaceError(source, "description", f"must be a string, but got {description!r}")

@@ -59,7 +59,7 @@ def validate(raw: RawSpace, source: str, prune: bool = False) -> tuple[dict[str,
     params = {key: _coerce_param(param, base, raw.params, source) for key, param in raw.params.items()}
     params = {key: params[key] for key in _dependency_order(params, source)}
     params = _reachable(params, base, source, prune)
-    _probe(base, params, source)
+    _probe_base(base, params, source)
     return base, params
 
 
@@ -146,7 +146,7 @@ def _reachable(params: dict[str, Param], base: Mapping[str, Any], source: str, p
     return out
 
 
-def _probe(base: dict[str, Any], params: Mapping[str, Param], source: str) -> None:
+def _probe_base(base: dict[str, Any], params: Mapping[str, Param], source: str) -> None:
     exc = refusal(base)
     if exc is not None:
         culprit = next((k for k in base if str(exc).startswith(k)), "base")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from xbm.memory import EmbeddingMemory, MemoryRows
+from xbm.memory.ring import EmbeddingMemory, MemoryRows
 
 
 class IndexedMemory(EmbeddingMemory):

@@ -8,7 +8,7 @@ import torch
 
 from xbm.memory import EmbeddingMemory
 
-from .conftest import needs_cuda
+from tests.xbm.conftest import needs_cuda
 
 BATCH = 8
 

@@ -1,5 +1,5 @@
 """The cross-batch memory: a preallocated fp32 ring buffer of past embeddings (XBM, seed 002 §3); its
-index-addressed variant is :class:`xbm.indexed_memory.IndexedMemory`."""
+index-addressed variant is :class:`xbm.memory.indexed.IndexedMemory`."""
 from __future__ import annotations
 
 from typing import NamedTuple

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xbm.indexed_memory import IndexedMemory
+from xbm.memory import IndexedMemory
 
-from .conftest import needs_cuda, tiny_trainer
+from tests.xbm.conftest import needs_cuda, tiny_trainer
 
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
 
