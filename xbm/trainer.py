@@ -114,19 +114,9 @@ class Trainer:
         images = self.splits.input_kind == "image"
         self.runtime = rank_runtime(Runtime.from_config(cfg.device, cfg.amp, images), ranks)
         self.workers = resolve_workers(cfg.num_workers, self.splits.input_kind, cpus)
-        if images and self.workers == 0 and self.runtime.device.type == "cuda" and cfg.num_workers == "auto":
-            raise ValueError(
-                f"num_workers=auto resolved to 0 loader workers on a GPU ({cpus if cpus is not None else 'all'} "
-                "CPU(s) for this run): every image would be decoded and augmented in the training process while "
-                "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
-                "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
-        self.model = create_embedding_model(**model_kwargs(cfg), input_shape=tuple(self.splits.input_shape))
-        if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
-            self.model = convert_sync_batchnorm(self.model, self.runtime.device)
-        self.model = self.model.to(self.runtime.device)
+        self._check_gpu_workers(images, cpus)
+        self.model = self._build_model()
         self.parallel = DataParallel(ranks, self.runtime.device)
-        if self.runtime.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
         self.optimizer = main_optimizer(self.model, **optimizer_kwargs(cfg))
         self.scheduler = main_scheduler(self.optimizer, **scheduler_kwargs(cfg))
         self.warmup_optimizer = warmup_optimizer(self.model.head)
@@ -136,12 +126,7 @@ class Trainer:
         self.objective = build_objective(cfg, self.model, train.labels).to(self.runtime.device)
         self.objective.ranks = ranks
         if images:   # before any loader: uint8 samples of input_shape through the workers' shared memory
-            shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH, ranks.on_this_node)]
-            if eval_workers(self.workers, max(len(part) for part in self._embedded_sets())):
-                shares.append((EVAL_BATCH, EVAL_PREFETCH, 1))  # rank 0 evaluates alone
-            # a pass drawn ahead holds its batches while evaluation's loader runs
-            check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares,
-                                at_once=cfg.prefetch_next_epoch)
+            self._check_shared_memory()
         compile_model(self.model, cfg.compile)  # after the objective: MoCo's key encoder copies the plain model
         pair_loss = self.objective.pair_loss()
         self.warmup_loss = BatchLoss(pair_loss)
@@ -161,17 +146,48 @@ class Trainer:
         # torch's 5-s join timeout (10 s for 2 workers measured here, 75 s for a GPU trial's 15). This
         # finaliser holds the loaders, never the trainer, and stops their workers while the queues are whole.
         self._stop_workers = weakref.finalize(self, _stop_workers, self.loader, self.embed)
-        # The training samples seen through the eval transform: drift and staleness probes.
-        self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
-        self.probe = evaluation.probe_indices(len(train), cfg.seed)
-        # drift at Δt iterations on the same probe (XBM Eq. 2, Fig. 3)
-        self.step_drift = StepDrift(lambda: self.embed(self.model, self.train_view, self.probe)[0])
+        self._build_probes()
         self.recall_ks = cfg.recall_ks(recall_ks(cfg.dataset))   # recall_at_K for each (eval_ks or the data set's)
         self.previous_probe: Optional[torch.Tensor] = None
         self.references: Optional[dict[str, float]] = None
         self.epoch = 0
         self.warmup_done = cfg.warmup_epochs == 0
         self.ahead: Optional[DrawnPass] = None   # the next main epoch's pass, drawn early (prefetch_next_epoch)
+
+    def _build_probes(self) -> None:
+        """The training samples seen through the eval transform (drift and staleness probes), and drift at
+        Δt iterations on the same probe (XBM Eq. 2, Fig. 3)."""
+        train = self.splits.train
+        self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
+        self.probe = evaluation.probe_indices(len(train), self.cfg.seed)
+        self.step_drift = StepDrift(lambda: self.embed(self.model, self.train_view, self.probe)[0])
+
+    def _check_gpu_workers(self, images: bool, cpus: Optional[int]) -> None:
+        if images and self.workers == 0 and self.runtime.device.type == "cuda" and self.cfg.num_workers == "auto":
+            raise ValueError(
+                f"num_workers=auto resolved to 0 loader workers on a GPU ({cpus if cpus is not None else 'all'} "
+                "CPU(s) for this run): every image would be decoded and augmented in the training process while "
+                "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
+                "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
+
+    def _build_model(self) -> torch.nn.Module:
+        """The embedding model on the run's device (SyncBatchNorm where the config asks, channels-last images)."""
+        cfg, device = self.cfg, self.runtime.device
+        model = create_embedding_model(**model_kwargs(cfg), input_shape=tuple(self.splits.input_shape))
+        if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
+            model = convert_sync_batchnorm(model, device)
+        model = model.to(device)
+        if self.runtime.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        return model
+
+    def _check_shared_memory(self) -> None:
+        cfg = self.cfg
+        shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH, self.ranks.on_this_node)]
+        if eval_workers(self.workers, max(len(part) for part in self._embedded_sets())):
+            shares.append((EVAL_BATCH, EVAL_PREFETCH, 1))  # rank 0 evaluates alone
+        # a pass drawn ahead holds its batches while evaluation's loader runs
+        check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares, at_once=cfg.prefetch_next_epoch)
 
     def _build_xbm(self, pair_loss, miner) -> XBMLoss:
         cfg, superclass_of = self.cfg, self.splits.superclass_of

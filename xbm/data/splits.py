@@ -97,19 +97,7 @@ def assemble(raw: RawData, val_fraction: float, image_size: int, train_on: str =
     trained on. ``oneshot_episodes``: one-shot episodes drawn on the validation and test splits
     (:mod:`xbm.data.episodes`; 0: none)."""
     labels = np.asarray(raw.labels, dtype=np.int64)
-    if len(labels) != len(raw.source):
-        raise ValueError(f"{raw.name}: labels must have one entry per sample, but got {len(labels)} "
-                         f"for {len(raw.source)} samples")
-    if len(labels) and labels.min() < 0:
-        raise ValueError(f"{raw.name}: class ids must be >= 0, but got {labels.min()}")
-    train_part, query = np.asarray(raw.train, dtype=np.int64), np.asarray(raw.query, dtype=np.int64)
-    gallery_part = None if raw.gallery is None else np.asarray(raw.gallery, dtype=np.int64)
-    if gallery_part is not None:
-        # A query whose class has no gallery image cannot be retrieved; the official protocols drop it.
-        query = query[np.isin(labels[query], labels[gallery_part])]
-    if len(train_part) == 0 or len(query) == 0:
-        raise ValueError(f"{raw.name}: the training and query parts must be non-empty, but got "
-                         f"{len(train_part)} training and {len(query)} answerable query samples")
+    train_part, query, gallery_part = _checked_parts(raw, labels)
     eval_idx = query if gallery_part is None else np.concatenate([query, gallery_part])
     # train_on=all trains on every sample of the parts: an unanswerable query's class gets an id too
     every = np.unique(np.concatenate([train_part, np.asarray(raw.query, dtype=np.int64), eval_idx]))
@@ -149,6 +137,25 @@ def assemble(raw: RawData, val_fraction: float, image_size: int, train_on: str =
                          superclass_of=_superclass_of(raw, lookup, len(order)), num_classes=len(order),
                          input_kind=kind, input_shape=shape, transforms=transforms, style=raw.style,
                          val_superclasses=held_out)
+
+
+def _checked_parts(raw: RawData, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The builder's training, query and gallery parts as index arrays, its queries without a gallery match
+    dropped; a ValueError naming the data set for labels that do not fit the samples or an empty part."""
+    if len(labels) != len(raw.source):
+        raise ValueError(f"{raw.name}: labels must have one entry per sample, but got {len(labels)} "
+                         f"for {len(raw.source)} samples")
+    if len(labels) and labels.min() < 0:
+        raise ValueError(f"{raw.name}: class ids must be >= 0, but got {labels.min()}")
+    train_part, query = np.asarray(raw.train, dtype=np.int64), np.asarray(raw.query, dtype=np.int64)
+    gallery_part = None if raw.gallery is None else np.asarray(raw.gallery, dtype=np.int64)
+    if gallery_part is not None:
+        # A query whose class has no gallery image cannot be retrieved; the official protocols drop it.
+        query = query[np.isin(labels[query], labels[gallery_part])]
+    if len(train_part) == 0 or len(query) == 0:
+        raise ValueError(f"{raw.name}: the training and query parts must be non-empty, but got "
+                         f"{len(train_part)} training and {len(query)} answerable query samples")
+    return train_part, query, gallery_part
 
 
 def _episodes(raw: RawData, indices: np.ndarray, n: int):

@@ -119,19 +119,8 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, ks
         the queries that have at least one other same-class item in the gallery (see the module docstring);
         NaN when there is none. Plus ``superclass_neighbour_share`` when ``superclass_of`` is given.
     """
-    ks = _check_ks(ks)
-    leave_one_out = gallery is None and gallery_labels is None
-    if (gallery is None) != (gallery_labels is None):
-        raise ValueError("gallery and gallery_labels must be given together (or both None for leave-one-out), "
-                         f"but got gallery={_shape(gallery)} and gallery_labels={_shape(gallery_labels)}")
-    query, query_labels = _check_pair("query", query, query_labels, device=None)
-    if leave_one_out:
-        gallery, gallery_labels = query, query_labels
-    else:
-        gallery, gallery_labels = _check_pair("gallery", gallery, gallery_labels, device=query.device)
-    _check_same_size(query, gallery)
-    if len(gallery) - int(leave_one_out) < 1:
-        raise ValueError(f"leave-one-out retrieval needs at least 2 queries, but got {len(query)}")
+    ks, leave_one_out = _check_ks(ks), gallery is None and gallery_labels is None
+    query, query_labels, gallery, gallery_labels = _checked_sets(query, query_labels, gallery, gallery_labels)
 
     # Contiguous class ids: int64 comparisons stay exact (PML would cast labels to float32) and
     # gallery counts per class become one bincount.
@@ -143,10 +132,7 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, ks
     available = len(gallery) - int(leave_one_out)
     depth = min(max(max(ks), int(gallery_count[query_ids].max()) - int(leave_one_out)), available)
     if superclass_of is not None:
-        if isinstance(superclass_k, bool) or not isinstance(superclass_k, numbers.Integral) or superclass_k < 1:
-            raise ValueError(f"superclass_k must be a positive integer, but got {superclass_k!r}")
-        query_super = superclass_ids(superclass_of, query_labels, "query_labels")
-        gallery_super = superclass_ids(superclass_of, gallery_labels, "gallery_labels")
+        query_super, gallery_super = _superclasses(superclass_of, superclass_k, query_labels, gallery_labels)
         depth = max(depth, min(int(superclass_k), available))  # extra columns: PML's metrics stop at R
         same_super_sum = 0.0
     calc = RetrievalAccuracyCalculator(ks, device=query.device)
@@ -170,6 +156,32 @@ def retrieval_metrics(query, query_labels, gallery=None, gallery_labels=None, ks
     if superclass_of is not None:
         out["superclass_neighbour_share"] = same_super_sum / len(query)
     return out
+
+
+def _superclasses(superclass_of, superclass_k, query_labels, gallery_labels) -> tuple[torch.Tensor, torch.Tensor]:
+    """The super-class id of each query and gallery label (``superclass_k``, the neighbours counted, checked)."""
+    if isinstance(superclass_k, bool) or not isinstance(superclass_k, numbers.Integral) or superclass_k < 1:
+        raise ValueError(f"superclass_k must be a positive integer, but got {superclass_k!r}")
+    return (superclass_ids(superclass_of, query_labels, "query_labels"),
+            superclass_ids(superclass_of, gallery_labels, "gallery_labels"))
+
+
+def _checked_sets(query, query_labels, gallery, gallery_labels) -> tuple[torch.Tensor, ...]:
+    """Query and gallery embeddings and labels as checked tensors on the query's device; the query set itself
+    as the gallery for leave-one-out (both None)."""
+    leave_one_out = gallery is None and gallery_labels is None
+    if (gallery is None) != (gallery_labels is None):
+        raise ValueError("gallery and gallery_labels must be given together (or both None for leave-one-out), "
+                         f"but got gallery={_shape(gallery)} and gallery_labels={_shape(gallery_labels)}")
+    query, query_labels = _check_pair("query", query, query_labels, device=None)
+    if leave_one_out:
+        gallery, gallery_labels = query, query_labels
+    else:
+        gallery, gallery_labels = _check_pair("gallery", gallery, gallery_labels, device=query.device)
+    _check_same_size(query, gallery)
+    if len(gallery) - int(leave_one_out) < 1:
+        raise ValueError(f"leave-one-out retrieval needs at least 2 queries, but got {len(query)}")
+    return query, query_labels, gallery, gallery_labels
 
 
 def default_knn() -> Callable:

@@ -146,21 +146,7 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
             pending = (iterations, loss.detach(), finite)
         else:
             _raise_if_bad((iterations, loss.detach(), finite), epoch)   # the one sync, before backward
-        step.optimizer.zero_grad(set_to_none=True)
-        step.scaler.scale(loss).backward()
-        if step.sync_grads is not None:
-            step.sync_grads()
-        if step.clip_grad > 0:
-            step.scaler.unscale_(step.optimizer)
-            torch.nn.utils.clip_grad_norm_(step.params, step.clip_grad)
-        if on_device:
-            step.optimizer.found_inf = (~finite).float()   # fused kernels skip the update where it is 1
-        try:
-            step.scaler.step(step.optimizer)
-        finally:
-            if on_device:
-                del step.optimizer.found_inf
-        step.scaler.update()
+        _update(step, loss, finite, on_device)
         step.objective.after_step(step.model)
         if step.on_step is not None:
             step.on_step()
@@ -178,6 +164,26 @@ def run_epoch(step: Step, loader: Iterable, runtime: Runtime, epoch: int, epoch_
     return EpochResult(loss=totals["loss"] / n if iterations else math.nan, images=images, iterations=iterations,
                        seconds=seconds, pairs={name: totals.get(name, 0.0) / n for name in STAT_NAMES},
                        memory_fill=float(fill), data_wait_s=waited)
+
+
+def _update(step: Step, loss: torch.Tensor, finite: torch.Tensor, on_device: bool) -> None:
+    """One optimiser update from ``loss``: backward (scaled), the ranks' gradients averaged, clipping, the step;
+    ``on_device``: a non-finite loss skips the update on the device (``found_inf``) instead of a host read."""
+    step.optimizer.zero_grad(set_to_none=True)
+    step.scaler.scale(loss).backward()
+    if step.sync_grads is not None:
+        step.sync_grads()
+    if step.clip_grad > 0:
+        step.scaler.unscale_(step.optimizer)
+        torch.nn.utils.clip_grad_norm_(step.params, step.clip_grad)
+    if on_device:
+        step.optimizer.found_inf = (~finite).float()   # fused kernels skip the update where it is 1
+    try:
+        step.scaler.step(step.optimizer)
+    finally:
+        if on_device:
+            del step.optimizer.found_inf
+    step.scaler.update()
 
 
 def _raise_if_bad(pending, epoch: int) -> None:
