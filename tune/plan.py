@@ -85,9 +85,13 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
             cannot sample it, a storage folder that holds another sweep).
         ValueError: the space's fixed values are not a valid ``TrainConfig``.
     """
-    space, options = resolved_space(space_name, options)
+    from tune.search.spaces import load_space
+
+    space, options, overrides = resolved_space(space_name, options)
     space.check_search(options.search)
     check_space(space, options)  # a space's own workers; each rank's share of the batch, named after the flag
+    if options.workers > 1 and WORKERS_KEY not in space.base:  # the trials' TrainConfig knows them: config.workers
+        space = load_space(space_name, overrides={**overrides, WORKERS_KEY: options.workers}, smoke=options.smoke_test)
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs
     check_metric(space, options.metric)
@@ -123,10 +127,11 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
                      stop_reasons, loggers, rungs)
 
 
-def resolved_space(space_name: str, options: SweepOptions) -> tuple[Any, SweepOptions]:
-    """The space with every value the flags set (``--set``, ``--max-epochs``, ``--seed`` unless the space fixes
-    or sweeps the seed, ``--workers-per-trial`` as ``workers``; ``--smoke-test``'s reduction), and the options
-    resolved against it. The file is read as written first: what it declares decides what the flags add."""
+def resolved_space(space_name: str, options: SweepOptions) -> tuple[Any, SweepOptions, dict[str, Any]]:
+    """The space with the values the flags set (``--set``, ``--max-epochs``, ``--seed`` unless the space fixes or
+    sweeps the seed; ``--smoke-test``'s reduction), the options resolved against it, and those overrides. The file
+    is read as written first: what it declares decides what the flags add. ``--workers-per-trial`` is added after
+    ``check_space``, which names the flag when the batch does not split (the config's own check would not)."""
     from tune.search.spaces import load_space
 
     written = load_space(space_name, smoke=options.smoke_test)
@@ -138,10 +143,8 @@ def resolved_space(space_name: str, options: SweepOptions) -> tuple[Any, SweepOp
         overrides["epochs"] = options.max_epochs
     if not {"seed"} & (set(written.base) | set(written.params) | set(overrides)):
         overrides["seed"] = options.seed
-    if options.workers > 1 and not {WORKERS_KEY} & (set(written.base) | set(overrides)):
-        overrides[WORKERS_KEY] = options.workers   # the trials' TrainConfig knows them: config.workers
     space = load_space(space_name, overrides=overrides or None, smoke=options.smoke_test)
-    return space, options.for_space(space.is_grid)
+    return space, options.for_space(space.is_grid), overrides
 
 
 def smoke_options(space, options: SweepOptions) -> SweepOptions:

@@ -37,7 +37,7 @@ from xbm.data import DatasetSplits, SampleDataset, build_dataset, recall_ks
 from xbm.data.images import configure_images
 from xbm.training.distributed import Ranks
 from xbm.losses.xbm_loss import XBMLoss
-from xbm.models import compile_model, create_embedding_model, model_kwargs
+from xbm.models import EmbeddingModel, compile_model, create_embedding_model, model_kwargs
 from xbm.normalisers import build_normaliser
 from xbm.normalisers.axbn import AXBN
 from xbm.objectives import build_objective
@@ -170,12 +170,12 @@ class Trainer:
                 "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
                 "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
 
-    def _build_model(self) -> torch.nn.Module:
+    def _build_model(self) -> EmbeddingModel:
         """The embedding model on the run's device (SyncBatchNorm where the config asks, channels-last images)."""
         cfg, device = self.cfg, self.runtime.device
         model = create_embedding_model(**model_kwargs(cfg), input_shape=tuple(self.splits.input_shape))
         if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
-            model = convert_sync_batchnorm(model, device)
+            model = convert_sync_batchnorm(model, device)  # type: ignore[assignment]  # the same model, its BN swapped
         model = model.to(device)
         if self.runtime.channels_last:
             model = model.to(memory_format=torch.channels_last)

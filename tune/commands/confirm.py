@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_rerun_arguments(parser)
 
 
-def run(args: argparse.Namespace, **init_kwargs) -> int:
+def run(args: argparse.Namespace, **init_kwargs: Any) -> int:
     """Select the top configs, print them, rerun them over seeds (unless --dry-run) and summarise.
 
     Args:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from analysis.contract import REFIT_STAGE
 from tune.commands import plain
@@ -57,7 +58,7 @@ def describe_refit(p: RefitPlan, classes: str) -> str:
     return "\n".join([head, *held_out_notes(p.trial, config, classes, p.uri)])
 
 
-def run(args: argparse.Namespace, **init_kwargs) -> int:
+def run(args: argparse.Namespace, **init_kwargs: Any) -> int:
     """Plan the refits, print them, run them (unless --dry-run) and summarise.
 
     Args:

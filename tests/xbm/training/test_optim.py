@@ -260,7 +260,7 @@ def test_the_factories_defaults_are_the_configs_and_a_bad_name_lists_the_choices
         cosine.optimizer.step()
         cosine.step()
     assert cosine.get_last_lr() == [pytest.approx(0.0, abs=1e-12)]   # down to min_factor 0
-    with pytest.raises(ValueError, match=r"optimizer must be one of \['adam', 'adamw', 'sgd'\], but got 'lamb'"):
+    with pytest.raises(ValueError, match=r"optimizer must be one of \['adamw', 'adam', 'sgd'\], but got 'lamb'"):
         main_optimizer(model, "lamb", 0.1, 0.0)
     with pytest.raises(ValueError, match=r"schedule must be one of \[.*'cosine'.*\], but got 'linear'"):
         main_scheduler(main_optimizer(model, "sgd", 0.1, 0.0), "linear", epochs=4, lr_step=1, lr_gamma=1.0)
