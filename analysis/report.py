@@ -156,7 +156,7 @@ class _Report:
     def health(self) -> list[str]:
         """Trials whose loss saw no positive pair in some epoch, or that end below raw-pixel neighbours:
         their numbers measure a broken run, not the configuration."""
-        from xbm.signals import trial_flags  # torch-free, but `import analysis` stays free of xbm
+        from xbm.evaluate.signals import trial_flags  # torch-free, but `import analysis` stays free of xbm
 
         trials = self.sweep.trials
         if trials.empty:

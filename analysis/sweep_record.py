@@ -8,7 +8,7 @@ parameters are log-scale::
 
     {"version": 1, "experiment": "quickstart-20261124-051500", "stage": "sweep",
      "metric": "recall_at_1", "mode": "max", "max_epochs": 9,
-     "options": {...the CLI options (tune.options.SweepOptions)...},
+     "options": {...the CLI options (tune.driver.options.SweepOptions)...},
      "space": {"name", "path", "description", "text" (the YAML), "base",
                "params": {"memory.ratio": {"loguniform": [0.05, 1.0]},
                           "normaliser.kalman_r": {"loguniform": [1e-4, 10.0], "when": {"normaliser.kind": ["axbn"]}},
@@ -64,7 +64,7 @@ class SpaceRecord:
 
 class Objectives:
     """The sweep's objectives, in order (``metric``/``mode`` first, then ``extra_metrics``/``extra_modes``):
-    shared by the record and the CLI's ``tune.options.SweepOptions``."""
+    shared by the record and the CLI's ``tune.driver.options.SweepOptions``."""
 
     # the dataclasses that take this in give the fields (a plain class's annotations make none of theirs)
     metric: str

@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import ray  # noqa: E402
 from ray import tune as ray_tune  # noqa: E402
 
-from tune.options import SweepOptions  # noqa: E402
 from analysis.location import Folder
+from tune.driver.options import SweepOptions  # noqa: E402
+from tune.driver.sweep import resolved_resources, trainable  # noqa: E402
+from tune.results.sink import ParquetSink  # noqa: E402
 from tune.search.schedulers import build_scheduler  # noqa: E402
 from tune.search.searchers import FixedConfigs  # noqa: E402
-from tune.results.sink import ParquetSink  # noqa: E402
-from tune.sweep import resolved_resources, trainable  # noqa: E402
 
 # the quickstart space's trial (search_spaces/quickstart.yaml) without its head-only warm-up epoch
 TOY = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warmup_epochs": 0, "batch_size": 32,
@@ -79,8 +79,8 @@ def fit(configs_: list[dict], scheduler: str, root: str, name: str, max_epochs: 
 BARE = """
 import json, sys, time
 start = time.perf_counter()
+from tune.results.trial_config import train_config
 from xbm.trainer import Trainer
-from tune.options import train_config
 from xbm.training.rng import seed_everything
 for config in json.loads(sys.argv[1]):
     cfg = train_config({**config, "device": "cpu"})

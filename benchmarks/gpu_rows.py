@@ -109,7 +109,7 @@ def _sync(device) -> None:
 def loop_row(kind: str, spec: dict, phases: Phases) -> dict:
     """ceiling / timm / bare: a loop around the same model, loss and optimiser as the trainer's."""
     from xbm.config import TrainConfig
-    from xbm.training.runtime import Runtime
+    from xbm.runtime.device import Runtime
 
     cfg = TrainConfig.from_dict(spec["config"])
     runtime = Runtime.from_config(cfg.device, cfg.amp, True)

@@ -74,7 +74,7 @@ def machine() -> None:
     line("platform", platform.platform())
     cpus = len(os.sched_getaffinity(0))
     try:
-        from xbm.cpus import available_cpus  # the project's count: the affinity mask and the cgroup quota
+        from xbm.runtime.cpus import available_cpus  # the project's count: the affinity mask and the cgroup quota
 
         line("CPUs", f"{available_cpus()} for this process (affinity {cpus}, machine {os.cpu_count()})")
     except Exception:

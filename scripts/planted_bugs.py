@@ -43,7 +43,7 @@ PLANTS = [
     ("no clipping", "xbm/training/epoch.py",
      "if step.clip_grad > 0:", "if False:",
      ["tests/xbm/test_config_wiring.py", "tests/xbm/training/test_epoch.py"]),
-    ("amp bf16 ignored on cpu", "xbm/training/runtime.py",
+    ("amp bf16 ignored on cpu", "xbm/runtime/device.py",
      'return torch.float16 if amp == "fp16" else torch.bfloat16', 'return torch.float16 if amp == "fp16" else None',
      ["tests/xbm/test_config_wiring.py", "tests/xbm/training/test_runtime.py"]),
     ("evaluation moves the global RNG", "xbm/training/loaders.py",
@@ -58,7 +58,7 @@ PLANTS = [
     ("fifo stops early", "tune/search/schedulers.py",
      "    return GuardedFIFO()", "    return RecordingASHA({}, time_attr=TIME_ATTR, max_t=max_epochs)",
      ["tests/tune/test_sweep.py::test_every_registry_entry_builds"]),
-    ("grace check removed", "tune/plan.py",
+    ("grace check removed", "tune/driver/plan.py",
      "raise SweepInputError(f\"--grace-period must be <= the epoch budget", "print(f\"--grace-period must be <= the epoch budget",
      ["tests/tune/test_sweep.py::test_bad_input_is_refused_before_anything_is_written"]),
 ]

@@ -125,9 +125,9 @@ class Study:
         path = self.out / "chosen.json"
         if path.exists():
             return json.loads(path.read_text())
-        from tune.stages.refit import pick, refit_configs
         from tune.results.record import read_record
         from tune.search.warm_start import read_trials
+        from tune.stages.refit import pick, refit_configs
 
         record = read_record(str(self.sweep))
         trial = pick(read_trials(str(self.sweep)), record, None)
@@ -275,7 +275,7 @@ def real_run_references(export: Path, runs: str, seed: int) -> list[tuple[str, s
     normalised as the model sees them) and of the export's model untrained (``untrained``: seeded as the refit)."""
     import torch
 
-    from xbm.embedder import ImageEmbedder, load_embedder, read_card
+    from xbm.evaluate.embedder import ImageEmbedder, load_embedder, read_card
     from xbm.evaluate.oneshot import evaluate_runs, read_runs, runs_folder
     from xbm.models import create_embedding_model
 

@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # xdist's own marks, not its PYTEST_XDIST_* variables: a pytest started inside a worker (tests/test_conftest.py
     # runs some) inherits those and would take itself for a worker
     if hasattr(config, "workerinput"):
-        from joblib import cpu_count   # the affinity mask and a cgroup CPU quota, as xbm.cpus counts them
+        from joblib import cpu_count   # the affinity mask and a cgroup CPU quota, as xbm.runtime.cpus counts them
 
         torch.set_num_threads(max(1, cpu_count() // int(config.workerinput["workercount"])))
     elif getattr(config.option, "numprocesses", None):   # pytest-xdist's controller, before it starts the workers
@@ -196,7 +196,7 @@ def _torch_settings_unchanged():
                     pytrace=False)
 
 
-# What xbm.training.runtime.configure_cuda sets for the whole process when a CUDA runtime is built: a training
+# What xbm.runtime.device.configure_cuda sets for the whole process when a CUDA runtime is built: a training
 # process wants them for its life, a test must not leave them to the next (TF32 in a later test's GPU matmuls).
 CUDA_RUN_SETTINGS = ("torch.get_float32_matmul_precision()", "torch.backends.cudnn.benchmark",
                      "torch.backends.cudnn.allow_tf32")

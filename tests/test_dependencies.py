@@ -85,7 +85,7 @@ PLANTED = {
     "a declaration dropped": (lambda r: declare(r, '    "scipy>=1.17",', ""), ("DEP001", "DEP003"), "'scipy'"),
     "an unused dependency": (lambda r: declare(r, '    "numpy>=2.4",', '    "numpy>=2.4",\n    "six>=1.16",'),
                              ("DEP002",), "'six'"),
-    "a viewer imported by the code": (lambda r: plant(r / "tune/sweep.py", "import tensorboard"), ("DEP004",),
+    "a viewer imported by the code": (lambda r: plant(r / "tune/driver/sweep.py", "import tensorboard"), ("DEP004",),
                                       "'tensorboard'"),
     "a dev package imported by the code": (lambda r: plant(r / "tune/cli.py", "import polars"), ("DEP004",),
                                            "'polars'"),

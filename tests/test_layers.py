@@ -63,9 +63,10 @@ def test_each_contract_breaks_on_a_planted_import(copy, contract):
     assert run.returncode == 1 and "0 kept, 1 broken" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
 
 
-FLOORS = ("xbm.config", "xbm.checks", "xbm.errors", "xbm.inputs", "xbm.signals", "xbm.image_folder",
-          "xbm.normalisers.config", "tune.search.spaces", "tune.options", "tune.cli", "analysis", "analysis.loader",
-          "analysis.report")
+FLOORS = ("xbm.config", "xbm.checks", "xbm.errors", "xbm.data.inputs", "xbm.evaluate.signals",
+          "xbm.data.image_folder",
+          "xbm.normalisers.config", "tune.search.spaces", "tune.driver.options", "tune.errors", "tune.cli", "analysis",
+          "analysis.loader", "analysis.report")
 
 
 def test_the_floors_load_no_torch_when_imported():

@@ -10,7 +10,7 @@ how to continue, ``tune.commands.sweep.interrupted_line``). An unexpected error 
 
 Output: a command prints its results on stdout; what the libraries log (``xbm``, ``tune``, ``analysis``: where
 Ray runs, a collapsed epoch, a spent budget) goes to stderr, from INFO on, from WARNING on under ``--quiet`` and
-from DEBUG on under ``-v``/``--verbose``, both given before the command (``tune.logs.cli_logging``).
+from DEBUG on under ``-v``/``--verbose``, both given before the command (``tune.trial.logs.cli_logging``).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import traceback
 from importlib import import_module
 from typing import Optional, Sequence
 
-from tune.logs import DEFAULT, QUIET, VERBOSE, cli_logging
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
+from tune.trial.logs import DEFAULT, QUIET, VERBOSE, cli_logging
 from xbm.version import package_version
 
 #: set to 1 to see the full traceback of an unexpected error (for a bug report)
@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     except SweepInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # a second Ctrl-C (Ray's Tuner.fit handles the first: tune.sweep.fit)
+    except KeyboardInterrupt:  # a second Ctrl-C (Ray's Tuner.fit handles the first: tune.driver.sweep.fit)
         path = getattr(args, "resume_path", None)  # only a started sweep or resume can be continued
         from tune.commands.sweep import interrupted_line
 

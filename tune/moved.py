@@ -1,4 +1,9 @@
-"""The module paths of the layout before 2026-11-26 (issue 31), for the pickles a sweep started then holds.
+"""The old module paths, for the pickles a sweep started under them holds: the layout before 2026-11-26 (issue
+31) and the top-level modules of ``tune`` and ``xbm`` before 2026-12-02 (issue 54: now in ``tune.driver``,
+``tune.errors``, ``tune.results.trial_config``, ``tune.trial``, and ``xbm``'s ``runtime``, ``evaluate``, ``data``).
+
+These aliases may go after 2027-06-01 (``REMOVE_AFTER``): a sweep started before its layout changed and still
+resumed six months on is not a case worth a module. Nothing in the code imports an old path; only unpickling does.
 
 Tune pickles the sweep's scheduler, searcher and callbacks (``tuner.pkl``, the searcher's state) under their
 classes' module paths. ``install()`` lets ``import tune.schedulers`` and the like find where each name went, so
@@ -13,19 +18,27 @@ import importlib.util
 import sys
 import types
 
+REMOVE_AFTER = "2027-06-01"
+
 # old module -> the modules its names went to, searched in this order (from git's renames in 83c9674)
 MOVED: dict[str, tuple[str, ...]] = {
     "tune.checkpoints": ("tune.trial.checkpoints",),
+    "tune.cluster": ("tune.driver.cluster",),
     "tune.confirm": ("tune.commands.confirm",),
     "tune.data_parallel": ("tune.trial.data_parallel",),
     "tune.export": ("tune.commands.export",),
-    "tune.guards": ("tune.trial.guards",),
+    "tune.extras": ("tune.errors",),
+    "tune.guards": ("tune.search.guards",),
     "tune.live": ("tune.results.live",),
     "tune.loggers": ("tune.results.loggers",),
+    "tune.logs": ("tune.trial.logs",),
     "tune.mlflow_logger": ("tune.results.mlflow_logger",),
+    "tune.options": ("tune.driver.options", "tune.errors", "tune.results.trial_config", "tune.search.spaces.fairness"),
     "tune.optuna_study": ("tune.search.optuna_study",),
     "tune.parquet": ("tune.results.parquet",),
     "tune.pb2": ("tune.search.pb2",),
+    "tune.plan": ("tune.driver.plan",),
+    "tune.ray_progress": ("tune.trial.ray_progress",),
     "tune.record": ("tune.results.record",),
     "tune.resources": ("tune.trial.resources",),
     "tune.retrieve": ("tune.commands.retrieve",),
@@ -43,21 +56,33 @@ MOVED: dict[str, tuple[str, ...]] = {
     "tune.spaces.validation": ("tune.search.spaces.validation",),
     "tune.status": ("tune.results.status",),
     "tune.submit": ("tune.commands.submit",),
+    "tune.sweep": ("tune.driver.sweep",),
     "tune.tensorboard_logger": ("tune.results.tensorboard_logger",),
     "tune.train_workers": ("tune.commands.train", "tune.trial.data_parallel"),
-    "tune.trainable": ("tune.trial.trainable", "tune.trial.base", "tune.trial.data_parallel", "tune.options"),
+    "tune.trainable": ("tune.trial.trainable", "tune.trial.base", "tune.trial.data_parallel", "tune.driver.options",
+                      "tune.errors", "tune.results.trial_config"),
+    "tune.trial.guards": ("tune.search.guards",),
     "tune.trial_loop": ("tune.trial.loop",),
     "tune.wandb_logger": ("tune.results.wandb_logger",),
     "tune.warm_start": ("tune.search.warm_start",),
+    "tune.workers": ("tune.driver.workers", "tune.results.trial_config"),
     "xbm.checkpoint": ("xbm.training.checkpoint",),
+    "xbm.cpus": ("xbm.runtime.cpus",),
     "xbm.diagnostics": ("xbm.evaluate.diagnostics",),
     "xbm.distributed": ("xbm.training.distributed",),
     "xbm.embed_cli": ("tune.commands.embed",),
+    "xbm.embedder": ("xbm.evaluate.embedder",),
+    "xbm.image_folder": ("xbm.data.image_folder",),
+    "xbm.inputs": ("xbm.data.inputs",),
     "xbm.loss": ("xbm.losses.xbm_loss",),
     "xbm.pair_masks": ("xbm.losses.pair_masks",),
+    "xbm.precision": ("xbm.runtime.precision",),
+    "xbm.progress": ("xbm.runtime.progress",),
     "xbm.retrieval": ("xbm.evaluate.retrieval",),
+    "xbm.signals": ("xbm.evaluate.signals",),
     "xbm.training.criteria": ("xbm.losses.criteria",),
     "xbm.training.evaluation": ("xbm.evaluate.epoch",),
+    "xbm.training.runtime": ("xbm.runtime.device",),
     "xbm.training.loss_kinds": ("xbm.losses.kinds",),
 }
 
@@ -73,7 +98,7 @@ class _Moved(types.ModuleType):
             if hasattr(module, name):
                 return getattr(module, name)
         raise AttributeError(f"{name!r} was in {self.__name__}, which moved to {' / '.join(MOVED[self.__name__])} "
-                             f"(issue 31), and none of them has it now")
+                             f"and none of them has it now")
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

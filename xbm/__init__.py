@@ -7,7 +7,7 @@ import lazy_loader
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
     "config": ["TrainConfig"],
-    "embedder": ["load_embedder"],
+    "evaluate.embedder": ["load_embedder"],
     "losses.xbm_loss": ["XBMLoss"],
     "memory": ["EmbeddingMemory"],
     "normalisers": ["NormaliserConfig", "build_normaliser"],

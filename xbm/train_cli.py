@@ -74,7 +74,7 @@ def load_yaml(path: Optional[str]) -> dict[str, Any]:
 
 def resolve_config(args: argparse.Namespace):
     from xbm.config import TrainConfig
-    from xbm.inputs import absolute_paths
+    from xbm.data.inputs import absolute_paths
 
     in_file = absolute_paths(load_yaml(args.config), Path(args.config).parent) if args.config else {}
     overrides = checks.parse_overrides(args.overrides, BadInput)
@@ -160,8 +160,8 @@ def format_line(metrics: dict[str, Any], epochs: int) -> str:
 
 def progress_bars(enabled: bool) -> dict[str, Any]:
     """The Trainer's ``progress`` (each epoch's bar) and ``eval_progress`` (an evaluation's, once it lasts
-    ``DELAY_S``): ``xbm.progress.bars``, drawn only on a terminal; none under ``--no-progress``."""
-    from xbm.progress import DELAY_S, bars
+    ``DELAY_S``): ``xbm.runtime.progress.bars``, drawn only on a terminal; none under ``--no-progress``."""
+    from xbm.runtime.progress import DELAY_S, bars
 
     if not enabled:
         return {"progress": None, "eval_progress": None}
@@ -171,7 +171,7 @@ def progress_bars(enabled: bool) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Train as the arguments say; return the exit status (0 done, 2 bad input, 1 failure)."""
     from xbm.errors import BadImageError, DatasetNotFoundError, NonFiniteLossError, PretrainedWeightsError
-    from xbm.signals import collapse_warning
+    from xbm.evaluate.signals import collapse_warning
 
     try:
         cfg = resolve_config(args)

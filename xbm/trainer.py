@@ -35,26 +35,25 @@ import torch
 from xbm.config import MUTABLE_KEYS, TrainConfig
 from xbm.data import DatasetSplits, SampleDataset, build_dataset, recall_ks
 from xbm.data.images import configure_images
-from xbm.training.distributed import Ranks
+from xbm.evaluate import epoch as evaluation
+from xbm.evaluate.step_drift import StepDrift
+from xbm.losses.criteria import BatchLoss, memory_size
 from xbm.losses.xbm_loss import XBMLoss
 from xbm.models import EmbeddingModel, compile_model, create_embedding_model, model_kwargs
 from xbm.normalisers import build_normaliser
 from xbm.normalisers.axbn import AXBN
 from xbm.objectives import build_objective
-from xbm.evaluate import epoch as evaluation
-from xbm.evaluate.step_drift import StepDrift
-from xbm.losses.criteria import BatchLoss, memory_size
+from xbm.runtime.device import Runtime
+from xbm.training.distributed import Ranks
 from xbm.training.epoch import EpochResult, Step, run_epoch
-from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, DrawnPass, Embedder,
-                                  check_shared_memory, eval_workers, resolve_workers, start_persistent_workers,
-                                  stop_workers, train_loader)
+from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, DrawnPass, Embedder, check_shared_memory,
+                                  eval_workers, resolve_workers, start_persistent_workers, stop_workers, train_loader)
 from xbm.training.optim import (load_optimizer_state, main_optimizer, main_scheduler, optimizer_kwargs,
                                 rescale_optimizer, scheduler_kwargs, warmup_optimizer)
 from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
 from xbm.training.prefill import prefill
 from xbm.training.reuse import Reuse
 from xbm.training.rng import rng_isolated, rng_state, seed_everything, set_rng_state
-from xbm.training.runtime import Runtime
 from xbm.training.sync_bn import convert_sync_batchnorm
 
 STATE_VERSION = 2
@@ -76,7 +75,7 @@ class Trainer:
         splits: an already built data set to reuse (the same data set; its images are re-wired for ``cfg``'s
             preset); None builds it from ``cfg``.
         progress: wraps each epoch's batch iterable, e.g. ``lambda batches, desc: tqdm(batches, desc=desc)``
-            (the CLI's bar: ``xbm.progress.bars``).
+            (the CLI's bar: ``xbm.runtime.progress.bars``).
         cpus: the CPUs this run may use, for ``num_workers=auto`` (default: the process's affinity mask).
         evaluate_at: main epochs (1-based) evaluated whatever ``eval_every`` says, e.g. a sweep scheduler's rung
             epochs, so that it decides on measured values.

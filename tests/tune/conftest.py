@@ -31,9 +31,9 @@ params:
 def run_toy_sweep(root: Path, name: str, space: str, **options: Any):
     """Write ``space`` under ``root``, run its sweep to the end (storage ``root/sweeps``, no dashboard) and
     return ``(plan, built)`` (``built.searcher`` for the Optuna checks)."""
-    from tune.options import SweepOptions
-    from tune.plan import prepare
-    from tune.sweep import start
+    from tune.driver.options import SweepOptions
+    from tune.driver.plan import prepare
+    from tune.driver.sweep import start
 
     (root / "toy.yaml").write_text(space)
     plan = prepare(str(root / "toy.yaml"), SweepOptions(storage=str(root / "sweeps"), name=name, dashboard=False,
@@ -149,7 +149,7 @@ def toy_space(tmp_path):
 # Batches of 4 (2 classes x 2): ~640 steps, an epoch of 0.5-0.8 s since issue 18 (over a second before). At batch 32
 # (0.3 s epochs) polls that read every epoch file back from the S3 server missed the kill point (a trial at
 # exactly 2 of 4 epochs), and epochs shorter than TUNE_GLOBAL_CHECKPOINT_S void what KEEP_CHECKPOINTS relies on
-# (tune/sweep.py): the snapshot may then name a checkpoint already deleted (the driver below sets 0.3 s).
+# (tune/driver/sweep.py): the snapshot may then name a checkpoint already deleted (the driver below sets 0.3 s).
 RESUME_SPACE = """description: resume
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 4, warmup_epochs: 0, batch_size: 4,
        samples_per_class: 2, lr: 1.0e-3}
@@ -204,7 +204,7 @@ def killed_driver(tmp_path):
     the test's Ray at ``address`` into ``<storage>/drv`` (a folder or a bucket URI), and kills it (SIGKILL) once
     trials.parquet shows a completed trial and another trial's epoch file holds 2 rows (a checkpoint every epoch,
     ``--checkpoint-period 0``, so both its checkpoints are kept, whichever the last uploaded experiment snapshot
-    names: see KEEP_CHECKPOINTS in tune/sweep.py)."""
+    names: see KEEP_CHECKPOINTS in tune/driver/sweep.py)."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 

@@ -98,7 +98,7 @@ def test_sweep_exits_1_only_when_every_trial_failed(tmp_path, capsys, monkeypatc
     outcome: what is tested is the command's reading of the trials table."""
     import pandas as pd
 
-    from tune import sweep
+    from tune.driver import sweep
     from tune.results.record import SweepOutcome
 
     trials = pd.DataFrame({"trial_id": [f"t{i}" for i in range(len(statuses))], "status": statuses,
@@ -198,10 +198,10 @@ def test_a_sweep_ended_by_its_budget_says_so_on_the_last_line(monkeypatch, capsy
     sweep, or printed after the budget line."""
     from types import SimpleNamespace
 
-    from tune import plan as plan_module, sweep as sweep_module
     from tune.cli import main
-    from tune.trial.guards import Guards
-    from tune.options import SweepOptions
+    from tune.driver import plan as plan_module, sweep as sweep_module
+    from tune.driver.options import SweepOptions
+    from tune.search.guards import Guards
 
     guards = Guards({})
     guards.spent = "budget: the time budget (2h) was spent"
@@ -265,7 +265,7 @@ def test_more_gpus_per_trial_than_any_node_exits_2_naming_the_nodes(tmp_path, ca
 
 # ---- Ctrl-C: Ray's Tuner.fit catches the first SIGINT and returns as if done ------------------------
 class _Grid(list):
-    """A ResultGrid's counts (``tune.sweep.unfinished`` reads them) over trial statuses."""
+    """A ResultGrid's counts (``tune.driver.sweep.unfinished`` reads them) over trial statuses."""
 
     @property
     def num_terminated(self):
@@ -305,7 +305,7 @@ def test_fit_tells_a_fit_that_ray_stopped_on_ctrl_c(statuses, logs, interrupted)
     CLI; an interrupted fit is told by Ray's "Stop signal received" record or by trials left unfinished."""
     import logging
 
-    from tune.sweep import fit
+    from tune.driver.sweep import fit
 
     seen = []
 
@@ -333,7 +333,7 @@ def test_an_interrupted_sweep_exits_1_and_ends_on_the_resume_line(tmp_path, caps
     "Current best trial" (the last epoch's value), two different answers without saying why."""
     import pandas as pd
 
-    from tune import sweep
+    from tune.driver import sweep
     from tune.results.record import SweepOutcome
 
     trials = pd.DataFrame({"trial_id": ["t0", "t1", "t2"], "status": ["completed", "running", "running"],
@@ -361,7 +361,7 @@ def test_an_interrupted_confirm_exits_1_saying_so(tmp_path, capsys, monkeypatch)
     configuration had been confirmed, once one of its runs had completed."""
     import pandas as pd
 
-    from tune import sweep
+    from tune.driver import sweep
     from tune.results.record import SweepOutcome
 
     from .commands.test_confirm import ROWS, write_sweep
@@ -494,7 +494,7 @@ def _library_messages(tmp_path):
     from types import SimpleNamespace
 
     from tests.tune.results.test_sink import FakeTrial, make_sink, result
-    from tune.trial.guards import Budget, Guards
+    from tune.search.guards import Budget, Guards
 
     def run(args):
         guards = Guards({}, budget=Budget(time_s=1.0))

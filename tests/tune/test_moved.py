@@ -53,8 +53,8 @@ def test_a_pickle_naming_an_old_module_loads_the_class_that_moved():
 
 def test_a_name_in_none_of_the_new_modules_says_where_the_module_went():
     moved.install()
-    import tune.guards as old_guards   # the old path, now an alias of tune.trial.guards
+    import tune.guards as old_guards   # the old path, now an alias of tune.search.guards
 
     assert old_guards.__name__ == "tune.guards"
-    with pytest.raises(AttributeError, match="'gone' was in tune.guards, which moved to tune.trial.guards"):
+    with pytest.raises(AttributeError, match="'gone' was in tune.guards, which moved to tune.search.guards"):
         old_guards.gone

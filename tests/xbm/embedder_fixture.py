@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from xbm.config import TrainConfig
-from xbm.embedder import write_export
+from xbm.evaluate.embedder import write_export
 from xbm.trainer import Trainer
 
 from tests.xbm.data.conftest import make_drawings

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xbm import checks
-from xbm import config as train_config
-from xbm import train_cli
+from xbm import checks, config as train_config, train_cli
 from xbm.normalisers import config as normaliser_config
 
 
@@ -29,7 +27,7 @@ def test_every_config_check_is_the_shared_one_with_its_prefix():
 
 
 class SweepRefused(ValueError):
-    """As tune.options.SweepInputError: a caller's own exception (its exit 2)."""
+    """As tune.errors.SweepInputError: a caller's own exception (its exit 2)."""
 
 
 @pytest.mark.parametrize("error", [train_cli.BadInput, SweepRefused])

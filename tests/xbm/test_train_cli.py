@@ -208,9 +208,9 @@ def test_the_epochs_and_the_evaluations_embedding_get_bars_only_on_a_terminal_wi
     """Bugs caught (issue 55): bars drawn into a log file or a pipe (tqdm built without ``disable=None``), bars
     despite ``--no-progress``, or an evaluation's embedding without a bar however long it takes (the trainer's
     ``eval_progress`` not wired). The evaluation's delay is 0 here, so that the toy run's short pass draws."""
-    import xbm.progress
+    import xbm.runtime.progress
 
-    monkeypatch.setattr(xbm.progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(xbm.runtime.progress, "DELAY_S", 0.0)
     stream = Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
     toy = [arg for arg in TOY if arg != "--no-progress"]

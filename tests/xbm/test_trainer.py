@@ -12,9 +12,9 @@ from xbm.config import TrainConfig
 from xbm.data import build_dataset
 from xbm.errors import NonFiniteLossError
 from xbm.evaluate import retrieval_metrics
-from xbm.signals import collapsed
-from xbm.normalisers import NormaliserConfig
+from xbm.evaluate.signals import collapsed
 from xbm.evaluate.step_drift import drift_names
+from xbm.normalisers import NormaliserConfig
 from xbm.trainer import TIMING_KEYS as TIMINGS, Trainer
 
 from .conftest import needs_cuda, same

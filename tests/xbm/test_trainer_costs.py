@@ -8,8 +8,8 @@ import torch
 
 from tests.xbm.conftest import tiny_config
 from xbm.data import build_dataset
+from xbm.runtime.device import Runtime
 from xbm.trainer import Trainer
-from xbm.training.runtime import Runtime
 
 
 def test_eval_every_evaluates_every_kth_epoch_the_last_and_the_forced_ones(tiny):

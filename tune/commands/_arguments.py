@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from tune.options import DEFAULT_STORAGE, SweepInputError, SweepOptions, cpus_option, metric_options
+from tune.driver.options import DEFAULT_STORAGE, SweepOptions, cpus_option, metric_options
+from tune.errors import SweepInputError
 from xbm.checks import parse_overrides
 
 
@@ -140,8 +141,8 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
 
 
 def duration_option(text: str) -> float:
-    """``--time-budget``'s value in seconds (``tune.trial.guards.parse_duration``), its rule on bad input."""
-    from tune.trial.guards import parse_duration
+    """``--time-budget``'s value in seconds (``tune.search.guards.parse_duration``), its rule on bad input."""
+    from tune.search.guards import parse_duration
 
     try:
         return parse_duration(text)

@@ -12,7 +12,7 @@ runs for that reason). The confirmation stage re-runs each chosen configuration 
   next to the validation split the sweep selected on;
 
 into the same sweep folder and the same Parquet layout, with ``stage = "confirm"``
-(``tune.sweep.run_configs``). ``--dry-run`` prints the selection and runs nothing.
+(``tune.driver.sweep.run_configs``). ``--dry-run`` prints the selection and runs nothing.
 
 Paths: each run reads the sweep's files where ``sweep.json`` says they are now (``paths``); a
 ``--set`` path (relative to the working directory) moves them, and is recorded there. The data set is
@@ -65,11 +65,11 @@ def run(args: argparse.Namespace, **init_kwargs: Any) -> int:
         SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
+    from tune.driver.sweep import run_configs
     from tune.results.record import record_paths
     from tune.stages.confirm import plan_confirm
     from tune.stages.rerun import rerun_options
-    from tune.sweep import run_configs
-    from xbm.inputs import RELOCATABLE_KEYS
+    from xbm.data.inputs import RELOCATABLE_KEYS
 
     p = plan_confirm(args)
     metric, mode = p.record.metric, p.record.mode
@@ -86,7 +86,8 @@ def run(args: argparse.Namespace, **init_kwargs: Any) -> int:
     outcome = run_configs(p.configs, rerun_options(p.record, args), f"{p.uri}/{RESULTS}", stage=CONFIRM_STAGE,
                           **init_kwargs)
     print(confirmation_summary(p.uri, metric))
-    if outcome.interrupted:  # Ctrl-C: Ray's Tuner.fit returned early (tune.sweep.fit); `resume` does not continue these
+    # Ctrl-C: Ray's Tuner.fit returned early (tune.driver.sweep.fit); `resume` does not continue these
+    if outcome.interrupted:
         sys.stdout.flush()
         print("interrupted: the confirm runs stopped before they finished; the summary above covers the finished "
               "ones", file=sys.stderr)

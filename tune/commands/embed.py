@@ -4,7 +4,7 @@ The Parquet file has one row per image: ``path`` (string), ``embedding`` (fixed-
 L2-normalised row) and ``label`` (the class sub-folder's name for a ``FOLDER/<class>/<image>`` layout, else
 null); its schema metadata ``embedder`` holds the export's provenance. ``--on-error stop`` (default) exits 2
 naming an image that cannot be decoded; ``skip`` leaves it out and names it. Exit 2 also for an export
-folder missing a file and a folder without images. A progress bar on stderr counts the images (``xbm.progress``:
+folder missing a file and a folder without images. A progress bar on stderr counts the images (``xbm.runtime.progress``:
 none under ``--no-progress`` or when stderr is not a terminal).
 """
 from __future__ import annotations
@@ -57,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
         SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
-    from xbm.embedder import embed_files, load_embedder
+    from xbm.data.image_folder import list_images
     from xbm.errors import BadImageError
-    from xbm.image_folder import list_images
+    from xbm.evaluate.embedder import embed_files, load_embedder
 
     try:
         embedder = load_embedder(args.export, device=args.device)

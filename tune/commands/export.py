@@ -4,7 +4,7 @@
     xbm-tune export SWEEP --trial 3f2a_00004 --stage confirm --out embedder/
     xbm-tune export --run runs/20261124-061500 --out embedder/
 
-The folder (:mod:`xbm.embedder`): ``weights.safetensors``, ``embedder.yaml`` (model, preprocessing,
+The folder (:mod:`xbm.evaluate.embedder`): ``weights.safetensors``, ``embedder.yaml`` (model, preprocessing,
 provenance: sweep, stage, trial, epoch, metric, value, git sha), ``README.md``. A sweep's weights are the
 trial's ``best_weights`` (trials.parquet; a path or URI); a run's are its ``best_weights.pt`` (the epoch
 with the best ``recall_at_1``), else its ``checkpoint.pt`` (the last epoch). Exit 2 naming what is wrong:
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
-    from xbm.embedder import write_export
+    from xbm.evaluate.embedder import write_export
 
     try:
         if args.run and args.sweep:

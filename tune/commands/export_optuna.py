@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from tune.options import bad_input
+from tune.errors import bad_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

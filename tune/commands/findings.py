@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tune.options import SweepInputError, bad_input
+from tune.errors import SweepInputError, bad_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

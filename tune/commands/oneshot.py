@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
     from analysis.compare import CONFIDENCE, t_interval
-    from xbm.embedder import ExportFolderError, load_embedder, read_card
     from xbm.errors import BadImageError
+    from xbm.evaluate.embedder import ExportFolderError, load_embedder, read_card
     from xbm.evaluate.oneshot import evaluate_runs, read_runs, runs_folder
 
     try:  # the export's files first (no model loaded): a bad EXPORT is named even when --runs is bad too

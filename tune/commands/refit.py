@@ -72,10 +72,10 @@ def run(args: argparse.Namespace, **init_kwargs: Any) -> int:
         SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
+    from tune.driver.sweep import run_configs
     from tune.results.parquet import RESULTS
     from tune.stages.refit import plan_refit
     from tune.stages.rerun import rerun_options
-    from tune.sweep import run_configs
 
     p = plan_refit(args)
     print(describe_refit(p, args.classes))

@@ -1,13 +1,13 @@
 """``xbm-tune report PATH``: report.md and its figures, written into the sweep folder (``analysis.report``).
 
 A progress bar on stderr names the step running (loading, each section, writing) once the report has taken a
-few seconds (``xbm.progress``: none under ``--no-progress`` or when stderr is not a terminal).
+few seconds (``xbm.runtime.progress``: none under ``--no-progress`` or when stderr is not a terminal).
 """
 from __future__ import annotations
 
 import argparse
 
-from tune.options import bad_input
+from tune.errors import bad_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
     from analysis.report import STEPS, write_report
-    from xbm.progress import DELAY_S, bar
+    from xbm.runtime.progress import DELAY_S, bar
 
     with bad_input():  # not a sweep folder, or its trials.parquet unreadable: exit 2 naming the path
         with bar(desc="report", enabled=getattr(args, "progress", True), delay_s=DELAY_S, total=STEPS,

@@ -5,7 +5,7 @@ import argparse
 
 from tune.commands._arguments import add_cluster_arguments
 from tune.commands._outcome import finish, say_interrupted
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 from xbm.checks import parse_overrides
 
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
-    from tune.sweep import resume_sweep
+    from tune.driver.sweep import resume_sweep
 
     args.resume_path = args.path
     outcome = resume_sweep(args.path, address=args.address, dashboard=args.dashboard,

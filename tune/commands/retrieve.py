@@ -7,7 +7,7 @@ green/red where both labels are known). A query that is also in the gallery (sam
 neighbour. Exit 2 naming what is wrong: an export folder missing a file, a missing folder or file, an image
 that cannot be decoded (``--on-error stop``; ``skip`` leaves it out), a gallery of another embedding size.
 Progress bars on stderr count the gallery's and the queries' images as they are embedded (none under
-``--no-progress`` or when stderr is not a terminal: ``xbm.progress``).
+``--no-progress`` or when stderr is not a terminal: ``xbm.runtime.progress``).
 """
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def read_gallery(path: str, embedder, args) -> tuple[list[str], "object", list |
     """(paths, rows [n, d] float32, labels or None) of a gallery folder (embedded now) or Parquet file."""
     import torch
 
-    from xbm.embedder import embed_files
-    from xbm.image_folder import list_images
+    from xbm.data.image_folder import list_images
+    from xbm.evaluate.embedder import embed_files
 
     if Path(path).is_file():
         import pyarrow.parquet as pq
@@ -66,7 +66,7 @@ def read_gallery(path: str, embedder, args) -> tuple[list[str], "object", list |
 
 
 def read_queries(items: list[str]) -> tuple[list[str], list | None]:
-    from xbm.image_folder import list_images
+    from xbm.data.image_folder import list_images
 
     if len(items) == 1 and Path(items[0]).is_dir():
         return list_images(items[0])
@@ -109,9 +109,8 @@ def run(args: argparse.Namespace) -> int:
         SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
-    from xbm.embedder import embed_files
-    from xbm.embedder import load_embedder
     from xbm.errors import BadImageError
+    from xbm.evaluate.embedder import embed_files, load_embedder
 
     try:
         embedder = load_embedder(args.export, device=args.device)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tune.options import SweepInputError, bad_input
+from tune.errors import SweepInputError, bad_input
 from xbm.checks import parse_overrides
 
 

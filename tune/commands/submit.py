@@ -19,7 +19,7 @@ import shlex
 import time
 from typing import Sequence
 
-from tune.options import SweepInputError, bad_input
+from tune.errors import SweepInputError, bad_input
 
 DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
 #: how long to wait for a head (or its job agent) that is still starting
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
     from tune.commands._arguments import options_from
-    from tune.plan import prepare
+    from tune.driver.plan import prepare
 
     with bad_input():  # the sweep's own checks, here, before anything reaches the cluster
         plan = prepare(args.space, options_from(args))

@@ -8,7 +8,7 @@ import sys
 from tune.commands._arguments import add_sweep_arguments, options_from
 # interrupted_line: tune.cli names it here
 from tune.commands._outcome import finish, interrupted_line, say_interrupted  # noqa: F401
-from tune.options import bad_input
+from tune.errors import bad_input
 
 SWEEP_EXAMPLES = """examples:
   xbm-tune sweep quickstart
@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
         SweepInputError: input the command refuses (a missing folder, a bad value), which ``tune.cli``
             prints as ``error: ...`` with exit status 2; any other exception is a failure (exit status 1).
     """
-    from tune.plan import prepare
-    from tune.sweep import run_sweep
+    from tune.driver.plan import prepare
+    from tune.driver.sweep import run_sweep
 
     with bad_input():  # everything is checked here: nothing started, nothing written
         plan = prepare(args.space, options_from(args))
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     code = finish(outcome)
     for line in filter(None, (logger.closing() for logger in plan.loggers)):  # W&B's sync command
         print(line)
-    guards = getattr(plan.scheduler, "guards", None)
+    guards = plan.scheduler.guards if plan.scheduler is not None else None
     if guards is not None and guards.spent:  # the last line says the sweep ended on its budget
         print(f"{guards.spent}: the sweep stopped its trials after their current epoch; the Parquet is complete")
     say_interrupted(outcome)

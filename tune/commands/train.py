@@ -5,7 +5,7 @@ The command's flags and its one-worker body stay in ``xbm.train_cli`` (no Ray in
 ``--workers`` and, for N > 1, starts a local Ray and a ``TorchTrainer`` (gloo on the CPU; NCCL with one GPU
 per worker when the machine has N GPUs: ``tune.trial.data_parallel.train_run``). Rank 0 writes ``config.yaml``,
 ``metrics.jsonl`` / ``metrics.csv``, ``checkpoint.pt`` and ``best_weights.pt`` as the one-worker run does; the other ranks train in step. Rank 0 shows
-the one-worker run's progress bars, drawn on this terminal through Ray (``tune.ray_progress``), unless
+the one-worker run's progress bars, drawn on this terminal through Ray (``tune.trial.ray_progress``), unless
 ``--no-progress`` or stderr is not a terminal.
 Bad input (``--workers 0``, a global batch that does not split into whole classes per rank, fewer GPUs than
 workers on a GPU machine, an occupied output folder) exits 2 before Ray starts.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tune.ray_progress import driver_draws_bars
+from tune.trial.ray_progress import driver_draws_bars
 from xbm import train_cli
 
 
@@ -67,8 +67,8 @@ def _checked(args: argparse.Namespace, workers: int):
     naming the flag and the rule on bad input (nothing started)."""
     import torch
 
-    from tune.options import SweepInputError
-    from tune.workers import check_batch_split
+    from tune.driver.workers import check_batch_split
+    from tune.errors import SweepInputError
 
     if workers < 1:
         raise SweepInputError(f"--workers must be >= 1 (data-parallel workers of the run), but got {workers}")

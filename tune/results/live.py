@@ -1,6 +1,6 @@
 """What a running trial shows on its actor's stdout, so the Ray dashboard's actor logs tell the sweep.
 
-Each trial logs (INFO, logger ``tune.results.live`` and ``tune.trial.loop``; ``tune.logs.trial_logging`` puts
+Each trial logs (INFO, logger ``tune.results.live`` and ``tune.trial.loop``; ``tune.trial.logs.trial_logging`` puts
 them on the actor's stdout as the message alone), on the actor that runs it (first or reused):
 
 * a header when it starts: ``[xbm] trial <id> starts (trial 2 on this actor): <name> config {...}``;

@@ -8,7 +8,7 @@ name        callback                              package (extra)          where
 ``mlflow``  ``tune.results.mlflow_logger.SweepMLflow``    mlflow-skinny (``.[mlflow]``)  MLFLOW_TRACKING_URI or <sweep>/mlruns
 ==========  ====================================  =======================  ==========================
 
-``build_loggers`` runs in ``tune.plan.prepare``: an unknown name or a missing package exits 2 before Ray
+``build_loggers`` runs in ``tune.driver.plan.prepare``: an unknown name or a missing package exits 2 before Ray
 starts. The callbacks' ``describe()`` is printed when the sweep starts, their ``closing()`` (W&B's sync
 command) when it ends.
 """
@@ -17,8 +17,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from tune.extras import require
-from tune.options import SweepInputError
+from tune.errors import SweepInputError, require
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ray.tune.result import TIMESTEPS_TOTAL
 from ray.tune.utils.util import flatten_dict
 
 from analysis.location import local_path
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 
 MLRUNS_DIR = "mlruns"
 DATABASE = "mlflow.db"

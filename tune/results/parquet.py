@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 from analysis.contract import (CONFIG_PREFIX, INT_COLUMNS, RESULTS, SWEEP_JSON, UnreadableFileError,  # noqa: F401
                                column_type, config_of, finite)
 from analysis.location import is_uri
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 from xbm.config import TrainConfig
 
 _ARROW = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}

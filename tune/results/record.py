@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from analysis.contract import TRIALS_FILE, SpaceRecord, SweepRecord
-from tune.options import SweepInputError
-from tune.results.parquet import RESULTS, SWEEP_JSON, check_storage
 from analysis.location import Folder
-from xbm.inputs import PATH_KEYS
+from tune.errors import SweepInputError
+from tune.results.parquet import RESULTS, SWEEP_JSON, check_storage
+from xbm.data.inputs import PATH_KEYS
 
 
 # ---- sweep.json -----------------------------------------------------------------------------------
 def sweep_record(plan) -> SweepRecord:
-    """The record of a planned sweep (``tune.plan.SweepPlan``): options, metric, mode, the space with each
+    """The record of a planned sweep (``tune.driver.plan.SweepPlan``): options, metric, mode, the space with each
     parameter's distribution, where its files are, warnings, ASHA's rungs and provenance."""
     space = plan.space
     return SweepRecord(
@@ -99,7 +99,7 @@ def provenance() -> dict[str, Any]:
 @dataclass
 class SweepOutcome:
     """What a finished ``fit`` leaves: the results folder and the trials table (pandas); ``interrupted``
-    when Ctrl-C stopped the fit before its trials finished (``tune.sweep.fit``)."""
+    when Ctrl-C stopped the fit before its trials finished (``tune.driver.sweep.fit``)."""
 
     experiment_uri: str
     results_uri: str

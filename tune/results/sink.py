@@ -21,7 +21,7 @@ it reached its epoch budget (``config.epochs``), ``stopped_early`` when the sche
 ``failed`` on an error that exhausted ``max_failures`` or on a non-finite loss (not retried: it is
 deterministic). ``stop_reason`` says why in words, ``error`` holds the exception's message.
 
-A collapsed epoch (``xbm.signals.collapsed``) is logged as a warning naming the trial (logger
+A collapsed epoch (``xbm.evaluate.signals.collapsed``) is logged as a warning naming the trial (logger
 ``tune.results.sink``: ``xbm-tune`` prints it on stderr; a notebook routes or silences it with ``logging``).
 """
 from __future__ import annotations
@@ -39,12 +39,11 @@ from ray.tune.result import AUTO_RESULT_KEYS, DEBUG_METRICS
 
 from analysis import contract
 from analysis.contract import CONFIG_PREFIX, EPOCH_DECLARED, column_type, epoch_key_fields, train_fraction, trial_fields
-from tune.options import train_config
-from tune.results.parquet import clean_row, config_fields, given_config, table_from_values
 from analysis.location import Folder
 from tune.results.keys import ERROR_KEY, GPU_KEY, NODE_KEY, RELOCATED_KEY, STOP_REASON_KEY
-from tune.workers import config_workers, gpu_hours, trial_gpus
-from xbm.signals import collapse_message, collapsed
+from tune.results.parquet import clean_row, config_fields, given_config, table_from_values
+from tune.results.trial_config import config_workers, gpu_hours, train_config, trial_gpus
+from xbm.evaluate.signals import collapse_message, collapsed
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +72,7 @@ class ParquetSink(Callback):
                  provenance: Mapping[str, Any] | None = None, extra: Mapping[str, str] | None = None,
                  exploits: Mapping[str, list[str]] | None = None, gpus_per_worker: float | None = None) -> None:
         self.results_dir = results_dir
-        # a trial's GPUs are its workers x these (tune.workers.trial_gpus); None: its placement group's
+        # a trial's GPUs are its workers x these (tune.results.trial_config.trial_gpus); None: its placement group's
         self.gpus_per_worker = gpus_per_worker
         self.extra = dict(extra or {})  # the sweep's other objectives: name -> mode (best_/final_ columns)
         self.experiment = experiment

@@ -27,7 +27,7 @@ import zipfile
 from ray.tune import Callback
 
 from analysis.location import Folder
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 
 STATE_BACKUP = "state-backup.zip"
 PICKLE_PROTOCOL = b"\x80"  # the first byte of every pickle of protocol 2 or later (cloudpickle's: 5)

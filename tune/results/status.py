@@ -6,9 +6,9 @@ import pandas as pd
 
 from analysis.contract import CONFIG_PREFIX, TRIALS_FILE, SweepRecord
 from analysis.costs import time_line
-from tune.results.parquet import RESULTS, SWEEP_JSON, check_storage
 from analysis.location import Folder
-from xbm.signals import trial_flags
+from tune.results.parquet import RESULTS, SWEEP_JSON, check_storage
+from xbm.evaluate.signals import trial_flags
 
 
 def load_status(path: str, command: str = "status") -> tuple[SweepRecord, pd.DataFrame]:
@@ -59,7 +59,7 @@ def status_table(record: SweepRecord, trials: pd.DataFrame, top: int | None = 20
 
 
 def health(trials: pd.DataFrame) -> pd.Series:
-    """Per trial: "" or what is wrong with it (xbm.signals.trial_flags): collapsed epochs, best Recall@1
+    """Per trial: "" or what is wrong with it (xbm.evaluate.signals.trial_flags): collapsed epochs, best Recall@1
     below nearest neighbour on raw pixels."""
     def column(name):
         return trials[name] if name in trials else pd.Series([None] * len(trials), index=trials.index)

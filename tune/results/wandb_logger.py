@@ -25,7 +25,7 @@ from urllib.parse import urlparse
 from ray.air.integrations.wandb import WandbLoggerCallback, _WandbLoggingActor
 
 from analysis.location import local_path
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 
 WANDB_DIR = "wandb"
 DEFAULT_PROJECT = "xbm-tune"

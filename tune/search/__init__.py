@@ -1,2 +1,3 @@
 """Where the next trial comes from and when one stops: spaces, searchers, schedulers (ASHA, PBT, PB2),
-Optuna export and warm start."""
+the guards every scheduler carries (a trial whose learning failed, the sweep's budgets), Optuna export and
+warm start."""

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 from analysis.contract import TRIALS_FILE, SweepRecord
 from analysis.location import Folder, absolute, local_path
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 from tune.results.parquet import RESULTS, SWEEP_JSON, finite
 
 JOURNAL = "optuna.journal"

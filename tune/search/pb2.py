@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from ray.tune.schedulers.pb2 import PB2  # imports without scikit-learn (Ray checks it when PB2 is built)
 
-from tune.extras import require
-from tune.options import SweepInputError
+from tune.errors import SweepInputError, require
+from tune.search.guards import TIME_ATTR, GuardedScheduler
 from tune.search.pbt import ClipToBounds, RecordsExploits
-from tune.trial.guards import TIME_ATTR, GuardedScheduler
 
 
 def hyperparam_bounds(space) -> dict[str, list[float]]:

@@ -7,8 +7,8 @@ from typing import Any
 
 from ray.tune.schedulers import PopulationBasedTraining
 
-from tune.options import SweepInputError
-from tune.trial.guards import TIME_ATTR, GuardedScheduler
+from tune.errors import SweepInputError
+from tune.search.guards import TIME_ATTR, GuardedScheduler
 
 
 class RecordsExploits:

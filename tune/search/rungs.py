@@ -35,8 +35,9 @@ import itertools
 import math
 from typing import Any
 
-from tune.options import GEOMETRIC_RUNGS, SCHEDULE_RUNGS, SweepInputError, train_config
-from tune.search.spaces.fairness import STARTS
+from tune.errors import SweepInputError
+from tune.results.trial_config import train_config
+from tune.search.spaces.fairness import GEOMETRIC_RUNGS, SCHEDULE_RUNGS, STARTS
 from xbm.config import parse_milestones
 
 #: epochs after a start (normaliser delay, memory start) before its rung: one to refill the memory, one on it
@@ -128,7 +129,7 @@ def schedule_rungs(space, max_epochs: int) -> tuple[int, ...]:
 
 
 def rung_epochs(options, space, max_epochs: int) -> tuple[int, ...]:
-    """The epochs ASHA judges trials at under ``options.rungs`` (``tune.options.SweepOptions``)."""
+    """The epochs ASHA judges trials at under ``options.rungs`` (``tune.driver.options.SweepOptions``)."""
     if options.rungs == GEOMETRIC_RUNGS:
         return geometric_rungs(options.grace_period, options.reduction_factor, max_epochs)
     if options.rungs == SCHEDULE_RUNGS:

@@ -10,7 +10,7 @@ trainer's results always carry ``epoch`` (1-based, continuous across restores). 
 (``PlacedASHA``; ``tune.search.rungs`` computes them: before each LR drop, after the normaliser's delay).
 
 Each scheduler here records why it stopped a trial (``stop_reasons``: trial_id -> text), which the
-Parquet sink writes as ``stop_reason``. Every one is a ``tune.trial.guards.GuardedScheduler``: collapse-aware
+Parquet sink writes as ``stop_reason``. Every one is a ``tune.search.guards.GuardedScheduler``: collapse-aware
 stopping (``--no-stop-collapsed`` turns it off) and the budgets (``--time-budget``, ``--gpu-hours-budget``)
 judge each result first, whatever the scheduler.
 """
@@ -21,10 +21,13 @@ from typing import Any
 from ray.tune.schedulers import AsyncHyperBandScheduler, FIFOScheduler, HyperBandScheduler, TrialScheduler
 from ray.tune.schedulers.async_hyperband import _Bracket
 
+from tune.errors import SweepInputError
+from tune.search.guards import TIME_ATTR, Budget, GuardedScheduler, Guards
+from tune.search.interfaces import SchedulerBuilder
 from tune.search.pbt import build_pbt, check_population
 from tune.search.rungs import rung_epoch, rung_epochs
-from tune.trial.guards import TIME_ATTR, Budget, GuardedScheduler, Guards
-from tune.options import GEOMETRIC_RUNGS, SweepInputError
+from tune.search.spaces.fairness import GEOMETRIC_RUNGS
+from tune.search.spaces.space import SearchSpace
 
 class _RecordsStops:
     """Mixin: remember a STOP decision with the epoch and value it was taken on."""
@@ -82,27 +85,32 @@ class GuardedFIFO(GuardedScheduler, FIFOScheduler):
     """FIFO: no early stopping of its own, only the guards'."""
 
 
-def _asha(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+def _asha(options: Any, max_epochs: int, stop_reasons: dict[str, str],
+          space: SearchSpace | None = None) -> GuardedScheduler:
     common = {"time_attr": TIME_ATTR, "max_t": max_epochs, "reduction_factor": options.reduction_factor}
     if options.rungs == GEOMETRIC_RUNGS:  # Ray's own rungs, as before --rungs
         return RecordingASHA(stop_reasons, grace_period=options.grace_period, **common)
     return PlacedASHA(stop_reasons, rung_epochs(options, space, max_epochs), **common)
 
 
-def _hyperband(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+def _hyperband(options: Any, max_epochs: int, stop_reasons: dict[str, str],
+               space: SearchSpace | None = None) -> GuardedScheduler:
     return RecordingHyperBand(stop_reasons, time_attr=TIME_ATTR, max_t=max_epochs,
                               reduction_factor=options.reduction_factor)
 
 
-def _fifo(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+def _fifo(options: Any, max_epochs: int, stop_reasons: dict[str, str],
+          space: SearchSpace | None = None) -> GuardedScheduler:
     return GuardedFIFO()
 
 
-def _pbt(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+def _pbt(options: Any, max_epochs: int, stop_reasons: dict[str, str],
+         space: SearchSpace | None = None) -> GuardedScheduler:
     return build_pbt(options, space)
 
 
-def _pb2(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+def _pb2(options: Any, max_epochs: int, stop_reasons: dict[str, str],
+         space: SearchSpace | None = None) -> GuardedScheduler:
     """PBT whose explore picks the new values with a GP bandit (``tune.search.pb2``)."""
     from tune.search.pb2 import build_pb2  # Ray's pb2 module imports scikit-learn: only when asked for
 
@@ -111,7 +119,8 @@ def _pb2(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialSched
 
 
 #: name -> factory(options, max_epochs, stop_reasons, space) -> TrialScheduler
-SCHEDULERS = {"asha": _asha, "hyperband": _hyperband, "fifo": _fifo, "pbt": _pbt, "pb2": _pb2}
+SCHEDULERS: dict[str, SchedulerBuilder] = {
+    "asha": _asha, "hyperband": _hyperband, "fifo": _fifo, "pbt": _pbt, "pb2": _pb2}
 
 
 def decision_epochs(scheduler: TrialScheduler, max_epochs: int) -> tuple[int, ...]:
@@ -136,7 +145,8 @@ def asha_rungs(scheduler: AsyncHyperBandScheduler) -> tuple[int, ...]:
     return tuple(sorted({rung_epoch(m) for bracket in scheduler._brackets for m, _ in bracket._rungs}))
 
 
-def build_scheduler(options, max_epochs: int, stop_reasons: dict, space=None) -> TrialScheduler:
+def build_scheduler(options: Any, max_epochs: int, stop_reasons: dict[str, str],
+                    space: SearchSpace | None = None) -> GuardedScheduler:
     """The ``--scheduler``; ``space`` (a ``tune.search.spaces.SearchSpace``) gives PBT and PB2 their mutable params."""
     if options.scheduler not in SCHEDULERS:
         raise SweepInputError(f"--scheduler must be one of {sorted(SCHEDULERS)}, but got {options.scheduler!r}")

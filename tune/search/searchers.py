@@ -34,19 +34,23 @@ lies in) and told its reward, which is how Optuna itself adds evaluated trials.
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import optuna
 from optuna.trial import TrialState
 from ray.tune.search import BasicVariantGenerator, Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from tune.search.optuna_study import RAY_TRIAL_ID, name_objective
-from tune.options import SweepInputError
-from tune.results.parquet import finite
-from tune.search.spaces.space import OPTUNA_SEARCHES
+from tune.errors import SweepInputError
 from tune.results.keys import ERROR_KEY
-from tune.workers import gpu_hours
+from tune.results.parquet import finite
+from tune.results.trial_config import gpu_hours
+from tune.search.interfaces import SearchAlg, SearcherBuilder
+from tune.search.optuna_study import RAY_TRIAL_ID, name_objective
+from tune.search.spaces.space import OPTUNA_SEARCHES, SearchSpace
+
+if TYPE_CHECKING:
+    from tune.search.warm_start import WarmStart
 
 
 class PrunedOptunaSearch(OptunaSearch):
@@ -73,8 +77,8 @@ class PrunedOptunaSearch(OptunaSearch):
         """Move the study (warm-start trials included) into ``storage`` under ``name`` and go on there.
 
         The searcher is built, and its warm-start points told, while the sweep is planned, before its
-        folder may be written (``tune.plan.prepare``); its live journal is created once the folder exists
-        (``tune.sweep.start``), before the first trial is suggested."""
+        folder may be written (``tune.driver.plan.prepare``); its live journal is created once the folder exists
+        (``tune.driver.sweep.start``), before the first trial is suggested."""
         optuna.copy_study(from_study_name=self._study_name, from_storage=self._storage, to_storage=storage,
                           to_study_name=name)
         self._storage, self._study_name = storage, name
@@ -195,7 +199,8 @@ class FixedConfigs(Searcher):
             self.__dict__.update(pickle.load(stream))
 
 
-def _optuna(space, options, budget: int, warm, study=None) -> tuple[PrunedOptunaSearch, dict]:
+def _optuna(space: SearchSpace, options: Any, budget: int, warm: WarmStart | None,
+            study: tuple[str, Any] | None = None) -> tuple[PrunedOptunaSearch, dict[str, Any]]:
     points, rewards = (warm.points, warm.rewards) if warm is not None else (None, None)
     # Offset TPE's seed by the number of warm points: with the old sweep's seed, its first random
     # draws would repeat the old sweep's own start-up points, already evaluated.
@@ -210,7 +215,8 @@ def _optuna(space, options, budget: int, warm, study=None) -> tuple[PrunedOptuna
     return searcher, {}
 
 
-def _variants(space, options, budget: int, warm, study=None) -> tuple[BasicVariantGenerator, dict]:
+def _variants(space: SearchSpace, options: Any, budget: int, warm: WarmStart | None,
+              study: tuple[str, Any] | None = None) -> tuple[BasicVariantGenerator, dict[str, Any]]:
     """Random and grid search: Ray's variant generator; conditional params draw from ``options.seed`` too.
     No Optuna study (``study`` is ignored): ``xbm-tune export-optuna`` builds one from the Parquet."""
     return BasicVariantGenerator(random_state=options.seed), space.to_param_space(seed=options.seed)
@@ -218,7 +224,8 @@ def _variants(space, options, budget: int, warm, study=None) -> tuple[BasicVaria
 
 #: name -> factory(space, options, budget, warm_start, study=(name, optuna storage) or None)
 #:   -> (search_alg, param_space of swept params)
-SEARCHERS = {**{name: _optuna for name in OPTUNA_SEARCHES}, "random": _variants, "grid": _variants}
+SEARCHERS: dict[str, SearcherBuilder] = {**{name: _optuna for name in OPTUNA_SEARCHES},
+                                         "random": _variants, "grid": _variants}
 #: Optuna samplers that optimise one objective only
 SINGLE_OBJECTIVE = ("cmaes",)
 
@@ -240,7 +247,8 @@ def check_search_options(options) -> None:
                               "or give one --metric")
 
 
-def build_searcher(space, options, budget: int, warm=None, study=None):
+def build_searcher(space: SearchSpace, options: Any, budget: int, warm: WarmStart | None = None,
+                   study: tuple[str, Any] | None = None) -> tuple[SearchAlg, dict[str, Any]]:
     """The search algorithm and the Tune param_space for the swept parameters; ``study`` = (name, Optuna
     storage) persists an optuna searcher's study there (tune/search/optuna_study.py)."""
     check_search_options(options)

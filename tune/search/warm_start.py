@@ -1,8 +1,8 @@
 """Seed a new Optuna search with an old sweep's finished trials (``xbm-tune sweep ... --warm-start OLD``).
 
-Contract with ``tune/plan.py``::
+Contract with ``tune/driver/plan.py``::
 
-    from tune.search.warm_start import warm_start_points, WarmStartError      # WarmStartError(ValueError)
+    from tune.search.warm_start import WarmStartError, warm_start_points      # WarmStartError(ValueError)
     warm = warm_start_points(old_sweep_path, space, metric, mode)
     warm.points    # list of {param: value}: the new space's params that exist for that trial
     warm.rewards   # the old trial's final_<metric>, one per point

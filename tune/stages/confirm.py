@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from analysis.contract import SweepRecord
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 from tune.stages.rerun import check_configs, rerun_overrides, rerun_seeds
 from tune.stages.selection import Candidate, front_rows, select_top
 

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from analysis.contract import SweepRecord
-from tune.options import SweepInputError, SweepOptions, train_config
+from tune.driver.options import SweepOptions
+from tune.errors import SweepInputError
+from tune.results.trial_config import train_config
 from xbm.checks import parse_overrides
-from xbm.inputs import absolute_paths
+from xbm.data.inputs import absolute_paths
 
 
 def rerun_options(record: SweepRecord, args: argparse.Namespace) -> SweepOptions:
@@ -36,7 +38,7 @@ def rerun_overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
 
 def check_configs(configs: Sequence[Mapping[str, Any]]) -> None:
     """Every config a valid TrainConfig (a bad ``--set`` fails here) and its data readable on this machine."""
-    from tune.plan import check_data
+    from tune.driver.plan import check_data
 
     for config in configs:
         train_config(config)

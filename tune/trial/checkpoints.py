@@ -14,7 +14,7 @@ epochs and at its last epoch; its best epoch's weights always kept; one full che
   before reporting. ``xbm-tune train`` keeps its best weights with the same class
   (``xbm.training.best_weights.BestWeights``).
 - **When a trial ends** (completed or stopped by the scheduler), :class:`KeepLatestCheckpoint` deletes all
-  but its newest full checkpoint. While it runs, Tune keeps two (``tune.sweep.KEEP_CHECKPOINTS``: a killed
+  but its newest full checkpoint. While it runs, Tune keeps two (``tune.driver.sweep.KEEP_CHECKPOINTS``: a killed
   driver's last snapshot may still name the older one). Under population-based training every checkpoint
   is kept until the sweep ends (an exploit may restore any trial's last-perturbation checkpoint), then pruned.
 """

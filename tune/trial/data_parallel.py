@@ -26,7 +26,7 @@ evaluates on rank 0).
   Train run (:func:`abort_running`: the controller shuts its workers down and removes their placement group)
   before the launcher actor ends; Train's own clean-up of an orphaned run relies on the state API, which
   fails where several Ray instances share a machine, and a leaked placement group holds its workers'
-  resources for the rest of the sweep. Multi-worker sweeps do not reuse actors (``tune.sweep``).
+  resources for the rest of the sweep. Multi-worker sweeps do not reuse actors (``tune.driver.sweep``).
 """
 from __future__ import annotations
 
@@ -40,11 +40,11 @@ from typing import Any, Mapping
 from ray import tune as ray_tune
 from ray.train.v2.api.callback import UserCallback
 
-from tune.logs import trial_logging
 from tune.results import live
-from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
+from tune.results.trial_config import train_config
 from tune.trial.base import TrialPolicy, build_trainer, deterministic_failure, error_row, refused_row
+from tune.trial.logs import trial_logging
 from tune.trial.loop import Reporter, TrialLoop, follow, load_trainer_state
 from tune.trial.setup import restore_and_prepare, setup_trial
 
@@ -207,8 +207,8 @@ def _run_rank(job: Mapping[str, Any]) -> None:
     import ray.train
     import torch.distributed as dist
 
-    from tune.trial.checkpoints import storage_uri
     from analysis.location import Folder
+    from tune.trial.checkpoints import storage_uri
     from xbm.training.best_weights import BestWeights
 
     ray.train.report({STARTED_KEY: 1})  # every rank: Train's reports are collective
@@ -257,7 +257,7 @@ def train_run(cfg, folder, workers: int, gpus: bool, progress: bool = False) -> 
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from xbm.cpus import available_cpus
+    from xbm.runtime.cpus import available_cpus
 
     cpus = max(1, available_cpus() // workers)
     # a local Ray sized for the workers (more logical CPUs than cores is allowed: they are shares, not pins)
@@ -287,7 +287,7 @@ def train_rank(job: Mapping[str, Any]) -> None:
     from pathlib import Path
 
     from xbm import train_cli
-    from xbm.signals import collapse_warning
+    from xbm.evaluate.signals import collapse_warning
     from xbm.trainer import Trainer
     from xbm.training.distributed import Ranks
 
@@ -320,10 +320,10 @@ def train_rank(job: Mapping[str, Any]) -> None:
 def rank_bars(draw: bool, is_main: bool) -> dict:
     """The ``Trainer``'s bar arguments on a rank of ``xbm-tune train --workers N``: the one-worker run's bars
     (``xbm.train_cli.progress_bars``) on rank 0 when the driver draws them, through Ray
-    (``tune.ray_progress.ray_bars``); none on the other ranks, which train in step (one bar per run, not N)."""
+    (``tune.trial.ray_progress.ray_bars``); none on the other ranks, which train in step (one bar per run, not N)."""
     if not (draw and is_main):
         return {}
-    from tune.ray_progress import ray_bars
-    from xbm.progress import DELAY_S
+    from tune.trial.ray_progress import ray_bars
+    from xbm.runtime.progress import DELAY_S
 
     return {"progress": ray_bars(), "eval_progress": ray_bars(DELAY_S)}

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from tune.options import train_config
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
+from tune.results.trial_config import train_config
 from tune.trial.base import assigned_device
 
 
@@ -42,7 +42,7 @@ def setup_trial(config: Mapping[str, Any], paths: Mapping[str, Any] | None, cpus
     ValueError before anything else happens."""
     import ray
 
-    from xbm.cpus import use_cpus
+    from xbm.runtime.cpus import use_cpus
     from xbm.training.rng import seed_everything
 
     moved = {k: v for k, v in (paths or {}).items() if config.get(k) != v}

@@ -15,12 +15,12 @@ from typing import Any, Mapping
 from ray import tune as ray_tune
 from ray.tune.trainable.function_trainable import wrap_function
 
-from tune.logs import trial_logging
+from analysis.location import Folder
 from tune.results import live
 from tune.trial.base import TrialPolicy, build_trainer, deterministic_failure, error_row, refused_row
 from tune.trial.checkpoints import storage_uri
+from tune.trial.logs import trial_logging
 from xbm.training.best_weights import BestWeights, finish_best_weights
-from analysis.location import Folder
 # CHECKPOINT_FILE, SETUP_KEY, BEST_WEIGHTS_KEY: re-exported (the loop that writes them moved to tune.trial.loop)
 from tune.trial.loop import BEST_WEIGHTS_KEY, CHECKPOINT_FILE, SETUP_KEY, TrialLoop, tune_reporter  # noqa: F401
 from tune.trial.setup import restore_and_prepare, setup_trial
@@ -34,7 +34,7 @@ def run_trial(config: Mapping[str, Any], metric: str, mode: str, paths: Mapping[
     Tune's checkpoint if any. ``paths`` replace the config's values of those keys (module docstring).
 
     It logs a header and one line per epoch, which reach the actor's stdout (``tune.results.live``,
-    ``tune.logs.trial_logging``); ``sweep`` is the
+    ``tune.trial.logs.trial_logging``); ``sweep`` is the
     experiment name under which the driver publishes the sweep's best so far. The epoch loop is
     ``tune.trial.loop.TrialLoop``, which rank 0 of a data-parallel trial runs too (``tune.trial.data_parallel``)."""
     started = time.perf_counter()

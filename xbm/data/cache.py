@@ -39,13 +39,13 @@ import numpy as np
 from filelock import FileLock
 from PIL import Image
 
-from xbm.cpus import available_cpus
 from xbm.data.bad_images import stamp, unchanged
 from xbm.data.preprocess import decode_image
 from xbm.data.shared import SharedArray
 from xbm.data.sources import ArrayImageSource, SampleSource
 from xbm.data.style import ImageStyle
 from xbm.errors import BadImageError
+from xbm.runtime.cpus import available_cpus
 
 MEMORY_BUDGET = 2 * 1024**3
 CACHE_FORMAT = 2  # 2: records the skipped samples (empty entries)

@@ -1,11 +1,23 @@
 """Retrieval evaluation: ``retrieval_metrics`` (Recall@K, MAP@R, R-precision) and ``nearest_neighbours``,
 over an exact, blocked Euclidean k-NN search (``xbm.evaluate.knn``). See ``metrics.py`` for the definitions.
 ``knn_accuracy``: weighted k-NN classification accuracy, as MoCo reports it (``knn_classification.py``).
-"""
-from xbm.evaluate.knn import KNN_BACKENDS
-from xbm.evaluate.knn_classification import knn_accuracy
-from xbm.evaluate.metrics import RetrievalAccuracyCalculator, nearest_neighbours, retrieval_metrics
+Also the per-epoch evaluation (``epoch.py``), the diagnostics, a trial's health signals (``signals.py``, torch-free)
+and an exported model's ``load_embedder`` (``embedder.py``).
 
-__all__ = [
-    "KNN_BACKENDS", "RetrievalAccuracyCalculator", "knn_accuracy", "nearest_neighbours", "retrieval_metrics",
-]
+The faces are imported on first use (``lazy_loader``, as :mod:`xbm`), so that ``xbm.evaluate.signals`` stays
+torch-free: importing a submodule runs this file first.
+"""
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "knn": ["KNN_BACKENDS"],
+    "knn_classification": ["knn_accuracy"],
+    "metrics": ["RetrievalAccuracyCalculator", "nearest_neighbours", "retrieval_metrics"],
+})
+
+if TYPE_CHECKING:  # the same names, for type checkers (they do not run lazy_loader)
+    from xbm.evaluate.knn import KNN_BACKENDS
+    from xbm.evaluate.knn_classification import knn_accuracy
+    from xbm.evaluate.metrics import RetrievalAccuracyCalculator, nearest_neighbours, retrieval_metrics

@@ -43,7 +43,7 @@ import torch
 
 from xbm.evaluate import knn as knn_search
 from xbm.normalisers.stats import sum_by_group
-from xbm.precision import full_fp32_matmul
+from xbm.runtime.precision import full_fp32_matmul
 
 ITERATIONS = 25  # faiss's default (faiss.Kmeans and contrib's kmeans)
 ASSIGN_ELEMENTS = 2**25  # one block of the assignment's distances, rows x clusters (128 MiB in fp32)

@@ -28,7 +28,7 @@ import torch
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.utils.inference import CustomKNN, FaissKNN
 
-from xbm.precision import full_fp32_matmul
+from xbm.runtime.precision import full_fp32_matmul
 
 try:  # faiss is optional: the torch search finds the same neighbours.
     import faiss

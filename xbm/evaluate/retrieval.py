@@ -41,8 +41,8 @@ def split_neighbours(payload: Mapping[str, Any], queries: int = 8, k: int = 5, d
     from xbm.config import TrainConfig
     from xbm.data import build_dataset
     from xbm.models import create_embedding_model, model_kwargs
+    from xbm.runtime.device import Runtime
     from xbm.training.loaders import Embedder
-    from xbm.training.runtime import Runtime
 
     cfg = TrainConfig.from_dict(dict(payload["config"])).replace(pretrained=False, pretrained_path="")
     splits = build_dataset(cfg)

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from xbm.precision import full_fp32_matmul
+from xbm.runtime.precision import full_fp32_matmul
 
 DENSE_ELEMENTS = 2**25  # one one-hot block of the dense group sums, groups x rows (128 MiB in fp32)
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from xbm.precision import full_fp32_matmul
+from xbm.runtime.precision import full_fp32_matmul
 
 try:  # faiss is optional: the torch search finds the same pools.
     import faiss

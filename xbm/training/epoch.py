@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from xbm.errors import NonFiniteLossError
-from xbm.training.runtime import Runtime
+from xbm.runtime.device import Runtime
 
 # Pair counts per iteration (the criterion's ``last_stats``): mined against the memory, within the batch,
 # and the positive pairs that entered the loss. An epoch whose loss saw no positive pair has collapsed:

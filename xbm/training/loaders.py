@@ -24,9 +24,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from xbm.config import TrainConfig
-from xbm.cpus import available_cpus
 from xbm.errors import SharedMemoryError
-from xbm.training.runtime import Runtime
+from xbm.runtime.cpus import available_cpus
+from xbm.runtime.device import Runtime
 from xbm.training.rng import seed_worker
 
 EVAL_BATCH = 256
@@ -184,7 +184,7 @@ class Embedder:
     are evaluation views (deterministic transforms), so the input batches of a set are kept with its loader
     while they fit :data:`EVAL_INPUTS_BYTES`, and read again instead of decoded again. ``progress``: wraps each
     pass's batches, ``progress(batches, "embedding")`` (e.g. the CLI's bar, drawn once a pass lasts a few
-    seconds: ``xbm.progress``); it must yield every batch."""
+    seconds: ``xbm.runtime.progress``); it must yield every batch."""
 
     def __init__(self, runtime: Runtime, num_workers: int, batch_size: int = EVAL_BATCH,
                  prepare: Callable = lambda x: x, progress: Optional[Callable[[Iterable, str], Iterable]] = None

@@ -11,9 +11,9 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from xbm.runtime.device import Runtime
 from xbm.training.distributed import Ranks
 from xbm.training.rng import rng_state, set_rng_state
-from xbm.training.runtime import Runtime
 from xbm.training.sharding import GatheredCriterion, ShardedSampler
 
 # The host RNG streams every rank draws its batches from (the CUDA generators are per device: left alone).

@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from tune.commands.confirm import add_arguments
+from tune.errors import SweepInputError
 from tune.stages.confirm import confirm_configs, plan_confirm as plan
 from tune.stages.selection import select_top
-from tune.options import SweepInputError
 from xbm.config import TrainConfig
 
 DEFAULTS = TrainConfig().to_dict()

@@ -9,7 +9,7 @@ import torch
 from tests.xbm.data.conftest import truncate
 from tests.xbm.embedder_fixture import class_folder, export_trainer, omniglot_mlp_trainer
 from tune.cli import main
-from xbm.embedder import WEIGHTS, load_embedder
+from xbm.evaluate.embedder import WEIGHTS, load_embedder
 
 
 @pytest.fixture(scope="module")

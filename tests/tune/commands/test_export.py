@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from tests.xbm.embedder_fixture import omniglot_mlp_trainer
 from tune.cli import main
-from xbm.embedder import CARD, WEIGHTS, load_embedder
+from xbm.evaluate.embedder import CARD, WEIGHTS, load_embedder
 
 
 def weights_payload(trainer, epoch: int, value: float) -> dict:

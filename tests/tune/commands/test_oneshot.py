@@ -12,7 +12,7 @@ import pytest
 
 from tests.xbm.evaluate.oneshot_fixture import identity_export, polarity_run, two_runs, zip_runs
 from tune.cli import main
-from xbm.embedder import WEIGHTS
+from xbm.evaluate.embedder import WEIGHTS
 
 # two runs, errors 1/4 and 2/4 (oneshot_fixture.two_runs): mean 0.375, s = 0.25 / sqrt(2) = 0.1768,
 # s / sqrt(2) = 0.125, t_{0.975, 1} = 12.706: 37.50% +- 158.83%

@@ -8,9 +8,9 @@ import pytest
 
 from tests.tune.commands.test_confirm import ROWS, row, write_sweep
 from tune.commands.refit import add_arguments
-from tune.stages.refit import held_out_notes, plan_refit as plan, refit_configs
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 from tune.results.parquet import config_of
+from tune.stages.refit import held_out_notes, plan_refit as plan, refit_configs
 
 
 def args(path, *extra):

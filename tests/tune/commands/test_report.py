@@ -67,14 +67,14 @@ def test_the_reports_steps_get_a_bar_only_on_a_terminal_without_no_progress(tmp_
                                                                             terminal, drawn):
     """Bugs caught (issue 55): a long report (its retrieval examples embed test queries) silent until it ends, its
     bar drawn into a log file or a pipe, or despite ``--no-progress``; or steps left unnamed. The delay is 0 here, so that the small sweep's quick report draws."""
-    import xbm.progress
+    import xbm.runtime.progress
     from analysis.report import LOADING, REPORT_SECTIONS, STEPS, WRITING
     from tune.cli import main
 
     cfg = config("xbn", 0.5, 0)
     rows = epoch_rows("only", cfg, 0.5, 2)
     folder = write_sweep(tmp_path / "sweep", [trial_row("only", cfg, rows, "completed")], rows)
-    monkeypatch.setattr(xbm.progress, "DELAY_S", 0.0)
+    monkeypatch.setattr(xbm.runtime.progress, "DELAY_S", 0.0)
     stream = Terminal() if terminal else io.StringIO()
     monkeypatch.setattr(sys, "stderr", stream)
     assert main(["report", str(folder), *flags]) == 0

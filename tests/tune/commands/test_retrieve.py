@@ -10,7 +10,7 @@ import pytest
 
 from tests.xbm.embedder_fixture import class_folder, export_trainer, omniglot_mlp_trainer
 from tune.cli import main
-from xbm.embedder import load_embedder
+from xbm.evaluate.embedder import load_embedder
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ import pytest
 
 from tests.tune.conftest import TOY_SPACE, run_toy_sweep
 from tune.cli import main
+from tune.errors import SweepInputError
 from tune.results.loggers import build_loggers
-from tune.options import SweepInputError
 
 
 def test_an_unknown_logger_is_refused_listing_the_known_ones(tmp_path):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tune.errors import SweepInputError
 from tune.results.mlflow_logger import SweepMLflow, build_mlflow, tracking_uri
-from tune.options import SweepInputError
 
 
 class FakeTrial:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pyarrow.fs as pafs
 import pytest
 
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 from tune.results.state_backup import STATE_BACKUP, StateBackup, repair_state, whole
 
 STATE = "experiment_state-2026-11-28_22-29-11.json"

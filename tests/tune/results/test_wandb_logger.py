@@ -7,7 +7,7 @@ import socket
 import pytest
 
 import tune.results.wandb_logger as wl
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 
 
 @pytest.fixture

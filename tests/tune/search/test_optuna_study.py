@@ -9,9 +9,9 @@ import pytest
 from optuna.trial import TrialState
 
 from analysis.contract import SpaceRecord, SweepRecord
-from tune.search.optuna_study import RAY_TRIAL_ID, add_trial, export_optuna, journal_storage, live_journal
-from tune.options import SweepInputError
+from tune.errors import SweepInputError
 from tune.results.record import write_record
+from tune.search.optuna_study import RAY_TRIAL_ID, add_trial, export_optuna, journal_storage, live_journal
 from tune.search.spaces import SpaceError, load_space
 
 SPACE = """description: a random-search space with a condition, for the export test

@@ -8,11 +8,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tune.options import SweepInputError, SweepOptions
-from tune.search.pb2 import ClipToBounds, RecordingPB2, hyperparam_bounds
-from tune.plan import prepare
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import start, trial_policy
+from tune.errors import SweepInputError
 from tune.results.record import outcome
-from tune.sweep import start, trial_policy
+from tune.search.pb2 import ClipToBounds, RecordingPB2, hyperparam_bounds
 
 PB2 = """description: pb2 on the toy set
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 3, warmup_epochs: 0, batch_size: 32,

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from tune.options import SweepInputError, SweepOptions
-from tune.plan import prepare
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import start
+from tune.errors import SweepInputError
 from tune.results.record import outcome
 from tune.search.spaces.errors import SpaceError
-from tune.sweep import start
 
 PBT = """description: pbt on the toy set
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 3, warmup_epochs: 0, batch_size: 32,
@@ -66,7 +67,7 @@ def test_explore_keeps_every_value_inside_its_space_and_the_config_valid(tmp_pat
 
     from ray.tune.schedulers.pbt import _explore
 
-    from tune.options import train_config
+    from tune.results.trial_config import train_config
 
     space = PBT.replace("  lr:", "  miner.pos_margin: {choice: [0.1, 0.3, 0.2], mutable: true}\n"
                                  "  clip_grad: {int: [1, 10], mutable: true}\n  lr:")

@@ -6,9 +6,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from tune.options import SweepInputError, SweepOptions, train_config
-from tune.plan import prepare
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.errors import SweepInputError
 from tune.results.record import sweep_record
+from tune.results.trial_config import train_config
 from tune.search.rungs import geometric_rungs, lr_drops, rung_epochs, straddle_warning
 from tune.search.spaces import load_space
 from xbm.training.optim import main_scheduler, scheduler_kwargs

@@ -1,7 +1,7 @@
 """Which epochs a scheduler decides at (tune.search.schedulers.decision_epochs): those a trial always evaluates."""
 import pytest
 
-from tune.options import SweepOptions
+from tune.driver.options import SweepOptions
 from tune.search.schedulers import build_scheduler, decision_epochs
 
 
@@ -13,7 +13,7 @@ def _epochs(scheduler, max_epochs=9, **options):
 def test_asha_decides_at_its_rungs_fifo_never_and_others_every_epoch():
     """Bug caught: eval_every skipping an ASHA rung (the trial ranked on a NaN, or on a stale value), rungs
     computed from the wrong base (grace period x factor^k), or HyperBand's brackets assumed to be ASHA's;
-    with collapse-aware stopping (tune.trial.guards) the grace period is decided at too, under FIFO as well."""
+    with collapse-aware stopping (tune.search.guards) the grace period is decided at too, under FIFO as well."""
     assert _epochs("asha", grace_period=1, reduction_factor=3) == (1, 3, 9)
     assert _epochs("asha", 20, grace_period=2, reduction_factor=2) == (2, 4, 8, 16)
     assert _epochs("asha", 20, grace_period=3, reduction_factor=2, stop_collapsed=False) == (3, 6, 12)

@@ -8,7 +8,7 @@ import optuna
 import pyarrow.parquet as pq
 import pytest
 
-from tune.options import SweepOptions
+from tune.driver.options import SweepOptions
 from tune.search.searchers import PrunedOptunaSearch, build_searcher
 from tune.search.spaces import load_space
 
@@ -101,7 +101,7 @@ def test_several_objectives_reach_one_study_with_a_direction_each(tmp_path, sear
 
 def test_cmaes_with_several_objectives_is_refused():
     """Bug caught: CMA-ES (one objective) silently optimising only the first metric."""
-    from tune.options import SweepInputError
+    from tune.errors import SweepInputError
     from tune.search.searchers import check_search_options
 
     with pytest.raises(SweepInputError, match="several --metric need a searcher that optimises them jointly"):

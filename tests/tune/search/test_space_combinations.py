@@ -7,10 +7,9 @@ import itertools
 import pytest
 
 from tune.cli import main
-from tune.options import SweepOptions
-from tune.plan import prepare
-from tune.search.spaces import SpaceError, load_space
-from tune.search.spaces import combinations as combinations_module
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.search.spaces import SpaceError, combinations as combinations_module, load_space
 from tune.search.spaces.combinations import MAX_COMBINATIONS, combinations
 
 from .test_spaces import params_yaml, write

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import optuna
 import pytest
 
-from tune.search.spaces import SpaceError, drop_absent, load_space
+from tune.search.spaces import SPACES_DIR, SpaceError, drop_absent, load_space, pin_space
 from xbm.config import TrainConfig
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -231,6 +232,23 @@ def test_overrides_pin_params_and_drop_unreachable_branches():
         load_space("quickstart", overrides={"epochz": 3})
     with pytest.raises(SpaceError, match="0 <= val_fraction < 1"):
         load_space("quickstart", overrides={"val_fraction": 1.5})
+
+
+def test_pinning_a_loaded_space_equals_loading_it_pinned_and_reads_no_file(tmp_path):
+    """Bug caught: ``prepare`` pinning ``--set`` values, the seed and the workers on a space it already read
+    giving another space than one load with them all (a branch kept that the pins make unreachable, an
+    override lost between the pins), or reading the file again (a file edited or removed mid-``prepare``)."""
+    path = write(tmp_path, (Path(SPACES_DIR) / "quickstart.yaml").read_text(), "quick.yaml")
+    once = load_space(path, overrides={"normaliser.kind": "pcxbn", "epochs": 3, "seed": 7})
+    loaded = load_space(path)
+    path.unlink()
+    twice = pin_space(pin_space(loaded, {"normaliser.kind": "pcxbn", "epochs": 3}), {"seed": 7})
+    assert twice.base == once.base and twice.overrides == once.overrides == {"normaliser.kind": "pcxbn", "epochs": 3,
+                                                                             "seed": 7}
+    assert list(twice.params) == list(once.params) == ["normaliser.lambda_mu", "memory.ratio"]
+    assert twice.text == once.text and twice.name == "quick"
+    with pytest.raises(SpaceError, match="did you mean epochs"):
+        pin_space(loaded, {"epochz": 3})
 
 
 def test_fairness_warnings_for_swept_start_epochs():

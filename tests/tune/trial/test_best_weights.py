@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from tests.tune.conftest import run_toy_sweep
-from tune.options import SweepOptions
+from tune.driver.options import SweepOptions
+from tune.driver.sweep import run_configs
 from tune.results.record import outcome
-from tune.sweep import run_configs
 from xbm.config import TrainConfig
-from xbm.trainer import Trainer
 from xbm.evaluate import epoch as evaluation
+from xbm.trainer import Trainer
 # lr 0.05, seed 1 on the toy data: recall_at_1 0.1031, 0.1656 (epoch 2), then 0.1625 at every later epoch,
 # so the best epoch is not among the last two of 5 (measured on the CPU, deterministic).
 EARLY_PEAK = """

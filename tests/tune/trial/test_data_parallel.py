@@ -19,10 +19,10 @@ import pytest
 import ray
 from ray.tune import Callback
 
-from tune.options import SweepOptions
-from tune.plan import prepare
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import start
 from tune.results.record import outcome
-from tune.sweep import start
 from tune.trial import data_parallel
 from tune.trial.base import CONFIG_REFUSED, TrialPolicy
 

@@ -13,10 +13,10 @@ import pytest
 import ray
 from ray.tune import Callback
 
-from tune.options import SweepOptions
-from tune.plan import prepare
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import resume_sweep, start
 from tune.results.record import outcome
-from tune.sweep import resume_sweep, start
 
 BASE = """base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 4, warmup_epochs: 0, batch_size: 32,
        samples_per_class: 4, lr: 1.0e-3}
@@ -77,7 +77,7 @@ def test_killed_driver_then_resume_finishes_the_sweep(ray_session, killed_driver
     resume puts back the last whole snapshot (tune/results/state_backup.py; test_s3.py resumes an intact one)."""
     killed = killed_driver(ray.get_runtime_context().gcs_address, str(tmp_path / "out"))
     torn = killed.tear_state()
-    with caplog.at_level(logging.WARNING, logger="tune.sweep"):
+    with caplog.at_level(logging.WARNING, logger="tune.driver.sweep"):
         result = resume_sweep(killed.uri, dashboard=False)
     assert f"resume: {torn} torn" in caplog.text
     assert result.exit_code() == 0

@@ -4,9 +4,10 @@ import os
 import pytest
 import torch
 
-from tune.options import SweepInputError, SweepOptions, cpus_option
+from tune.driver.options import SweepOptions, cpus_option
+from tune.errors import SweepInputError
 from tune.trial.resources import (ALLOC_CONF, ALLOC_CONF_ANY_DEVICE, EXPANDABLE, cap_gpu_memory, out_of_memory_reason,
-                            resolve_cpus_per_trial)
+                                  resolve_cpus_per_trial)
 
 
 def _node(cpus, gpus=0, alive=True):
@@ -124,10 +125,10 @@ def test_a_ranks_out_of_memory_is_described_by_the_rank_not_the_launcher(monkeyp
 
     import torch
 
+    from tune.results.trial_config import train_config
     from tune.trial import data_parallel
-    from tune.trial.resources import RankOutOfMemoryError
-    from tune.options import train_config
     from tune.trial.base import deterministic_failure
+    from tune.trial.resources import RankOutOfMemoryError
 
     def out_of_memory(job):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

@@ -8,7 +8,7 @@ import pytest
 import ray
 import torch
 
-import xbm.cpus
+import xbm.runtime.cpus
 from tune.results.keys import GPU_KEY, NODE_KEY, RELOCATED_KEY
 from tune.trial.setup import restore_and_prepare, setup_trial
 
@@ -20,7 +20,7 @@ def on_a_node(monkeypatch):
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])
     monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_node_id=lambda: "node-1"))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the test process keeps its threads
-    monkeypatch.setattr(xbm.cpus, "_limit", xbm.cpus._limit)  # and its CPU limit, put back after the test
+    monkeypatch.setattr(xbm.runtime.cpus, "_limit", xbm.runtime.cpus._limit)  # its CPU limit, put back after the test
 
 
 def test_moved_paths_device_seed_and_where_come_from_one_place(on_a_node):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from ray import tune as ray_tune
 
-from tune.options import train_config
+from tune.results.trial_config import train_config
 from tune.trial.base import assigned_device, worst_value
 from tune.trial.trainable import CHECKPOINT_FILE, TrialNamer, make_trainable, trial_dirname
 

@@ -18,7 +18,7 @@ from PIL import Image
 
 from xbm.config import TrainConfig
 from xbm.data.preprocess import Preprocessing
-from xbm.embedder import write_export
+from xbm.evaluate.embedder import write_export
 from xbm.models import create_embedding_model, model_kwargs
 
 SIDE = 4

@@ -7,11 +7,10 @@ import torch
 
 from xbm.data.base import EvalSplit, SampleDataset, Transforms
 from xbm.data.sources import VectorSource
-from xbm.evaluate import knn_accuracy
-from xbm.evaluate import epoch as evaluation
+from xbm.evaluate import epoch as evaluation, knn_accuracy
 from xbm.memory import EmbeddingMemory
+from xbm.runtime.device import Runtime
 from xbm.training.loaders import Embedder
-from xbm.training.runtime import Runtime
 
 
 def _datasets(vectors, train_labels, query_labels):

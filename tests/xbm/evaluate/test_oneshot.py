@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.xbm.evaluate.oneshot_fixture import identity_export, polarity_run, two_runs, zip_runs
-from xbm.embedder import load_embedder
+from xbm.evaluate.embedder import load_embedder
 from xbm.evaluate.oneshot import RunResult, evaluate_runs, misclassified, read_run, read_runs, runs_folder
 
 

@@ -2,7 +2,7 @@
 import torch
 
 from xbm.objectives.base import embed_views
-from xbm.training.runtime import Runtime
+from xbm.runtime.device import Runtime
 
 from ..conftest import tiny_trainer
 

@@ -7,7 +7,7 @@ from pytorch_metric_learning import losses
 
 from xbm.losses.xbm_loss import XBMLoss
 from xbm.objectives.moco import MoCo
-from xbm.training.runtime import Runtime
+from xbm.runtime.device import Runtime
 
 from ..conftest import tiny_config, tiny_trainer
 

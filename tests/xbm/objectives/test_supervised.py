@@ -6,7 +6,7 @@ from pytorch_metric_learning import distances, losses, miners, samplers
 
 from xbm.objectives import build_objective
 from xbm.objectives.supervised import Supervised
-from xbm.training.runtime import Runtime
+from xbm.runtime.device import Runtime
 
 from ..conftest import tiny_config
 

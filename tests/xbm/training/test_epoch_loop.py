@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
+from xbm.runtime.device import Runtime
 from xbm.training.epoch import STAT_NAMES, EpochResult, Step, run_epoch
-from xbm.training.runtime import Runtime
 
 CPU = Runtime(torch.device("cpu"), None, channels_last=False)
 # Three batches of 2, 3 and 1 rows: x, labels, training indices.

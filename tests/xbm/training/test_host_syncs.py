@@ -311,7 +311,7 @@ def test_twenty_cuda_training_steps_synchronise_only_for_the_finiteness_check(ki
     on each; only the one check per step (``_raise_if_bad``, the previous step's flag) and the epoch's own
     edges (``Runtime.synchronize`` around the pass, the sums read once at its end) are let through. The
     first epoch (filling the memory) and the copies of the batches to the GPU run in the default mode."""
-    from xbm.training.runtime import Runtime
+    from xbm.runtime.device import Runtime
     trainer = tiny_trainer(device="cuda", **{"normaliser.kind": kind, "memory.ratio": 0.5})
 
     def allowed(fn):

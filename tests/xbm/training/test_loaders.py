@@ -7,8 +7,8 @@ import torch
 import xbm.training.loaders as loaders
 from xbm.data.base import SampleDataset, Transforms
 from xbm.data.sources import VectorSource
+from xbm.runtime.device import Runtime
 from xbm.training.loaders import EVAL_LOADERS_KEPT, Embedder
-from xbm.training.runtime import Runtime
 
 
 def _dataset(n=40):

@@ -1,10 +1,11 @@
 """Search spaces: YAML study files (``search_spaces/``) validated and converted for Optuna and Ray.
 
-Contract with the sweep layer (``tune/cli.py``, ``tune/plan.py``, ``tune/trial/trainable.py``)::
+Contract with the sweep layer (``tune/cli.py``, ``tune/driver/plan.py``, ``tune/trial/trainable.py``)::
 
-    from tune.search.spaces import load_space, list_spaces, SearchSpace, SpaceError   # SpaceError(ValueError)
+    from tune.search.spaces import SearchSpace, SpaceError, list_spaces, load_space   # SpaceError(ValueError)
     space = load_space("quickstart")          # a name from search_spaces/ or a path; fully validated
     space = load_space("delay", overrides={"epochs": 10})   # --set pins keys (a pinned param -> base)
+    space = pin_space(space, {"seed": 3})     # pins more keys without reading the file again
     space.name, space.description, space.path, space.text   # text = the YAML source
     space.base            # dict dotted -> value (fixed TrainConfig values, coerced)
     space.params          # dict dotted -> Param (kind, args, when; .branches), dependency order
@@ -33,9 +34,9 @@ swept keys), ``space`` (SearchSpace, conversion),
 """
 from tune.search.spaces.distributions import DISTRIBUTIONS
 from tune.search.spaces.errors import SpaceError
-from tune.search.spaces.loader import SPACES_DIR, list_spaces, load_space
+from tune.search.spaces.loader import SPACES_DIR, list_spaces, load_space, pin_space
 from tune.search.spaces.param import Branch, Param
 from tune.search.spaces.space import SEARCHES, SearchSpace, drop_absent
 
 __all__ = ["DISTRIBUTIONS", "SEARCHES", "SPACES_DIR", "Branch", "Param", "SearchSpace", "SpaceError",
-           "drop_absent", "list_spaces", "load_space"]
+           "drop_absent", "list_spaces", "load_space", "pin_space"]

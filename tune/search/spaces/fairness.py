@@ -24,6 +24,9 @@ class _Space(Protocol):
     @property
     def fixed(self) -> dict[str, Any]: ...
 
+#: ``--rungs``: Ray's geometric ASHA rungs, or rungs placed by the LR schedule (``tune.search.rungs``), the
+#: values besides listed epochs (torch-free here: the sweep's options check them)
+GEOMETRIC_RUNGS, SCHEDULE_RUNGS = "geometric", "schedule"
 #: the swept start times: key -> (what starts, the key that switches it, the value that switches it off)
 STARTS = {
     "normaliser.delay_epochs": ("the normaliser's adaptation (thesis 4.3.3)", "normaliser.kind", "none"),

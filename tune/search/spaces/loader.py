@@ -1,6 +1,6 @@
 """Find, read and validate search spaces: ``load_space`` and ``list_spaces``.
 
-Path-valued keys (``xbm.inputs.PATH_KEYS``) are made absolute here, once: in the file (``base:`` values
+Path-valued keys (``xbm.data.inputs.PATH_KEYS``) are made absolute here, once: in the file (``base:`` values
 and ``choice``/``grid`` values of a swept path) relative to the file's folder, as in any config file;
 in ``overrides`` (the CLI's ``--set``) relative to the directory the command runs in.
 """
@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import search_spaces
-from xbm.inputs import PATH_KEYS, absolute_path, absolute_paths
 from tune.search.spaces.distributions import Choice, Distribution
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Branch, Param
 from tune.search.spaces.schema import RawSpace, read_space
 from tune.search.spaces.space import SearchSpace
 from tune.search.spaces.validation import check_key, validate
+from xbm.data.inputs import PATH_KEYS, absolute_path, absolute_paths
 
 SPACES_DIR = Path(search_spaces.__file__).resolve().parent
 
@@ -72,15 +72,23 @@ def load_space(name_or_path: str | Path, overrides: Mapping[str, Any] | None = N
     declared = dict(raw.smoke)
     raw = _absolute(smoke_space(raw) if smoke else raw, path.parent)
     base, params = validate(raw, source)
-    if overrides:
-        for key in overrides:
-            check_key(key, source, "--set")
-        overrides = absolute_paths(overrides, Path.cwd())
-        pinned = {**base, **overrides}
-        kept = {k: p for k, p in params.items() if k not in overrides}
-        base, params = validate(RawSpace(raw.description, pinned, kept), source + " with --set overrides",
-                                prune=True)
-    return SearchSpace(path.stem, raw.description, path, text, base, params, overrides, smoke=declared)
+    space = SearchSpace(path.stem, raw.description, path, text, base, params, smoke=declared)
+    return pin_space(space, overrides) if overrides else space
+
+
+def pin_space(space: SearchSpace, overrides: Mapping[str, Any]) -> SearchSpace:
+    """``space`` with ``overrides`` (``--set key=value``) pinned, as ``load_space(..., overrides=...)`` gives it,
+    without reading its file again: a pinned param leaves ``params`` for ``base``, and branches whose condition
+    can no longer hold are dropped. Pinning twice equals pinning both at once (later values win)."""
+    source = space.source
+    for key in overrides:
+        check_key(key, source, "--set")
+    overrides = absolute_paths(overrides, Path.cwd())
+    pinned = {**space.base, **overrides}
+    kept = {k: p for k, p in space.params.items() if k not in overrides}
+    base, params = validate(RawSpace(space.description, pinned, kept), source + " with --set overrides", prune=True)
+    return SearchSpace(space.name, space.description, space.path, space.text, base, params,
+                       {**space.overrides, **overrides}, smoke=space.smoke)
 
 
 def smoke_space(raw: RawSpace) -> RawSpace:

@@ -1,8 +1,8 @@
-"""A process's CPU share (xbm.cpus)."""
+"""A process's CPU share (xbm.runtime.cpus)."""
 import torch
 from joblib.externals.loky.backend import context as loky_context
 
-from xbm.cpus import available_cpus, use_cpus
+from xbm.runtime.cpus import available_cpus, use_cpus
 
 
 def test_use_cpus_caps_the_decode_threads_and_torchs_pool():

@@ -7,11 +7,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.costs import time_breakdown
-from tune.options import SweepOptions
-from tune.plan import prepare
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import start
 from tune.results.record import outcome
 from tune.results.status import load_status, status_table
-from tune.sweep import start
 
 # batch 4 (2 classes x 2): epochs of about a second, so Tune's per-result round trip is a small part of them; and
 # 6 of them. Tune's clock (the sum of its step() calls) counts what no column bills, once per trial: the time

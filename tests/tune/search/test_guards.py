@@ -1,4 +1,4 @@
-"""tune/trial/guards.py: collapse-aware stopping and the budgets, judged on hand-made results (no Ray), then on
+"""tune/search/guards.py: collapse-aware stopping and the budgets, judged on hand-made results (no Ray), then on
 real toy sweeps: a collapsing trial stopped at its second collapsed epoch, one below raw pixels at the grace
 period, both kept with --no-stop-collapsed, and a time budget that ends a sweep with complete Parquet."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 from ray.tune import Callback
 
-from tune.trial.guards import Budget, Guards, parse_duration
-from tune.options import SweepOptions
-from tune.plan import prepare
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import start
+from tune.search.guards import Budget, Guards, parse_duration
 from tune.search.schedulers import SCHEDULERS, build_scheduler, decision_epochs
-from tune.sweep import start
 
 from ..conftest import run_toy_sweep
 
@@ -90,7 +90,7 @@ def test_budget_spent_by_time_or_gpu_hours():
 
 def test_a_spent_budget_is_logged_once_at_info_and_drops_the_pending_trials(caplog):
     """Bugs caught (issue 55): the budget message printed to stdout, so a notebook could neither silence nor
-    route it (it is an INFO record of ``tune.trial.guards``: ``xbm-tune --quiet`` hides it, the sweep's last
+    route it (it is an INFO record of ``tune.search.guards``: ``xbm-tune --quiet`` hides it, the sweep's last
     line still says why it ended); or said again at every later result."""
     from types import SimpleNamespace
 
@@ -103,11 +103,11 @@ def test_a_spent_budget_is_logged_once_at_info_and_drops_the_pending_trials(capl
     guards = Guards({}, budget=Budget(time_s=60), gpus_per_worker=0.0)
     times = iter([0.0, 30.0, 90.0, 120.0])
     guards.clock = lambda: next(times)
-    caplog.set_level(logging.INFO, logger="tune.trial.guards")
+    caplog.set_level(logging.INFO, logger="tune.search.guards")
     for _ in range(4):
         guards.check_budget(controller)
     assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
-        ("tune.trial.guards", logging.INFO, "budget: the time budget (1m) was spent: no new trial starts; running "
+        ("tune.search.guards", logging.INFO, "budget: the time budget (1m) was spent: no new trial starts; running "
                                             "trials stop when their current epoch ends")]
     assert stopped == [pending] and finished == [True]
     assert guards.stop_reasons == {"p": "budget: the time budget (1m) was spent before it started"}

@@ -1,10 +1,10 @@
-"""Learning signals (xbm/signals.py) and the marks status and the report put on unhealthy trials."""
+"""Learning signals (xbm/evaluate/signals.py) and the marks status and the report put on unhealthy trials."""
 import math
 
 import pandas as pd
 
 from tune.results.status import health
-from xbm.signals import below_raw, collapse_message, collapse_warning, collapsed, trial_flags
+from xbm.evaluate.signals import below_raw, collapse_message, collapse_warning, collapsed, trial_flags
 
 
 def test_an_epoch_collapsed_only_when_no_positive_pair_reached_the_loss():

@@ -1,4 +1,4 @@
-"""tune/cluster.py and sweeps on a local two-node Ray cluster (ray.cluster_utils.Cluster): trials land on
+"""tune/driver/cluster.py and sweeps on a local two-node Ray cluster (ray.cluster_utils.Cluster): trials land on
 both nodes and the Parquet is complete; with fake GPUs (num_gpus=2, gpus_per_trial=0.5) four trials run
 at once, each seeing the GPU id Ray assigned it."""
 from __future__ import annotations
@@ -12,11 +12,11 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.tune import Callback
 
-from tune.cluster import ClusterInfo, connect, disconnect
-from tune.options import SweepOptions
-from tune.plan import prepare
+from tune.driver.cluster import ClusterInfo, connect, disconnect
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import start
 from tune.results.record import outcome
-from tune.sweep import start
 
 SPACE = """description: cluster
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 2, warmup_epochs: 0, batch_size: 128}
@@ -37,22 +37,22 @@ def test_dashboard_line_tells_how_to_log_in():
 def test_ray_session_logs_where_it_runs_and_disconnects_even_on_an_error(monkeypatch, caplog):
     """Bug caught: a command that fails mid-fit leaving the Ray it started running (the next command then
     joins a stale session), or a session that does not say where it runs; one context manager, not three
-    copies of connect / print / disconnect. Where it runs is an INFO record of ``tune.cluster`` (was: a print
+    copies of connect / print / disconnect. Where it runs is an INFO record of ``tune.driver.cluster`` (was: a print
     that ``--quiet`` and a notebook could not silence)."""
-    from tune import cluster
+    from tune.driver import cluster
 
     info = ClusterInfo("127.0.0.1:6379", None, False, True, 1, 2, 0)
     events = []
     monkeypatch.setattr(cluster, "connect", lambda address, dashboard, **kw: events.append(("connect", address, kw))
                         or info)
     monkeypatch.setattr(cluster, "disconnect", lambda got: events.append(("disconnect", got)))
-    caplog.set_level(logging.INFO, logger="tune.cluster")
+    caplog.set_level(logging.INFO, logger="tune.driver.cluster")
     with pytest.raises(RuntimeError, match="fit failed"):
         with cluster.ray_session("auto", False, num_cpus=2) as got:
             assert got is info
             raise RuntimeError("fit failed")
     assert events == [("connect", "auto", {"num_cpus": 2}), ("disconnect", info)]
-    assert [(r.name, r.levelno) for r in caplog.records] == [("tune.cluster", logging.INFO)]
+    assert [(r.name, r.levelno) for r in caplog.records] == [("tune.driver.cluster", logging.INFO)]
     assert "Ray: local Ray, 1 node(s), 2 CPU(s), 0 GPU(s)" in caplog.records[0].getMessage()
 
 
@@ -60,7 +60,7 @@ def test_without_an_address_a_sweep_starts_its_own_ray_not_the_one_a_stale_file_
     """Bug caught: ray.init() without an address joins whatever /tmp/ray/ray_current_cluster names (a cluster
     killed without `ray stop` leaves it): the sweep retried the dead address for minutes, silently. A Ray job's
     driver (RAY_ADDRESS set) still joins its cluster."""
-    from tune import cluster
+    from tune.driver import cluster
 
     calls = []
 
@@ -95,7 +95,7 @@ def test_every_ray_init_in_the_repository_names_its_address():
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "init"
                         and isinstance(node.func.value, ast.Name) and node.func.value.id == "ray"
                         and not node.args and "address" not in {k.arg for k in node.keywords}
-                        and None not in {k.arg for k in node.keywords}):   # **options: tune.cluster's, tested above
+                        and None not in {k.arg for k in node.keywords}):  # **options: tested above
                     bare.append(f"{path.relative_to(root)}:{node.lineno}")
     assert bare == [], f"ray.init without address=: {bare}"
 
@@ -163,7 +163,7 @@ def test_auto_cpus_follow_the_gpu_nodes_and_are_recorded(cluster, tmp_path):
     the whole cluster (the GPU-less head's CPUs counted), or sweep.json recording 'auto' instead of the number
     the trials ran with."""
     from analysis.contract import SweepRecord
-    from tune.sweep import resolved_resources
+    from tune.driver.sweep import resolved_resources
 
     # the GPU node: 2 CPUs, 2 GPUs; a whole GPU brings 1 CPU, half a GPU still 1 (never 0)
     assert resolved_resources(SweepOptions(gpus_per_trial=1.0)).cpus_per_trial == 1.0

@@ -6,31 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
-
-import numpy as np
+from typing import Any, Mapping
 
 from analysis.location import absolute, is_uri
 from analysis.sweep_record import Objectives
+from tune.errors import SweepInputError
+from tune.search.spaces.fairness import GEOMETRIC_RUNGS, SCHEDULE_RUNGS
 from xbm.checks import checker
 from xbm.config import parse_milestones
-
-if TYPE_CHECKING:
-    from xbm.config import TrainConfig
 
 DEFAULT_STORAGE = "~/xbm_sweeps"
 METRIC_MODES = ("max", "min")
 #: schedulers that change configs during a run (``mutable: true`` params, exploits, a checkpoint per interval)
 POPULATION_SCHEDULERS = ("pbt", "pb2")
-#: ``--rungs``: Ray's geometric ASHA rungs, or rungs placed by the LR schedule (``tune.search.rungs``)
-GEOMETRIC_RUNGS, SCHEDULE_RUNGS = "geometric", "schedule"
-
-
-class SweepInputError(ValueError):
-    """Bad input to a sweep (options, names, paths): the CLI prints it and exits 2, nothing started."""
-
 
 _check = checker(error=SweepInputError)
 
@@ -46,7 +35,7 @@ class SweepOptions(Objectives):
 
     ``cpus_per_trial`` ``auto`` is resolved once Ray is connected (``tune.trial.resources``); ``checkpoint_period``
     is in seconds of a trial's epochs (``tune.trial.checkpoints``). ``stop_collapsed``, ``time_budget_s`` and
-    ``gpu_hours_budget`` are the guards every scheduler carries (``tune.trial.guards``).
+    ``gpu_hours_budget`` are the guards every scheduler carries (``tune.search.guards``).
 
     Several objectives: ``metric``/``mode`` are the first (what ASHA stops on), ``extra_metrics`` /
     ``extra_modes`` the others (``--metric recall_at_1:max --metric gpu_hours:min``); ``metrics``/``modes``
@@ -224,29 +213,3 @@ SMOKE_OVERRIDES = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warm
 #: the section's grid gives the points (seeds among them: one sample each) and every point runs to its end
 #: (fifo), as the study's analysis needs whole runs; SMOKE_OVERRIDES do not apply
 SMOKE_DECLARED = {"num_samples": 1, "max_epochs": 2, "grace_period": 1, "scheduler": "fifo"}
-
-
-@contextmanager
-def bad_input() -> Iterator[None]:
-    """Turn the input checks' ValueErrors (SpaceError, TrainConfig's, a missing file) into exit 2."""
-    try:
-        yield
-    except (ValueError, FileNotFoundError) as exc:
-        if isinstance(exc, SweepInputError):
-            raise
-        raise SweepInputError(str(exc)) from exc
-
-
-def train_config(config: Mapping[str, Any]) -> TrainConfig:
-    """Ray's (flat, dotted) config dict -> ``TrainConfig``.
-
-    Keys whose value is ``None`` are conditional parameters absent from this trial (their ``when`` did
-    not hold): they are dropped, so the trainer uses the field's default, and the sink writes null.
-    NumPy scalars (Ray's samplers, configs read back from Parquet) become Python values.
-    """
-    # imported here: xbm.config pulls in torch (through xbm.normalisers), which a trial process should
-    # load inside the trial, where its cost belongs, not while Ray builds the actor
-    from xbm.config import TrainConfig
-
-    return TrainConfig.from_dict({k: v.item() if isinstance(v, np.generic) else v
-                                  for k, v in config.items() if v is not None})

@@ -1,4 +1,4 @@
-"""The export folder and the embedder (xbm/embedder.py): new images enter exactly as evaluation fed them."""
+"""The export folder and the embedder (xbm/evaluate/embedder.py): new images enter exactly as evaluation fed them."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,8 +13,8 @@ import torch
 from PIL import Image
 
 from xbm.config import TrainConfig
-from xbm.embedder import CARD, WEIGHTS, ExportFolderError, load_embedder, write_export
 from xbm.errors import BadImageError
+from xbm.evaluate.embedder import CARD, WEIGHTS, ExportFolderError, load_embedder, write_export
 from xbm.trainer import Trainer
 
 from .data.conftest import make_drawings, truncate

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from xbm.training.runtime import Runtime, resolve_amp
+from xbm.runtime.device import Runtime, resolve_amp
 
 from ..conftest import needs_cuda
 
@@ -172,10 +172,10 @@ def test_one_device_resolution_for_training_and_embedding(monkeypatch):
     """Bug caught: a second copy (the embedder's) that took ``torch.device`` objects but let ``cuda`` through on a
     machine without CUDA (a RuntimeError deep in ``model.to``, not the rule and the value), or this one refusing
     a ``torch.device``: one ``resolve_device`` takes both, and the embedder uses it."""
-    import xbm.embedder
-    from xbm.training.runtime import resolve_device
+    import xbm.evaluate.embedder
+    from xbm.runtime.device import resolve_device
 
-    assert xbm.embedder.resolve_device is resolve_device
+    assert xbm.evaluate.embedder.resolve_device is resolve_device
     assert resolve_device(CPU) == CPU and resolve_device("cpu") == CPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == CPU

@@ -1,4 +1,4 @@
-"""tune/workers.py: the shape of a data-parallel trial (workers, each one's resources, the GPUs it bills),
+"""tune/driver/workers.py: the shape of a data-parallel trial (workers, each one's resources, the GPUs it bills),
 the batch and GPU checks, and how many multi-worker trials Tune may run at once."""
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from tune.options import SweepInputError, SweepOptions
-from tune.workers import (LAUNCHER_CPU, check_batch_split, check_node_gpus, config_workers, launcher_resources,
-                          max_concurrent, trial_gpus, worker_resources)
+from tune.driver.options import SweepOptions
+from tune.driver.workers import (LAUNCHER_CPU, check_batch_split, check_node_gpus, launcher_resources, max_concurrent,
+                                 worker_resources)
+from tune.errors import SweepInputError
+from tune.results.trial_config import config_workers, trial_gpus
 
 
 def node(name: str, cpus: float, gpus: float = 0.0, alive: bool = True) -> dict:
@@ -102,8 +104,8 @@ def test_a_space_is_checked_for_every_neighbours_k_it_can_give():
     """Bug caught: the check before Ray read batch_size, samples_per_class and the objective, never the swept
     neighbours.k: the shipped neighbours space at batch_size 40 over 2 ranks (20 rows each) runs k = 7 (tuples
     of 8), which every such trial refused."""
+    from tune.driver.workers import check_space
     from tune.search.spaces import load_space
-    from tune.workers import check_space
 
     check_space(load_space("neighbours"), SweepOptions(workers_per_trial=2))   # 32 rows per rank: 2, 4, 8 divide
     with pytest.raises(SweepInputError, match=r"neighbours.k \+ 1 = 8"):
@@ -113,8 +115,8 @@ def test_a_space_is_checked_for_every_neighbours_k_it_can_give():
 def test_device_cpu_on_gpu_workers_is_refused_before_ray_starts():
     """Bug caught: ``--gpus-per-trial 1 --workers-per-trial 2`` with ``device=cpu`` in the space started NCCL
     workers that trained on the CPU, and the first gather of CPU tensors failed inside every trial."""
+    from tune.driver.workers import check_space
     from tune.search.spaces import load_space
-    from tune.workers import check_space
 
     space = load_space("quickstart", overrides={"device": "cpu"})
     options = SweepOptions(workers_per_trial=2, gpus_per_trial=1.0)
@@ -177,7 +179,7 @@ def test_the_node_check_reads_the_connected_rays_gpus():
     entries in another shape than ``ray.nodes()`` gives. One local Ray with 2 fake GPUs and 8 logical CPUs."""
     import ray
 
-    from tune.sweep import resolved_resources
+    from tune.driver.sweep import resolved_resources
 
     ray.init(address="local", num_cpus=8, num_gpus=2, include_dashboard=False, log_to_driver=False)
     try:

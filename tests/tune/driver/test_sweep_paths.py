@@ -13,14 +13,15 @@ import pytest
 import ray
 from PIL import Image
 
-from tune import cli
-from tune.options import SweepInputError, SweepOptions
-from tune.search.spaces import load_space
 from analysis.contract import SweepRecord
-from tune.plan import prepare, relocated
+from tune import cli
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare, relocated
+from tune.driver.sweep import resume_sweep, start
+from tune.errors import SweepInputError
 from tune.results.record import outcome, sweep_record
-from tune.sweep import resume_sweep, start
-from xbm.inputs import RELOCATABLE_KEYS
+from tune.search.spaces import load_space
+from xbm.data.inputs import RELOCATABLE_KEYS
 
 SPACE = """description: paths test (a tiny Omniglot tree, flattened 8 px images, mlp)
 base: {dataset: omniglot, model: mlp, image_size: 8, embedding_size: 8, epochs: 2, warmup_epochs: 0,

@@ -1,4 +1,5 @@
-"""tune/plan.py with tune/sweep.py's start: the searcher and the scheduler are built once, while the sweep is
+"""tune/driver/plan.py with tune/driver/sweep.py's start: the searcher and the scheduler are built once, while the
+sweep is
 planned (nothing written), and are the ones the Tuner runs; an optuna searcher's study reaches its live
 journal only once the sweep's folder is written."""
 from __future__ import annotations
@@ -6,13 +7,13 @@ from __future__ import annotations
 import optuna
 import ray
 
-from tune import plan as plan_module
+from tune.driver import plan as plan_module
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import start
 from tune.search.optuna_study import journal_storage
-from tune.options import SweepOptions
-from tune.plan import prepare
-from tune.sweep import start
 
-from .conftest import TOY_SPACE
+from ..conftest import TOY_SPACE
 
 
 def test_searcher_and_scheduler_are_built_once_and_the_study_moves_to_the_journal(tmp_path, monkeypatch, ray_down):
@@ -50,7 +51,7 @@ def test_a_gpu_sweep_over_the_memory_budget_without_a_cache_is_warned_once(tmp_p
     """Bug caught: a GPU sweep over CUB-sized data decoding every JPEG every epoch with no word said; or the
     warning on a CPU sweep, or with image_cache set."""
     import xbm.data.cache
-    from tune.sweep import gpu_data_warnings
+    from tune.driver.sweep import gpu_data_warnings
 
     monkeypatch.setattr(xbm.data.cache, "MEMORY_BUDGET", 1000)
     (tmp_path / "digits.yaml").write_text("description: d\nbase: {dataset: digits, model: test_resnet, epochs: 1}\n"
@@ -73,8 +74,8 @@ def test_a_recall_metric_outside_the_runs_k_set_is_refused_before_ray_starts():
     metrics and an ``eval_ks`` that adds the K (fixed or swept) are accepted."""
     import pytest
 
-    from tune.options import SweepInputError
-    from tune.plan import check_metric
+    from tune.driver.plan import check_metric
+    from tune.errors import SweepInputError
     from tune.search.spaces import load_space
 
     with pytest.raises(SweepInputError) as err:
@@ -97,8 +98,8 @@ def test_val_oneshot_error_needs_a_validation_split_with_episodes():
     the default) or with oneshot_episodes 0 accepted: no epoch would report it and ASHA would cull on nothing."""
     import pytest
 
-    from tune.options import SweepInputError
-    from tune.plan import check_metric
+    from tune.driver.plan import check_metric
+    from tune.errors import SweepInputError
     from tune.search.spaces import load_space
 
     check_metric(load_space("omniglot_oneshot"), "val_oneshot_error")
@@ -114,8 +115,8 @@ def test_val_by_superclass_on_a_data_set_without_superclasses_is_refused_before_
     failed in every trial, instead of one message naming the key before anything ran."""
     import pytest
 
-    from tune.options import SweepInputError
-    from tune.plan import check_data
+    from tune.driver.plan import check_data
+    from tune.errors import SweepInputError
 
     with pytest.raises(SweepInputError, match="val_by=superclass holds out whole super-classes, but dataset"):
         check_data([{"dataset": "digits", "val_fraction": 0.2, "val_by": "superclass"}])

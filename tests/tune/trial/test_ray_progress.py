@@ -1,4 +1,4 @@
-"""tune/ray_progress.py: rank 0's bars of ``xbm-tune train --workers N`` (drawn by the driver through Ray), on
+"""tune/trial/ray_progress.py: rank 0's bars of ``xbm-tune train --workers N`` (drawn by the driver through Ray), on
 fake bars and a fake clock (no Ray)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from tune.ray_progress import DelayedBar, driver_draws_bars
+from tune.trial.ray_progress import DelayedBar, driver_draws_bars
 
 
 class FakeBar:

@@ -5,7 +5,7 @@ own bar would be disabled there (``disable=None``) or, forced on, its carriage r
 line. Ray's ``ray.experimental.tqdm_ray.tqdm`` prints the bar's state as a line the driver recognises and
 draws with tqdm instead. So the driver decides (:func:`driver_draws_bars`: ``--no-progress``, or its stderr not
 a terminal, means no bar anywhere) and rank 0 draws through Ray (:func:`ray_bars`), with the same rule as
-``xbm.progress``: a pass gets its bar only once it has lasted ``delay_s``.
+``xbm.runtime.progress``: a pass gets its bar only once it has lasted ``delay_s``.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ checked in ``prepare``. The searcher and
 the scheduler it builds are the sweep's own (kept on the plan, built once): building them is what checks
 the registry names, the search/warm-start pairing and the warm-start points.
 
-Paths (``xbm.inputs.PATH_KEYS``) are absolute from ``prepare`` on: ``--set`` values against the launch
+Paths (``xbm.data.inputs.PATH_KEYS``) are absolute from ``prepare`` on: ``--set`` values against the launch
 directory, space-file values against the file's folder (``tune.search.spaces.loader``). Trials run in their
 own trial directories, so a relative path would point elsewhere there. ``sweep.json`` records them under
 ``paths`` (the non-swept ones): where the sweep's files are now. ``resume --set data_root=NEW`` and
@@ -20,19 +20,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from analysis.contract import SweepRecord, TRIALS_FILE
-from tune.results.loggers import build_loggers
-from tune.search.optuna_study import live_journal
+from analysis.contract import TRIALS_FILE, SweepRecord
 from analysis.location import Folder
-from tune.options import (GEOMETRIC_RUNGS, SMOKE, SMOKE_DECLARED, SMOKE_OVERRIDES, SweepInputError, SweepOptions,
-                          train_config)
+from tune.driver.options import SMOKE, SMOKE_DECLARED, SMOKE_OVERRIDES, SweepOptions
+from tune.driver.workers import check_space
+from tune.errors import SweepInputError
+from tune.results.loggers import build_loggers
 from tune.results.parquet import RESULTS, check_storage
+from tune.results.trial_config import WORKERS_KEY, train_config
+from tune.search.guards import GuardedScheduler
+from tune.search.interfaces import SearchAlg
+from tune.search.optuna_study import live_journal
 from tune.search.rungs import recorded_rungs, rung_epochs, straddle_warning
 from tune.search.schedulers import build_scheduler
 from tune.search.searchers import build_searcher, check_search_options
-from tune.search.spaces.space import OPTUNA_SEARCHES
-from tune.workers import WORKERS_KEY, check_space
-from xbm.inputs import PATH_KEYS, absolute_paths
+from tune.search.spaces.fairness import GEOMETRIC_RUNGS
+from tune.search.spaces.space import OPTUNA_SEARCHES, SearchSpace
+from tune.search.warm_start import WarmStart
+from xbm.data.inputs import PATH_KEYS, absolute_paths
 
 
 @dataclass
@@ -41,15 +46,15 @@ class SweepPlan:
     Tune param_space of the swept parameters) and ``scheduler`` (filling ``stop_reasons``) are used by one
     Tuner: a plan runs once."""
 
-    space: Any
+    space: SearchSpace
     options: SweepOptions
     experiment: str
     max_epochs: int
     warnings: list[str] = field(default_factory=list)
-    warm: Any = None
-    searcher: Any = None
+    warm: WarmStart | None = None
+    searcher: SearchAlg | None = None
     swept_space: dict[str, Any] = field(default_factory=dict)
-    scheduler: Any = None
+    scheduler: GuardedScheduler | None = None
     stop_reasons: dict[str, str] = field(default_factory=dict)
     loggers: list[Any] = field(default_factory=list)  # --log: Ray's W&B / MLflow callbacks (tune.results.loggers)
     rungs: tuple[int, ...] | None = None  # ASHA's rung epochs (--rungs; tune.search.rungs), None for another scheduler
@@ -76,7 +81,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
         options: the sweep's options (the CLI's flags: ``tune.commands._arguments.options_from``).
 
     Returns:
-        The plan :func:`tune.sweep.run_sweep` runs: the space, its searcher and scheduler, the Parquet sink and
+        The plan :func:`tune.driver.sweep.run_sweep` runs: the space, its searcher and scheduler, the Parquet sink and
         the options as resolved (``--smoke-test`` applied, paths made absolute, the space's seed).
 
     Raises:
@@ -85,13 +90,13 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
             cannot sample it, a storage folder that holds another sweep).
         ValueError: the space's fixed values are not a valid ``TrainConfig``.
     """
-    from tune.search.spaces import load_space
+    from tune.search.spaces import pin_space
 
     space, options, overrides = resolved_space(space_name, options)
     space.check_search(options.search)
     check_space(space, options)  # a space's own workers; each rank's share of the batch, named after the flag
     if options.workers > 1 and WORKERS_KEY not in space.base:  # the trials' TrainConfig knows them: config.workers
-        space = load_space(space_name, overrides={**overrides, WORKERS_KEY: options.workers}, smoke=options.smoke_test)
+        space = pin_space(space, {WORKERS_KEY: options.workers})
     base = train_config(space.base)  # the fixed part alone must be a valid TrainConfig
     max_epochs = base.epochs
     check_metric(space, options.metric)
@@ -110,7 +115,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     if options.warm_start:
         check_search_options(options)  # before reading the old sweep: --warm-start needs optuna
         warm = _warm_start(options, space)
-    # the study stays in memory until the sweep's folder exists (tune.sweep.start keeps it in the journal)
+    # the study stays in memory until the sweep's folder exists (tune.driver.sweep.start keeps it in the journal)
     searcher, swept_space = build_searcher(space, options, max_epochs, warm)
     stop_reasons: dict[str, str] = {}
     # the rungs placed above, listed: --rungs schedule enumerates the space's drops once, not again here
@@ -127,12 +132,12 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
                      stop_reasons, loggers, rungs)
 
 
-def resolved_space(space_name: str, options: SweepOptions) -> tuple[Any, SweepOptions, dict[str, Any]]:
+def resolved_space(space_name: str, options: SweepOptions) -> tuple[SearchSpace, SweepOptions, dict[str, Any]]:
     """The space with the values the flags set (``--set``, ``--max-epochs``, ``--seed`` unless the space fixes or
     sweeps the seed; ``--smoke-test``'s reduction), the options resolved against it, and those overrides. The file
     is read as written first: what it declares decides what the flags add. ``--workers-per-trial`` is added after
     ``check_space``, which names the flag when the batch does not split (the config's own check would not)."""
-    from tune.search.spaces import load_space
+    from tune.search.spaces import load_space, pin_space
 
     written = load_space(space_name, smoke=options.smoke_test)
     if options.smoke_test:
@@ -143,11 +148,11 @@ def resolved_space(space_name: str, options: SweepOptions) -> tuple[Any, SweepOp
         overrides["epochs"] = options.max_epochs
     if not {"seed"} & (set(written.base) | set(written.params) | set(overrides)):
         overrides["seed"] = options.seed
-    space = load_space(space_name, overrides=overrides or None, smoke=options.smoke_test)
+    space = pin_space(written, overrides) if overrides else written
     return space, options.for_space(space.is_grid), overrides
 
 
-def smoke_options(space, options: SweepOptions) -> SweepOptions:
+def smoke_options(space: SearchSpace, options: SweepOptions) -> SweepOptions:
     """``--smoke-test``'s options: a space with a ``smoke:`` section runs that reduction (``SMOKE_DECLARED``:
     its own data and grid at toy sizes, each point once, to its end); any other the toy data set
     (``SMOKE``, ``SMOKE_OVERRIDES``). ``--set`` values win over both."""
@@ -157,7 +162,7 @@ def smoke_options(space, options: SweepOptions) -> SweepOptions:
                            max_concurrent=options.max_concurrent)
 
 
-def check_metric(space, metric: str) -> None:
+def check_metric(space: SearchSpace, metric: str) -> None:
     """A ``recall_at_K`` metric (or ``test_recall_at_K``) must be one the trials report: K in the data set's
     K set, or in ``eval_ks``, for every data set and ``eval_ks`` the space can give; ``nmi`` needs ``eval_nmi``;
     ``val_oneshot_error`` a validation split (``val_fraction`` > 0) with one-shot episodes (``oneshot_episodes``).
@@ -212,7 +217,7 @@ def check_data(configs: Iterable[Mapping[str, Any]]) -> None:
             raise SweepInputError(str(exc)) from exc
 
 
-def _data_variants(space) -> list[dict[str, Any]]:
+def _data_variants(space: SearchSpace) -> list[dict[str, Any]]:
     """The base config, and one config per value of a swept path key (e.g. a choice of pretrained_path
     files), for ``check_data``. A swept ``dataset`` is checked only in its trials."""
     variants = [dict(space.base)]
@@ -237,7 +242,7 @@ def relocated(record: SweepRecord, changes: Mapping[str, Any], allowed: tuple[st
     return {**record.paths, **absolute_paths(changes, Path.cwd())}
 
 
-def _warm_start(options: SweepOptions, space):
+def _warm_start(options: SweepOptions, space: SearchSpace) -> WarmStart:
     from tune.search.warm_start import warm_start_points
 
     check_storage(options.warm_start)

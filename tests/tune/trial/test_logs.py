@@ -1,4 +1,4 @@
-"""tune/logs.py: the CLI's handler (stderr, plain format, levels, undone after the command) and a trial process's
+"""tune/trial/logs.py: the CLI's handler (stderr, plain format, levels, undone after the command) and a trial process's
 (stdout, only where nothing else prints the records)."""
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from contextlib import contextmanager
 
 import pytest
 
-from tune.logs import PACKAGES, TRIAL_PACKAGES, CurrentStream, cli_logging, trial_logging
+from tune.trial.logs import PACKAGES, TRIAL_PACKAGES, CurrentStream, cli_logging, trial_logging
 
 
 def test_info_lines_print_as_they_are_and_the_others_name_their_level(capsys):
     """Bug caught: the collapse warning losing its ``warning:`` (a notebook's level was moved into the text, the
     CLI's formatter must put it back), or INFO lines (where Ray runs) gaining a prefix they never had."""
     with cli_logging(logging.DEBUG):
-        logging.getLogger("tune.cluster").info("Ray: local Ray, 1 node(s)")
+        logging.getLogger("tune.driver.cluster").info("Ray: local Ray, 1 node(s)")
         logging.getLogger("tune.results.sink").warning("trial t1: epoch 2 collapsed")
         logging.getLogger("xbm.training.reuse").debug("reuse: %s", "hit")
         logging.getLogger("analysis.report").error("a section failed")
@@ -54,7 +54,7 @@ def test_levels_and_handlers_are_as_before_once_the_command_returns(capsys):
     before = {name: (logging.getLogger(name).level, list(logging.getLogger(name).handlers)) for name in PACKAGES}
     for level in (logging.WARNING, logging.INFO):
         with cli_logging(level):
-            logging.getLogger("tune.trial.guards").info("budget spent")
+            logging.getLogger("tune.search.guards").info("budget spent")
     assert capsys.readouterr().err.splitlines() == ["budget spent"]   # once: quiet first, then one handler
     assert {name: (logging.getLogger(name).level, list(logging.getLogger(name).handlers))
             for name in PACKAGES} == before

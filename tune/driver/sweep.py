@@ -1,5 +1,5 @@
-"""Run a sweep: build the ``Tuner`` for a plan (``tune.plan``), fit it inside one Ray session
-(``tune.cluster.ray_session``) and read the outcome back (``tune.results.record``); resume one; run fixed configs
+"""Run a sweep: build the ``Tuner`` for a plan (``tune.driver.plan``), fit it inside one Ray session
+(``tune.driver.cluster.ray_session``) and read the outcome back (``tune.results.record``); resume one; run fixed configs
 (the ``confirm`` stage).
 
 Tune settings every sweep shares: ``reuse_actors=True`` (measured: 16 trivial trials at ~25 s
@@ -27,27 +27,27 @@ from ray import tune as ray_tune
 from ray.tune.schedulers import FIFOScheduler
 
 from analysis.location import absolute
-from tune.trial.checkpoints import KeepLatestCheckpoint
 from tune import moved
-from tune.cluster import ray_session
+from tune.driver.cluster import ray_session
+from tune.driver.options import SweepOptions
+from tune.driver.plan import SweepPlan, check_data, relocated
+from tune.driver.workers import LAUNCHER_CPU, check_node_gpus, launcher_resources, max_concurrent, worker_resources
+from tune.errors import SweepInputError
 from tune.results.live import SweepBest
-from tune.search.optuna_study import journal_storage
-from tune.options import SweepInputError, SweepOptions, train_config
-from tune.plan import SweepPlan, check_data, relocated
-from tune.results.record import (SweepOutcome, outcome, provenance, read_record, record_paths, sweep_record,
-                         write_record)
-from tune.trial.resources import resolve_cpus_per_trial
-from tune.search.rungs import recorded_rungs
-from tune.search.schedulers import build_scheduler, decision_epochs
-from tune.search.searchers import FixedConfigs
+from tune.results.record import SweepOutcome, outcome, provenance, read_record, record_paths, sweep_record, write_record
 from tune.results.sink import ParquetSink
 from tune.results.state_backup import StateBackup, repair_state
 from tune.results.tensorboard_logger import SweepTensorBoard
+from tune.results.trial_config import config_workers, train_config
+from tune.search.optuna_study import journal_storage
+from tune.search.rungs import recorded_rungs
+from tune.search.schedulers import build_scheduler, decision_epochs
+from tune.search.searchers import FixedConfigs, PrunedOptunaSearch
 from tune.trial.base import TrialPolicy
+from tune.trial.checkpoints import KeepLatestCheckpoint
+from tune.trial.resources import resolve_cpus_per_trial
 from tune.trial.trainable import TrialNamer, make_trainable, trial_dirname
-from tune.workers import (LAUNCHER_CPU, check_node_gpus, config_workers, launcher_resources, max_concurrent,
-                          worker_resources)
-from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS
+from xbm.data.inputs import PATH_KEYS, RELOCATABLE_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def start(plan: SweepPlan, callbacks: tuple = (), own_ray: bool = False) -> Buil
         log.warning("%s", warning)
     write_record(plan.results_uri, sweep_record(plan))
     journal = plan.optuna_journal
-    if journal and hasattr(plan.searcher, "keep_study"):
+    if journal and isinstance(plan.searcher, PrunedOptunaSearch):
         plan.searcher.keep_study(plan.experiment, journal_storage(journal))
     return build_tuner(plan, callbacks)
 
@@ -125,7 +125,7 @@ def resolved_resources(options: SweepOptions, own_ray: bool = False) -> SweepOpt
     """``options`` with ``cpus_per_trial`` a number (``auto`` resolved on the connected cluster's nodes: the
     CPUs that come with one worker's GPUs), checked against the nodes' GPUs (a trial's GPUs must fit on
     one node: SweepInputError naming every node's count), and for multi-worker trials ``max_concurrent``
-    capped to the trials whose workers fit together (``tune.workers``; refused when none ever fits on a Ray
+    capped to the trials whose workers fit together (``tune.driver.workers``; refused when none ever fits on a Ray
     this process started, ``own_ray``)."""
     import ray
 
@@ -141,7 +141,7 @@ def tune_cap(search_alg, max_concurrent: int | None) -> int | None:
     """``TuneConfig.max_concurrent_trials`` for ``search_alg``: Tune applies it only to a ``Searcher`` (in a
     ``ConcurrencyLimiter``) and ignores it, with a warning, for Ray's variant generator (grid and random
     search), whose own cap is its ``max_concurrent``: that is set here instead. Multi-worker trials rely on
-    the cap (``tune.workers.max_concurrent``)."""
+    the cap (``tune.driver.workers.max_concurrent``)."""
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     if not isinstance(search_alg, BasicVariantGenerator):
@@ -251,7 +251,7 @@ def resume_sweep(path: str, address: str | None = None, dashboard: bool = True,
     """Continue a sweep whose driver died: finished trials stay finished, errored and unfinished ones
     continue from their last checkpoints (``Tuner.restore(resume_errored=True, restart_errored=False)``).
 
-    ``paths`` (``--set data_root=NEW``) moves the sweep to files elsewhere (``tune.plan``); the data
+    ``paths`` (``--set data_root=NEW``) moves the sweep to files elsewhere (``tune.driver.plan``); the data
     set is checked before Ray starts either way."""
     uri = absolute(path)
     record = read_record(uri)

@@ -20,34 +20,13 @@ import itertools
 import math
 from typing import Any, Iterable, Mapping
 
-from tune.options import SweepInputError, SweepOptions
+from tune.driver.options import SweepOptions
+from tune.errors import SweepInputError
+from tune.results.trial_config import WORKERS_KEY
 from xbm.config import TrainConfig, batch_split_problem
 
-#: the TrainConfig key holding a run's number of workers (``config.workers`` in Parquet)
-WORKERS_KEY = "workers"
 #: what the launcher of a multi-worker trial asks Tune for: it only starts the workers and forwards reports
 LAUNCHER_CPU = 0.01
-
-
-def config_workers(config: Mapping[str, Any]) -> int:
-    """A trial config's workers (1 when absent or null)."""
-    value = config.get(WORKERS_KEY)
-    return int(value) if value is not None and value == value else 1
-
-
-def trial_gpus(trial, gpus_per_worker: float | None = None) -> float:
-    """The GPUs a Tune trial uses: its config's workers x ``gpus_per_worker``. Without ``gpus_per_worker``
-    (an object pickled before it existed), the GPUs of the trial's placement group, which are a
-    one-worker trial's GPUs (a multi-worker trial's workers are outside it)."""
-    if gpus_per_worker is None:
-        return float(trial.placement_group_factory.required_resources.get("GPU", 0.0))
-    return config_workers(trial.config) * float(gpus_per_worker)
-
-
-def gpu_hours(seconds: float, gpus: float) -> float:
-    """GPU-hours of a trial that ran ``seconds`` (Tune's ``time_total_s``) on ``gpus`` (``trial_gpus``): the one
-    rule of the sink's ``gpu_hours``, the GPU-hour budget and the searchers' ``gpu_hours`` objective."""
-    return seconds * gpus / 3600.0
 
 
 def launcher_resources(options: SweepOptions) -> dict[str, float]:

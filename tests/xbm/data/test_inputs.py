@@ -1,4 +1,4 @@
-"""xbm/inputs.py: the one registry of path-valued config keys, and making them absolute."""
+"""xbm/data/inputs.py: the one registry of path-valued config keys, and making them absolute."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ import pytest
 
 from xbm import train_cli
 from xbm.config import TrainConfig
-from xbm.inputs import PATH_KEYS, RELOCATABLE_KEYS, absolute_path, absolute_paths
+from xbm.data.inputs import PATH_KEYS, RELOCATABLE_KEYS, absolute_path, absolute_paths
 
 PATH_LIKE = ("_root", "_path", "_dir", "_file", "cache")
 
@@ -22,7 +22,8 @@ def test_every_path_valued_key_is_registered():
     for key in PATH_KEYS:
         assert key in fields and isinstance(fields[key].default, str), key
     named_like_paths = {k for k in TrainConfig.keys() if k.endswith(PATH_LIKE)}
-    assert named_like_paths <= set(PATH_KEYS), f"register in xbm.inputs.PATH_KEYS: {named_like_paths - set(PATH_KEYS)}"
+    assert named_like_paths <= set(PATH_KEYS), \
+        f"register in xbm.data.inputs.PATH_KEYS: {named_like_paths - set(PATH_KEYS)}"
 
 
 def test_relocatable_keys_are_paths_a_checkpoint_may_resume_with():

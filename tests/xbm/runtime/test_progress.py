@@ -1,4 +1,4 @@
-"""xbm/progress.py: the commands' tqdm bars, drawn only when enabled, on a terminal and after their delay."""
+"""xbm/runtime/progress.py: the commands' tqdm bars, drawn only when enabled, on a terminal and after their delay."""
 from __future__ import annotations
 
 import io

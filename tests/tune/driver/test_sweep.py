@@ -1,5 +1,5 @@
-"""tune/sweep.py, tune/search/searchers.py, tune/search/schedulers.py: input checks before Ray, the registries, the
-ASHA-stopped-trials-as-PRUNED fix for Optuna, a real ASHA + Optuna sweep on the toy trainable, and
+"""tune/driver/sweep.py, tune/search/searchers.py, tune/search/schedulers.py: input checks before Ray, the registries,
+the ASHA-stopped-trials-as-PRUNED fix for Optuna, a real ASHA + Optuna sweep on the toy trainable, and
 fixed configs (the confirm stage) written into an existing sweep."""
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ from ray.tune.schedulers.pb2 import PB2
 from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 
-from tune.options import SweepInputError, SweepOptions
+from tune.driver.options import SweepOptions
+from tune.driver.plan import prepare
+from tune.driver.sweep import run_configs, run_sweep
+from tune.errors import SweepInputError
+from tune.results.record import outcome
 from tune.search.schedulers import SCHEDULERS, GuardedFIFO, build_scheduler
 from tune.search.searchers import SEARCHERS, FixedConfigs, PrunedOptunaSearch, build_searcher
 from tune.search.spaces import SpaceError, load_space
-from tune.plan import prepare
-from tune.results.record import outcome
-from tune.sweep import run_configs, run_sweep
 
-from .conftest import run_toy_sweep
+from ..conftest import run_toy_sweep
 
 TOY = """description: toy sweep for the tests
 base: {dataset: toy, model: mlp, embedding_size: 16, epochs: 3, warmup_epochs: 0, batch_size: 128,
@@ -131,7 +132,7 @@ def test_every_registry_entry_builds(tmp_path, space_file):
     pb2 = build_scheduler(options(tmp_path, scheduler="pb2", search="random", perturbation_interval=3), 9, {}, mutable)
     assert isinstance(pb2, PB2) and pb2._perturbation_interval == 3 and pb2._time_attr == "epoch"
     assert pb2._hyperparam_bounds == {"weight_decay": [1e-4, 1e-2]}
-    assert type(built["fifo"]) is GuardedFIFO  # no early stopping of its own (only tune.trial.guards')
+    assert type(built["fifo"]) is GuardedFIFO  # no early stopping of its own (only tune.search.guards')
     assert isinstance(built["asha"], AsyncHyperBandScheduler) and isinstance(built["hyperband"], HyperBandScheduler)
     for name in ("asha", "hyperband"):
         assert built[name]._time_attr == "epoch", name
@@ -288,8 +289,8 @@ def test_resume_judges_multi_worker_trials_against_the_ray_it_runs_on(monkeypatc
     from contextlib import contextmanager
     from types import SimpleNamespace
 
-    from tune import sweep
-    from tune.options import SweepOptions
+    from tune.driver import sweep
+    from tune.driver.options import SweepOptions
 
     options = SweepOptions(workers_per_trial=2, cpus_per_trial=1.0, address="auto", scheduler="fifo",
                            search="random", num_samples=1)

@@ -4,7 +4,7 @@
 has): its decision wins over the scheduler's, so a trial stops at once instead of holding its slot until
 the next rung. A trial stops when
 
-- its loss saw no positive pair (``xbm.signals.collapsed``) for ``COLLAPSED_EPOCHS`` consecutive main
+- its loss saw no positive pair (``xbm.evaluate.signals.collapsed``) for ``COLLAPSED_EPOCHS`` consecutive main
   epochs (the trial learns nothing);
 - its best Recall@1 is still below ``reference_raw_recall_at_1`` (nearest neighbours on the inputs
   themselves) at its first evaluated epoch >= ``raw_epoch`` = max(``grace_period``, ``RAW_MIN_EPOCHS``);
@@ -14,7 +14,7 @@ the next rung. A trial stops when
   so judging there would stop every trial of such a sweep;
 - the sweep's budget is spent (``Budget``): the searcher is told it is finished, trials not started are
   dropped, and each running trial is stopped at its next result, i.e. when its current epoch ends (logged
-  once at INFO, logger ``tune.trial.guards``; ``xbm-tune sweep`` ends on the same news).
+  once at INFO, logger ``tune.search.guards``; ``xbm-tune sweep`` ends on the same news).
 
 Each stop writes its reason into ``stop_reasons`` (shared with the Parquet sink, ``stop_reason``).
 """
@@ -29,7 +29,7 @@ from typing import Any
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from xbm.signals import below_raw, collapsed
+from xbm.evaluate.signals import below_raw, collapsed
 
 #: every scheduler's time attribute: the trainer's 1-based epoch, continuous across restores
 TIME_ATTR = "epoch"
@@ -94,7 +94,8 @@ class Guards:
     def __init__(self, stop_reasons: dict, stop_collapsed: bool = True, grace_period: int = 1,
                  budget: Budget = Budget(), gpus_per_worker: float | None = None) -> None:
         self.stop_reasons = stop_reasons
-        self.gpus_per_worker = gpus_per_worker  # a trial's GPUs: its workers x these (tune.workers.trial_gpus)
+        # a trial's GPUs: its workers x these (tune.results.trial_config.trial_gpus)
+        self.gpus_per_worker = gpus_per_worker
         self.stop_collapsed, self.grace_period, self.budget = stop_collapsed, grace_period, budget
         self.spent: str | None = None  # the budget's reason once spent
         self.clock = time.monotonic  # the driver's clock for the time budget (a test moves it)
@@ -155,15 +156,16 @@ class Guards:
 
 
 def _gpu_hours(trial, result: dict | None, gpus_per_worker: float | None = None) -> float:
-    from tune.workers import gpu_hours, trial_gpus
+    from tune.results.trial_config import gpu_hours, trial_gpus
 
     return gpu_hours(float((result or {}).get("time_total_s") or 0.0), trial_gpus(trial, gpus_per_worker))
 
 
-class GuardedScheduler:
-    """Mixin put first in every scheduler's bases: ``guards`` (set by ``tune.search.schedulers.build_scheduler``;
-    None = plain scheduler) judges each result before the scheduler does, and checks the budget whenever
-    Tune looks for a trial to run and at every result."""
+class GuardedScheduler(TrialScheduler):
+    """The base put first in every scheduler's bases (the registry's type, ``tune.search.interfaces``; Ray's
+    scheduler class follows it, so ``super()`` reaches that scheduler's own rules): ``guards`` (set by
+    ``tune.search.schedulers.build_scheduler``; None = plain scheduler) judges each result before the scheduler
+    does, and checks the budget whenever Tune looks for a trial to run and at every result."""
 
     guards: Guards | None = None
 

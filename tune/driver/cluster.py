@@ -5,7 +5,7 @@ Ray 2.60 turns on token authentication for a local ``ray.init()``: it writes a t
 get in: open the URL, paste the token that ``ray get-auth-token`` prints (the dashboard stores it in a
 cookie). From another machine, tunnel the port (``ssh -L 8265:127.0.0.1:8265 host``): the dashboard only
 listens on 127.0.0.1. ``RAY_AUTH_MODE=disabled`` opts out (not recommended). Where the sweep runs is logged at
-INFO (``tune.cluster``; ``xbm-tune`` shows it on stderr unless ``--quiet``).
+INFO (``tune.driver.cluster``; ``xbm-tune`` shows it on stderr unless ``--quiet``).
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ import torch
 from xbm.config import ON_BAD_IMAGE
 from xbm.data.preprocess import ImageLike, Preprocessing
 from xbm.errors import BadImageError
-from xbm.training.runtime import resolve_amp, resolve_device
+from xbm.runtime.device import resolve_amp, resolve_device
 
 EXPORT_FORMAT = 1
 WEIGHTS, CARD, README = "weights.safetensors", "embedder.yaml", "README.md"
@@ -223,11 +223,11 @@ class ImageEmbedder:
 def embed_files(embedder: ImageEmbedder, paths: list[str], batch_size: int, device: str, on_error: str,
                 desc: str = "embedding", progress: bool = True):
     """(kept positions, float32 rows [n, d]) of ``paths`` with a progress bar (``progress``: drawn on a terminal,
-    ``xbm.progress.bar``); skipped images are named on stderr. Raises BadImageError under ``on_error=stop``.
+    ``xbm.runtime.progress.bar``); skipped images are named on stderr. Raises BadImageError under ``on_error=stop``.
     ``xbm-tune embed`` and ``xbm-tune retrieve`` (its gallery and its queries) embed through it."""
     from tqdm import tqdm
 
-    from xbm.progress import bar as progress_bar
+    from xbm.runtime.progress import bar as progress_bar
 
     positions, rows = [], []
     with progress_bar(desc=desc, enabled=progress, total=len(paths), unit="img") as bar:

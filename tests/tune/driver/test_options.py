@@ -1,10 +1,11 @@
-"""tune/options.py's checks come from xbm/checks.py: the sweep's own exception, the shared rule and parser."""
+"""tune/driver/options.py's checks come from xbm/checks.py: the sweep's own exception, the shared rule and parser."""
 from __future__ import annotations
 
 import pytest
 
-from tune import options
-from tune.options import SweepInputError, SweepOptions
+from tune.driver import options
+from tune.driver.options import SweepOptions
+from tune.errors import SweepInputError
 from xbm import checks
 
 
@@ -19,7 +20,7 @@ def test_sweep_options_use_the_shared_check_and_parser_with_their_exception():
 def test_repeated_metric_with_modes_gives_the_first_as_metric_and_the_rest_as_extras():
     """Bug caught: a second --metric replacing the first (argparse's default for a repeated flag), a
     metric without :MODE ignoring --mode, or mismatched extras accepted."""
-    from tune.options import metric_options
+    from tune.driver.options import metric_options
 
     got = metric_options(["recall_at_1:max", "gpu_hours:min", "memory_bytes"], "min")
     options = SweepOptions(**got)
