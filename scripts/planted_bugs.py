@@ -45,7 +45,7 @@ PLANTS = [
      ["tests/xbm/test_config_wiring.py", "tests/xbm/training/test_epoch.py"]),
     ("amp bf16 ignored on cpu", "xbm/runtime/device.py",
      'return torch.float16 if amp == "fp16" else torch.bfloat16', 'return torch.float16 if amp == "fp16" else None',
-     ["tests/xbm/test_config_wiring.py", "tests/xbm/training/test_runtime.py"]),
+     ["tests/xbm/test_config_wiring.py", "tests/xbm/runtime/test_device.py"]),
     ("evaluation moves the global RNG", "xbm/training/loaders.py",
      "generator=torch.Generator().manual_seed(0))", "generator=None)",
      ["tests/xbm/test_trainer.py::test_evaluate_test_never_changes_training"]),
@@ -57,10 +57,10 @@ PLANTS = [
      ["tests/tune/test_cli.py::test_sweep_exits_1_only_when_every_trial_failed"]),
     ("fifo stops early", "tune/search/schedulers.py",
      "    return GuardedFIFO()", "    return RecordingASHA({}, time_attr=TIME_ATTR, max_t=max_epochs)",
-     ["tests/tune/test_sweep.py::test_every_registry_entry_builds"]),
+     ["tests/tune/driver/test_sweep.py::test_every_registry_entry_builds"]),
     ("grace check removed", "tune/driver/plan.py",
      "raise SweepInputError(f\"--grace-period must be <= the epoch budget", "print(f\"--grace-period must be <= the epoch budget",
-     ["tests/tune/test_sweep.py::test_bad_input_is_refused_before_anything_is_written"]),
+     ["tests/tune/driver/test_sweep.py::test_bad_input_is_refused_before_anything_is_written"]),
 ]
 names = sys.argv[1:]
 unknown = set(names) - {p[0] for p in PLANTS}

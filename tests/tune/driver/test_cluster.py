@@ -87,7 +87,7 @@ def test_every_ray_init_in_the_repository_names_its_address():
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     bare = []
     for folder in ("xbm", "tune", "analysis", "benchmarks", "scripts", "tests"):
         for path in sorted((root / folder).rglob("*.py")):

@@ -27,7 +27,7 @@ def test_epoch_line_names_trial_epoch_loss_metric_and_the_sweep_best():
 
 def test_header_names_the_trial_its_config_and_the_count_on_this_actor(caplog, monkeypatch):
     """Bug caught: a reused actor's second trial is not announced, or the count restarts per trial. (On the
-    actor's stdout: tests/tune/test_logs.py and, in a real sweep, test_watch.py.)"""
+    actor's stdout: tests/tune/trial/test_logs.py and, in a real sweep, test_watch.py.)"""
     monkeypatch.setattr(live, "_trials_on_this_actor", 0)
     caplog.set_level(logging.INFO, logger="tune.results.live")
     live.log_header("t1", "t1_kind=xbn", {"seed": 0, "normaliser.kind": "xbn"})

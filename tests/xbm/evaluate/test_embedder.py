@@ -17,9 +17,9 @@ from xbm.errors import BadImageError
 from xbm.evaluate.embedder import CARD, WEIGHTS, ExportFolderError, load_embedder, write_export
 from xbm.trainer import Trainer
 
-from .data.conftest import make_drawings, truncate
+from ..data.conftest import make_drawings, truncate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("cub_fixture", ROOT / "benchmarks" / "cub_fixture.py")
 cub_fixture = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cub_fixture)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from xbm import progress
+from xbm.runtime import progress
 
 
 class Terminal(io.StringIO):
