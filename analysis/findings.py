@@ -116,8 +116,8 @@ def variant_of(frame: pd.DataFrame) -> pd.Series:
 def trial_frame(sweep: Sweep, stage: str = "sweep") -> pd.DataFrame:
     """One row per finished trial: ``variant``, ``batch_size``, ``ratio`` (0 without memory), ``seed``, ``recall``
     (its final Recall@1 on the held-out alphabets, in percent), ``raw`` and ``untrained`` (the floors, in percent),
-    ``trial``. Trials that repeat a (variant, batch, ratio, seed) point (a grid cannot be conditional: no memory
-    is run under each normaliser) are counted once."""
+    ``trial``. Trials that repeat a (variant, batch, ratio, seed) point are counted once: sweeps read together may
+    share points, and a sweep from before conditional grids ran no memory under each normaliser."""
     trials = sweep.stage_trials(stage)
     trials = trials[finished(trials)]
     out = pd.DataFrame({"variant": variant_of(trials), "trial": trials["trial_id"].astype(str),

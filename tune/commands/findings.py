@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           "its space's header (reproduced, not reproduced or inconclusive, with the numbers), and\n"
                           "write findings.png, curve.csv and verdicts.csv.")
     parser.epilog = ("examples:\n  xbm-tune findings ~/xbm_sweeps/findings_batch_size-20261203-090000\n"
-                     "  xbm-tune findings RATIO_SWEEP NO_MEMORY_SWEEP --out figures/ratio   # ratio 0 from another")
+                     "  xbm-tune findings SWEEP MORE_SEEDS --out figures/ratio   # two sweeps of one claim, together")
     parser.add_argument("paths", metavar="SWEEP", nargs="+",
                         help="the sweep folder(s) (<storage>/<name>, or URIs), read together; the first names the claim")
     parser.add_argument("--out", metavar="DIR", default=None,

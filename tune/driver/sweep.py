@@ -85,7 +85,8 @@ def build_tuner(plan: SweepPlan, callbacks: tuple = ()) -> Built:
                        exploits=getattr(plan.scheduler, "exploits", None), gpus_per_worker=options.gpus_per_worker)
     tune_config = ray_tune.TuneConfig(
         metric=options.metric, mode=options.mode, search_alg=plan.searcher, scheduler=plan.scheduler,
-        num_samples=options.num_samples, max_concurrent_trials=tune_cap(plan.searcher, options.max_concurrent),
+        num_samples=tune_samples(plan.searcher, options.num_samples),
+        max_concurrent_trials=tune_cap(plan.searcher, options.max_concurrent),
         reuse_actors=reuse_actors(options),
         trial_name_creator=TrialNamer(list(plan.space.params)), trial_dirname_creator=trial_dirname)
     watch = [SweepBest(plan.experiment, options.metric, options.mode), SweepTensorBoard(), *plan.loggers]
@@ -135,6 +136,13 @@ def resolved_resources(options: SweepOptions, own_ray: bool = False) -> SweepOpt
     options = options.replace(cpus_per_trial=resolve_cpus_per_trial(options.cpus_per_trial, options.gpus_per_worker,
                                                                      nodes, options.workers, LAUNCHER_CPU))
     return options.replace(max_concurrent=max_concurrent(options, nodes, own_ray))
+
+
+def tune_samples(search_alg: Any, num_samples: int | None) -> int | None:
+    """``TuneConfig.num_samples``: how often Tune asks the searcher for a trial. Fixed configs (a conditional
+    grid's points, already repeated ``--num-samples`` times) are one trial each; any other searcher repeats the
+    space ``--num-samples`` times (Ray's grid) or is asked that many times."""
+    return search_alg.total if isinstance(search_alg, FixedConfigs) else num_samples
 
 
 def tune_cap(search_alg, max_concurrent: int | None) -> int | None:

@@ -174,12 +174,17 @@ OPTUNA_SAMPLERS = {
 
 
 class FixedConfigs(Searcher):
-    """Suggests the given configs in order, then ``FINISHED``: no search, for the confirm stage."""
+    """Suggests the given configs in order, then ``FINISHED``: no search, for the stages that rerun configs and
+    for a conditional grid's points. ``total``: how many trials Tune should ask for (its ``num_samples``)."""
 
     def __init__(self, configs: Sequence[Mapping[str, Any]], metric: str, mode: str) -> None:
         super().__init__(metric=metric, mode=mode)
         self._configs = [dict(c) for c in configs]
         self._next = 0
+
+    @property
+    def total(self) -> int:
+        return len(self._configs)
 
     def suggest(self, trial_id: str) -> dict | str:
         if self._next >= len(self._configs):
@@ -217,8 +222,13 @@ def _optuna(space: SearchSpace, options: Any, budget: int, warm: WarmStart | Non
 
 def _variants(space: SearchSpace, options: Any, budget: int, warm: WarmStart | None,
               study: tuple[str, Any] | None = None) -> tuple[BasicVariantGenerator, dict[str, Any]]:
-    """Random and grid search: Ray's variant generator; conditional params draw from ``options.seed`` too.
-    No Optuna study (``study`` is ignored): ``xbm-tune export-optuna`` builds one from the Parquet."""
+    """Random and grid search: Ray's variant generator; conditional params draw from ``options.seed`` too. A
+    grid with conditional params (``SearchSpace.conditional_grid``) runs its points as fixed configs, each
+    ``num_samples`` times (Ray's grid_search would run the full product). No Optuna study (``study`` is
+    ignored): ``xbm-tune export-optuna`` builds one from the Parquet."""
+    if options.search == "grid" and space.conditional_grid:
+        points = space.grid_points() * options.num_samples
+        return FixedConfigs(points, options.metric, options.mode), dict(space.base)
     return BasicVariantGenerator(random_state=options.seed), space.to_param_space(seed=options.seed)
 
 

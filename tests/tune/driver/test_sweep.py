@@ -14,7 +14,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from tune.driver.options import SweepOptions
 from tune.driver.plan import prepare
-from tune.driver.sweep import run_configs, run_sweep
+from tune.driver.sweep import run_configs, run_sweep, tune_samples
 from tune.errors import SweepInputError
 from tune.results.record import outcome
 from tune.search.schedulers import SCHEDULERS, GuardedFIFO, build_scheduler
@@ -108,6 +108,22 @@ def test_fixed_configs_come_in_order_then_finish():
     searcher = FixedConfigs([{"seed": 1}, {"seed": 2}], "recall_at_1", "max")
     assert [searcher.suggest("a"), searcher.suggest("b"), searcher.suggest("c")] == [{"seed": 1}, {"seed": 2},
                                                                                       Searcher.FINISHED]
+
+
+def test_a_conditional_grid_runs_its_points_as_fixed_configs_num_samples_times(tmp_path, space_file):
+    """Bug caught: a conditional grid given to Ray's grid_search (the full product, repeats included), or its fixed
+    configs run once each whatever --num-samples, or Tune asked for --num-samples trials in all (Tune's
+    num_samples counts a searcher's suggestions: 2 of 6)."""
+    text = GRID.replace("normaliser.kind: {grid: [none, xbn]}", "memory.enabled: {grid: [false, true]}\n"
+                        "  normaliser.kind: {grid: [none, xbn], when: {memory.enabled: true}}")
+    space = load_space(space_file(text, "conditional"))
+    searcher, param_space = build_searcher(space, options(tmp_path, search="grid", num_samples=2), 3)
+    assert isinstance(searcher, FixedConfigs) and tune_samples(searcher, 2) == 6
+    assert param_space == space.base and "normaliser.kind" not in param_space
+    suggested = [searcher.suggest(str(i)) for i in range(7)]
+    assert suggested[-1] == Searcher.FINISHED and suggested[:3] == suggested[3:6] == space.grid_points()
+    assert tune_samples(build_searcher(load_space(space_file(GRID, "plain")), options(tmp_path, search="grid",
+                                                                                       num_samples=2), 3)[0], 2) == 2
 
 
 # ---- registries and checks before Ray ------------------------------------------------------------

@@ -68,8 +68,8 @@ def test_smoke_options_keep_a_declared_study_on_its_data(tmp_path):
 
 def test_the_shipped_findings_spaces_smoke_to_a_few_points():
     """Bug caught: a findings space whose smoke test is its whole grid (hours on 2 cores) or leaves Omniglot."""
-    for name, points in (("findings_batch_size", 8), ("findings_memory_ratio", 4), ("findings_valid_negatives", 2),
-                         ("findings_drift", 8)):
+    for name, points in (("findings_batch_size", 8), ("findings_memory_ratio", 6), ("findings_valid_negatives", 2),
+                         ("findings_drift", 6)):
         space = load_space(name, smoke=True)
         assert space.grid_size() == points and space.base["dataset"] == "omniglot", name
         assert space.base["loss.kind"] == "contrastive" and space.base["miner.kind"] == "none"

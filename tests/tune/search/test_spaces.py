@@ -68,9 +68,6 @@ ERRORS = {
     "key in base and params": ("lr: {uniform: [0.1, 0.2]}", "lr: 0.1", "lr", ["both in base and in params"]),
     "uniform on an int key": ("epochs: {uniform: [1, 10]}", "dataset: toy", "epochs",
                               ["draws floats", "type int", "use int", "uniform [1, 10]"]),
-    "grid with when": ("normaliser.kind: {choice: [xbn, pcxbn]}\n"
-                       "normaliser.lambda_mu: {grid: [0.0, 1.0], when: {normaliser.kind: pcxbn}}",
-                       "dataset: toy", "normaliser.lambda_mu", ["grid param cannot have 'when'"]),
     "when cycle": ("normaliser.kind: {choice: [xbn, pcxbn], when: {miner.distance: lp}}\n"
                    "miner.distance: {choice: [lp, cosine], when: {normaliser.kind: xbn}}",
                    "dataset: toy", "normaliser.kind",
@@ -232,6 +229,34 @@ def test_overrides_pin_params_and_drop_unreachable_branches():
         load_space("quickstart", overrides={"epochz": 3})
     with pytest.raises(SpaceError, match="0 <= val_fraction < 1"):
         load_space("quickstart", overrides={"val_fraction": 1.5})
+
+
+CONDITIONAL_GRID = """description: a conditional grid
+base: {dataset: toy, model: mlp, batch_size: 16, samples_per_class: 4}
+params:
+  seed: {grid: [0, 1]}
+  memory.enabled: {grid: [false, true]}
+  normaliser.kind: {grid: [none, xbn], when: {memory.enabled: true}}
+"""
+
+
+def test_a_conditional_grid_runs_each_point_once_where_its_condition_holds(tmp_path):
+    """Bug caught: a grid param with ``when`` enumerated as the full product (8 trials, the no-memory run twice,
+    once labelled xbn) or drawn at random under ``--search random`` instead of enumerated. By hand: 2 seeds x
+    (no memory, memory with none, memory with xbn) = 6 points, normaliser.kind absent (None) without memory."""
+    space = load_space(write(tmp_path, CONDITIONAL_GRID))
+    assert space.conditional_grid and space.grid_size() == 6
+    assert space.grid_points() == [
+        {"seed": seed, "memory.enabled": enabled, "normaliser.kind": kind}
+        for seed in (0, 1) for enabled, kind in ((False, None), (True, "none"), (True, "xbn"))]
+    space.check_search("grid")
+    with pytest.raises(SpaceError, match="enumerated by --search grid only"):
+        space.check_search("random")
+    plain = load_space(write(tmp_path, CONDITIONAL_GRID.replace(", when: {memory.enabled: true}", ""), "plain.yaml"))
+    assert not plain.conditional_grid and plain.grid_size() == 8
+    smoke = load_space(write(tmp_path, CONDITIONAL_GRID + "smoke:\n  normaliser.kind: {grid: [xbn]}\n", "s.yaml"),
+                       smoke=True)
+    assert smoke.grid_size() == 4 and smoke.params["normaliser.kind"].is_conditional  # the smoke grid keeps `when`
 
 
 def test_pinning_a_loaded_space_equals_loading_it_pinned_and_reads_no_file(tmp_path):

@@ -41,6 +41,22 @@ def free_values(params: Mapping[str, Param]) -> dict[str, list[Any]]:
             if len(param.branches) == 1 and not param.branches[0].when}
 
 
+def grid_points(params: Mapping[str, Param], fixed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every point of an all-grid space, each a dict of all its params in dependency order: a param takes each
+    value of the branch whose condition holds on the point so far (``fixed`` gives the keys it may test that are
+    not swept), or None (absent) where none holds. So a conditional grid multiplies only the points where it
+    exists: ``normaliser.kind: {grid: [none, xbn], when: {memory.enabled: true}}`` beside ``memory.enabled:
+    {grid: [false, true]}`` is 3 points, not 4 with two of them the same run."""
+    points: list[dict[str, Any]] = [{}]
+    for key, param in params.items():
+        grown = []
+        for point in points:
+            branch = param.active({**fixed, **point})
+            grown += [{**point, key: value} for value in ([None] if branch is None else branch.dist.values() or [])]
+        points = grown
+    return points
+
+
 def combinations(values: Mapping[str, list[Any]]) -> tuple[Iterator[dict[str, Any]], int]:
     """(the combinations to judge, how many there are): all of them, or a fixed-seed sample of
     ``MAX_COMBINATIONS`` when there are more."""

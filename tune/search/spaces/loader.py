@@ -96,10 +96,18 @@ def smoke_space(raw: RawSpace) -> RawSpace:
     replaces the key's values (a fixed key becomes that grid). A study's smoke test keeps its data and its
     comparison, at toy sizes: e.g. 2 seeds x 2 batch sizes, a small model, 2 epochs."""
     pinned = {k: v for k, v in raw.smoke.items() if not isinstance(v, Param)}
-    grids = {k: v for k, v in raw.smoke.items() if isinstance(v, Param)}
+    # a smoke grid gives a param fewer values under the same condition (a conditional grid stays conditional)
+    grids = {k: _same_condition(v, raw.params.get(k)) for k, v in raw.smoke.items() if isinstance(v, Param)}
     base = {k: v for k, v in {**raw.base, **pinned}.items() if k not in grids}
     params = {k: p for k, p in {**raw.params, **grids}.items() if k not in pinned}
     return RawSpace(raw.description, base, params)
+
+
+def _same_condition(grid: Param, param: Param | None) -> Param:
+    """``grid`` (a smoke value) under ``param``'s condition, where ``param`` is a one-branch conditional param."""
+    if param is None or len(param.branches) != 1 or not param.branches[0].when:
+        return grid
+    return Param(grid.key, (Branch(grid.branches[0].dist, param.branches[0].when),), grid.mutable)
 
 
 def _absolute(raw: RawSpace, folder: Path) -> RawSpace:

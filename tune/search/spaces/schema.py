@@ -170,9 +170,6 @@ def _read_branch(key: str, spec: Any, source: str) -> Branch:
     except ValueError as exc:
         raise SpaceError(source, key, str(exc)) from None
     when = _read_when(key, spec.get("when"), source)
-    if dist.is_grid and when:
-        raise SpaceError(source, key, "a grid param cannot have 'when': Ray's grid_search enumerates the "
-                         "full product; use choice (optuna/random search) or one space file per condition")
     return Branch(dist, when)
 
 

@@ -6,7 +6,9 @@ Which searcher takes which distributions (``check_search`` enforces it before Ra
   it cannot enumerate): use ``choice``. Runs through ``define_by_run``.
 * ``random``: everything; Ray's BasicVariantGenerator runs every grid point ``num_samples`` times,
   drawing the other params afresh each time. Runs through ``to_param_space``.
-* ``grid``: ``grid`` params only (``is_grid``); the trial count is ``grid_size() * num_samples``.
+* ``grid``: ``grid`` params only (``is_grid``); the trial count is ``grid_size() * num_samples``. A grid param
+  with ``when`` exists only at the points where its condition holds (``grid_points``); such a space runs its
+  points as fixed configs (``tune.search.searchers``), each ``num_samples`` times.
 
 Conditional params under ``random``: ``to_param_space`` gives each a ``ray_tune.sample_from`` that reads
 the keys its condition tests and returns a draw, or ``None`` when the condition is off. ``None``
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
-from tune.search.spaces.combinations import combination_warning
+from tune.search.spaces.combinations import combination_warning, grid_points
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Param
 from tune.search.spaces.schema import header_comments
@@ -80,14 +82,33 @@ class SearchSpace:
             raise SpaceError(self.source, grids[0], f"search {search!r} cannot run grid params (Optuna samples, it "
                              f"does not enumerate); grid params: {grids}. Use --search grid (all grid) or "
                              "random (grid x random draws), or write the values as choice")
+        conditional = [k for k in grids if self.params[k].is_conditional]
+        if search == "random" and conditional:
+            raise SpaceError(self.source, conditional[0], f"a grid param with 'when' is enumerated by --search grid "
+                             f"only (its points where the condition holds); random search would draw it. Use "
+                             f"--search grid, or write it as choice")
         if search == "grid" and others:
             raise SpaceError(self.source, others[0], f"search 'grid' needs every param to be a grid, but "
                              f"{others[0]} is {self.params[others[0]].describe()}. Use --search random "
                              "(each grid point with random draws of the others) or optuna")
 
     def grid_size(self) -> int:
-        """Number of grid points (1 without grid params); Ray runs each ``num_samples`` times."""
+        """Number of grid points (1 without grid params); each runs ``num_samples`` times. An all-grid space
+        counts its points where each conditional param exists (``grid_points``)."""
+        if self.params and self.is_grid:
+            return len(self.grid_points())
         return math.prod(len(p.branches[0].dist.values() or ()) for p in self.params.values() if p.is_grid)
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every point of an all-grid space (``combinations.grid_points``: a conditional param only where its
+        condition holds, None where it is absent), what ``--search grid`` runs."""
+        return grid_points(self.params, self.fixed)
+
+    @property
+    def conditional_grid(self) -> bool:
+        """An all-grid space with a conditional param: ``--search grid`` runs its ``grid_points`` as fixed
+        configs, as Ray's grid_search enumerates the full product of independent values only."""
+        return bool(self.params) and self.is_grid and any(p.is_conditional for p in self.params.values())
 
     # ---- Ray BasicVariantGenerator (search "random" / "grid") --------------------------------
     def to_param_space(self, seed: int | None = None) -> dict[str, Any]:

@@ -20,11 +20,12 @@ After ``--set`` overrides, branches that can no longer hold are dropped instead 
 from __future__ import annotations
 
 import difflib
+import random
 from typing import Any, Mapping
 
 from xbm.config import TrainConfig, coerce
 
-from tune.search.spaces.combinations import admitted, combinations, free_values, refusal
+from tune.search.spaces.combinations import MAX_COMBINATIONS, admitted, free_values, grid_points, refusal
 from tune.search.spaces.distributions import Choice
 from tune.search.spaces.errors import SpaceError
 from tune.search.spaces.param import Branch, Param, member
@@ -162,8 +163,9 @@ def _probe_base(base: dict[str, Any], params: Mapping[str, Param], source: str) 
                     raise SpaceError(source, key, f"{branch.dist.name} value {value!r} breaks the config's "
                                      f"rule: {refusal({**context, key: value})}{beside}")
     if params and all(p.is_grid for p in params.values()):  # every grid point is a trial: none may be refused
-        points, _ = combinations(free)
-        for point in points:
+        every = grid_points(params, {**DEFAULTS, **base})
+        for point in (every if len(every) <= MAX_COMBINATIONS else random.Random(0).sample(every, MAX_COMBINATIONS)):
+            point = {k: v for k, v in point.items() if v is not None}  # absent: the config's default
             exc = refusal({**base, **point})
             if exc is not None:
                 raise SpaceError(source, next(iter(point)), f"grid point {point} breaks the config's rule: {exc}")
