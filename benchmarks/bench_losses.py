@@ -22,9 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_normalisers import timed  # noqa: E402
 
-from xbm.config import LossConfig  # noqa: E402
-from xbm.losses.xbm_loss import XBMLoss  # noqa: E402
+from xbm.losses.config import LossConfig  # noqa: E402
 from xbm.losses.kinds import LOSSES  # noqa: E402
+from xbm.losses.xbm_loss import XBMLoss  # noqa: E402
 
 MASKED = ("supcon", "contrastive", "ntxent")   # xbm.losses.pair_masks.supports_masks with their default options
 

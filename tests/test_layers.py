@@ -65,7 +65,8 @@ def test_each_contract_breaks_on_a_planted_import(copy, contract):
 
 FLOORS = ("xbm.config", "xbm.checks", "xbm.errors", "xbm.data.inputs", "xbm.evaluate.signals",
           "xbm.data.image_folder",
-          "xbm.normalisers.config", "tune.search.spaces", "tune.driver.options", "tune.errors", "tune.cli", "analysis",
+          "xbm.normalisers.config", "xbm.memory.config", "xbm.losses.config",
+          "tune.search.spaces", "tune.driver.options", "tune.errors", "tune.cli", "analysis",
           "analysis.loader", "analysis.report")
 
 

@@ -1,5 +1,8 @@
 """The training run's options: frozen dataclasses addressed by dotted names.
 
+``TrainConfig`` here; its sections beside what they configure (``xbm.memory.config``, ``xbm.losses.config``,
+``xbm.normalisers.config``); the text-to-value rules and the batch's split over workers in ``xbm.checks``.
+
 Search spaces, the CLI's ``--set`` and the Parquet ``config.*`` columns all share these names, e.g.
 ``lr``, ``memory.ratio``, ``normaliser.lambda_mu``, ``miner.pos_margin``. ``TrainConfig.from_dict``
 takes a flat dotted dict (or nested dicts), coerces strings from the command line to each field's
@@ -13,11 +16,12 @@ import functools
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping, get_type_hints
 
-from xbm.checks import checker
+from xbm.checks import batch_split_problem, checker, coerce, parse_ks, parse_milestones
+from xbm.losses.config import LossConfig, MinerConfig, resolve_miner_kind
+from xbm.memory.config import MemoryConfig
 from xbm.normalisers.config import NormaliserConfig
-from xbm.registries import AUGMENTS, LOSS_DISTANCES, LOSSES, MEMORIES, MINER_DISTANCES, OBJECTIVES, OPTIMIZERS
+from xbm.registries import AUGMENTS, OBJECTIVES, OPTIMIZERS
 
-MINER_KINDS = ("auto", "pair_margin", "none")   # auto: follows the loss (resolve_miner_kind)
 SCHEDULES = ("step", "cosine", "multistep")
 AMP_MODES = ("off", "fp16", "bf16", "auto")
 COMPILE_MODES = ("off", "default", "max-autotune")  # torch.compile of the model (mode), or none
@@ -72,160 +76,6 @@ OMNIGLOT_ROTATIONS = (1, 4)
 
 
 _check = checker()
-
-
-@dataclass(frozen=True)
-class SplitProblem:
-    """How a global batch fails to split over data-parallel workers: the ``field`` to change, its ``value``, the
-    ``rule`` it breaks (worded for the config), and for ``batch_size`` what each rank must draw whole: ``unit``
-    rows of ``what`` (``unit`` 1: equal shares), so that a flag's message can say it its own way."""
-
-    field: str
-    value: int
-    rule: str
-    unit: int = 1
-    unit_name: str = ""
-    what: str = ""
-
-
-def batch_split_problem(batch_size: int, workers: int, objective: str, samples_per_class: int,
-                        neighbours_k: int, bn_splits: int, sampler: str = "m_per_class") -> SplitProblem | None:
-    """The first rule of xbm.training.sharding that ``batch_size`` rows over ``workers`` ranks break, else None:
-    equal shares; whole classes for ``supervised`` (``samples_per_class`` rows each; equal shares with
-    ``sampler=random``, whose batches hold no whole classes); whole tuples for
-    ``neighbours`` (an anchor and its k neighbours); for ``moco``, its shuffled BatchNorm sub-batches shared out
-    (``bn_splits`` a multiple of ``workers``). The one rule behind the config's check and the CLI flags'."""
-    if workers <= 1:
-        return None
-    share = batch_size // workers
-    # the unit a rank draws whole: a key of the table below (sampler=random: shuffled images, equal shares)
-    drawn = "classes" if objective == "supervised" and sampler == "m_per_class" else objective
-    unit, unit_name, what = {"classes": (samples_per_class, f"samples_per_class={samples_per_class}", "classes"),
-                             "neighbours": (neighbours_k + 1, f"neighbours.k + 1 = {neighbours_k + 1}", "tuples"),
-                             }.get(drawn, (1, "", ""))
-    if batch_size % workers:
-        return SplitProblem("batch_size", batch_size, f"a multiple of workers={workers} (batch_size is the global "
-                            "batch, split evenly over the workers)", unit, unit_name, what)
-    if drawn == "classes" and share % unit:
-        return SplitProblem("batch_size", batch_size, f"batch_size / workers a whole multiple of {unit_name} (each "
-                            f"worker takes whole classes of the global batch; batch_size / workers = {batch_size} / "
-                            f"{workers} = {share}): change batch_size, workers or samples_per_class",
-                            unit, unit_name, what)
-    if objective == "neighbours" and share % unit:
-        return SplitProblem("batch_size", batch_size, f"batch_size / workers = {share} a multiple of {unit_name} "
-                            "(each worker takes whole tuples)", unit, unit_name, what)
-    if objective == "moco" and bn_splits % workers:
-        return SplitProblem("moco.bn_splits", bn_splits, f"a multiple of workers={workers} (the global batch's "
-                            "shuffled BatchNorm sub-batches, bn_splits / workers per worker)")
-    return None
-
-
-@dataclass(frozen=True)
-class MemoryConfig:
-    """Cross-batch memory: size = ceil(ratio x training samples), used from ``start_epoch`` (0-based) on.
-
-    ``enabled=False`` is the no-memory baseline: plain in-batch SupCon (with the miner) in every epoch, the
-    other memory fields being ignored.
-
-    ``prefill``: fill the memory with the current model's embeddings of the training set before its first step
-    (XBM paper seed 002 §3.3, :mod:`xbm.training.prefill`). ``update``: ``ring`` (the newest rows, PML's
-    ``CrossBatchMemory``) or ``indexed`` (one row per training sample, overwritten at the sample's index;
-    :class:`xbm.memory.IndexedMemory`), which needs ``ratio`` 1.
-    """
-
-    enabled: bool = True
-    ratio: float = 0.5
-    start_epoch: int = 0
-    batch_loss_weight: float = 0.0
-    prefill: bool = False
-    update: str = "ring"
-
-    def __post_init__(self) -> None:
-        _check(0.0 < self.ratio <= 1.0, "memory.ratio", "0 < ratio <= 1", self.ratio)
-        _check(self.update in MEMORIES, "memory.update", f"one of {list(MEMORIES)}", self.update)
-        # refused rather than resized: a sweep's config.memory.ratio column must say the size the run had
-        _check(self.update != "indexed" or self.ratio == 1.0, "memory.ratio",
-               "1.0 under memory.update=indexed (one row per training sample: the memory is the training set's "
-               "size)", self.ratio)
-        _check(self.start_epoch >= 0, "memory.start_epoch", ">= 0", self.start_epoch)
-        _check(self.batch_loss_weight >= 0.0, "memory.batch_loss_weight", ">= 0", self.batch_loss_weight)
-
-
-@dataclass(frozen=True)
-class MinerConfig:
-    """PML PairMarginMiner. With ``cosine`` the margins are similarities: positives below pos_margin
-    and negatives above neg_margin are mined (the direction flips). ``kind`` ``auto`` (default) follows the
-    loss (:func:`resolve_miner_kind`, applied by ``TrainConfig``, which records the resolved kind)."""
-
-    kind: str = "auto"
-    distance: str = "lp"
-    pos_margin: float = 0.2
-    neg_margin: float = 0.8
-
-    def __post_init__(self) -> None:
-        _check(self.kind in MINER_KINDS, "miner.kind", f"one of {list(MINER_KINDS)}", self.kind)
-        _check(self.distance in MINER_DISTANCES, "miner.distance", f"one of {list(MINER_DISTANCES)}", self.distance)
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """The pair loss of ``objective=supervised`` (``kind``; each is pytorch-metric-learning's, see
-    :mod:`xbm.losses.kinds` for the papers):
-
-    - ``supcon`` (default): SupCon, ``temperature``;
-    - ``contrastive``: ``pos_margin`` / ``neg_margin`` on ``distance``: with ``cosine`` (similarity form, the
-      XBM code's: positives below pos_margin and negatives above neg_margin are penalised) pos_margin >
-      neg_margin; with ``lp`` (distance form) neg_margin > pos_margin;
-    - ``triplet``: ``margin`` on ``distance``;
-    - ``multi_similarity``: ``alpha``, ``beta``, ``base``; ``ms_mining`` on: MS's own pair mining
-      (``MultiSimilarityMiner(ms_epsilon)``, which then replaces ``miner.*``: miner.kind must be none or auto);
-    - ``ntxent``: NT-Xent, ``temperature``.
-    """
-
-    kind: str = "supcon"
-    temperature: float = 0.1
-    distance: str = "cosine"
-    pos_margin: float = 1.0
-    neg_margin: float = 0.5
-    margin: float = 0.1
-    alpha: float = 2.0
-    beta: float = 50.0
-    base: float = 0.5
-    ms_mining: bool = True
-    ms_epsilon: float = 0.1
-
-    def __post_init__(self) -> None:
-        _check(self.kind in LOSSES, "loss.kind", f"one of {list(LOSSES)}", self.kind)
-        _check(self.temperature > 0.0, "loss.temperature", "> 0", self.temperature)
-        _check(self.distance in LOSS_DISTANCES, "loss.distance", f"one of {list(LOSS_DISTANCES)}", self.distance)
-        if self.kind == "contrastive":
-            if self.distance == "lp":
-                _check(self.neg_margin > self.pos_margin, "loss.neg_margin",
-                       f"neg_margin > pos_margin={self.pos_margin} in distance form (loss.distance=lp: negatives "
-                       "closer than neg_margin and positives farther than pos_margin are penalised)", self.neg_margin)
-            else:
-                _check(self.pos_margin > self.neg_margin, "loss.pos_margin",
-                       f"pos_margin > neg_margin={self.neg_margin} in similarity form (loss.distance=cosine: "
-                       "positives below pos_margin and negatives above neg_margin are penalised)", self.pos_margin)
-        _check(self.margin >= 0.0, "loss.margin", ">= 0", self.margin)
-        _check(self.alpha > 0.0, "loss.alpha", "> 0", self.alpha)
-        _check(self.beta > 0.0, "loss.beta", "> 0", self.beta)
-        _check(-1.0 <= self.base <= 1.0, "loss.base", "-1 <= base <= 1 (a cosine similarity)", self.base)
-        _check(self.ms_epsilon >= 0.0, "loss.ms_epsilon", ">= 0", self.ms_epsilon)
-
-    @property
-    def mines_itself(self) -> bool:
-        """Whether the loss brings its own miner (MS with ``ms_mining``), which replaces ``miner.*``."""
-        return self.kind == "multi_similarity" and self.ms_mining
-
-
-def resolve_miner_kind(kind: str, loss: LossConfig) -> str:
-    """``miner.kind`` with ``auto`` resolved from the loss, the one place of this rule: ``none`` when the loss
-    mines its own pairs (multi_similarity with ``ms_mining``), else ``pair_margin`` (the AXBN paper's SupCon
-    with a pair margin miner, §5.1). An explicit kind is kept (a conflicting one is then refused)."""
-    if kind != "auto":
-        return kind
-    return "none" if loss.mines_itself else "pair_margin"
 
 
 @dataclass(frozen=True)
@@ -500,28 +350,6 @@ class TrainConfig:
         return TrainConfig.from_dict({**self.to_dict(), **dotted})
 
 
-def _positive_ints(text: str) -> tuple[int, ...] | None:
-    """``"1, 10,100"`` -> (1, 10, 100); None unless every comma-separated part is an integer >= 1."""
-    parts = [part.strip() for part in str(text).split(",")]
-    if not all(part.isdigit() and int(part) >= 1 for part in parts):
-        return None
-    return tuple(int(part) for part in parts)
-
-
-def parse_milestones(text: str) -> tuple[int, ...] | None:
-    """``"30, 60"`` -> (30, 60); ``""`` -> (); None unless every part is an integer >= 1, strictly increasing."""
-    if not str(text).strip():
-        return ()
-    values = _positive_ints(text)
-    return values if values is not None and all(a < b for a, b in zip(values, values[1:])) else None
-
-
-def parse_ks(text: str) -> tuple[int, ...] | None:
-    """``"1, 10,100"`` -> (1, 10, 100); None unless every part is an integer >= 1, distinct, and there is one."""
-    ks = _positive_ints(text)
-    return ks if ks is not None and len(set(ks)) == len(ks) else None
-
-
 def _hints_of(cls: type) -> dict[str, type]:
     return get_type_hints(cls)
 
@@ -557,54 +385,3 @@ def _flat_types_of(cls: type) -> dict[str, type]:
 
 
 _flat_types: Callable[[type], dict[str, type]] = functools.cache(_flat_types_of)
-
-
-#: keys holding a list as comma-separated text; ``coerce`` also takes a list or ``[1, 3]`` for them
-LIST_KEYS = ("eval_ks", "milestones")
-
-
-def _list_text(value: Any) -> Any:
-    """A list-valued key's value as its text: ``[1, 3]`` (YAML), ``"[1, 3]"`` (``--set``) -> ``"1,3"``; other
-    values unchanged (``"1,3"`` stays, anything else is judged by the key's own rule)."""
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(item).strip() for item in value)
-    if isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]"):
-        return ",".join(part.strip() for part in value.strip()[1:-1].split(","))
-    return value
-
-
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def coerce(key: str, value: Any, kind: type) -> Any:
-    """Convert ``value`` (often a string from ``--set``) to the field's type, or say why not."""
-    if key in LIST_KEYS:
-        value = _list_text(value)
-    try:
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
-                return value.lower() in _TRUE
-            if isinstance(value, (int, float)) and value in (0, 1):
-                return bool(value)
-            raise ValueError
-        if kind is int:
-            if isinstance(value, bool):
-                raise ValueError
-            as_float = float(value)
-            if not as_float.is_integer():
-                raise ValueError
-            return int(as_float)
-        if kind is float:
-            if isinstance(value, bool):
-                raise ValueError
-            return float(value)
-        if kind is str:
-            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                raise ValueError
-            return str(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} must be of type {kind.__name__}, but got {value!r}") from None
-    return value

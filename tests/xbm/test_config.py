@@ -69,7 +69,7 @@ def test_sampler_random_lifts_only_the_whole_class_rules():
     """Bug caught: sampler=random still refusing batches that hold no whole classes (batch_size 30 at 4 samples
     per class; 8 rows per rank of 4 ranks at 16 samples per class), or the relaxation reaching the default
     sampler or the equal-shares rule every data-parallel batch needs."""
-    from xbm.config import batch_split_problem
+    from xbm.checks import batch_split_problem
 
     TrainConfig.from_dict({"sampler": "random", "batch_size": 30})
     TrainConfig.from_dict({"sampler": "random", "batch_size": 32, "samples_per_class": 16, "workers": 4})

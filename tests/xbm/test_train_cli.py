@@ -80,7 +80,7 @@ def test_a_non_finite_loss_exits_1_and_keeps_the_last_good_checkpoint(tmp_path, 
             step.model.head.bias.data.fill_(float("nan"))
         return real(step, batches, runtime, epoch, epoch_index)
 
-    monkeypatch.setattr("xbm.trainer.run_epoch", nan_in_epoch_2)
+    monkeypatch.setattr("xbm.trainer.run.run_epoch", nan_in_epoch_2)
     out = tmp_path / "out"
     assert train_cli.main([*TOY, "--set", "epochs=3", "--output", str(out)]) == 1
     assert "non-finite loss" in capsys.readouterr().err

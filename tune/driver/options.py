@@ -13,8 +13,7 @@ from analysis.location import absolute, is_uri
 from analysis.sweep_record import Objectives
 from tune.errors import SweepInputError
 from tune.search.spaces.fairness import GEOMETRIC_RUNGS, SCHEDULE_RUNGS
-from xbm.checks import checker
-from xbm.config import parse_milestones
+from xbm.checks import checker, parse_milestones
 
 DEFAULT_STORAGE = "~/xbm_sweeps"
 METRIC_MODES = ("max", "min")

@@ -23,7 +23,8 @@ from typing import Any, Iterable, Mapping
 from tune.driver.options import SweepOptions
 from tune.errors import SweepInputError
 from tune.results.trial_config import WORKERS_KEY
-from xbm.config import TrainConfig, batch_split_problem
+from xbm.checks import batch_split_problem
+from xbm.config import TrainConfig
 
 #: what the launcher of a multi-worker trial asks Tune for: it only starts the workers and forwards reports
 LAUNCHER_CPU = 0.01

@@ -38,7 +38,7 @@ from typing import Any
 from tune.errors import SweepInputError
 from tune.results.trial_config import train_config
 from tune.search.spaces.fairness import GEOMETRIC_RUNGS, SCHEDULE_RUNGS, STARTS
-from xbm.config import parse_milestones
+from xbm.checks import parse_milestones
 
 #: epochs after a start (normaliser delay, memory start) before its rung: one to refill the memory, one on it
 SETTLE_EPOCHS = 2

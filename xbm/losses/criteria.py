@@ -23,9 +23,9 @@ from pytorch_metric_learning import distances, losses, miners
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import nn
 
-from xbm.config import LossConfig, MinerConfig, resolve_miner_kind
-from xbm.losses.pair_masks import loss_from_masks, pair_masks, supports_masks
+from xbm.losses.config import LossConfig, MinerConfig, resolve_miner_kind
 from xbm.losses.kinds import own_miner
+from xbm.losses.pair_masks import loss_from_masks, pair_masks, supports_masks
 from xbm.losses.valid_negatives import valid_negatives, valid_negatives_of_pairs
 from xbm.registries import MINER_DISTANCES
 

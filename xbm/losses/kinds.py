@@ -25,9 +25,9 @@ from typing import Optional
 from pytorch_metric_learning import distances, losses, miners
 from torch import nn
 
-from xbm.config import LossConfig
+from xbm.losses.config import LossConfig
 from xbm.losses.pair_masks import SupConLoss
-from xbm.registries import LOSS_DISTANCES, LOSSES
+from xbm.registries import LOSSES, LOSS_DISTANCES
 
 # the builders of xbm.registries.LOSSES: LossConfig -> the loss (its distance from LOSS_DISTANCES)
 def supcon(cfg: LossConfig) -> nn.Module:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from xbm.config import SCHEDULES, TrainConfig, parse_milestones
+from xbm.checks import parse_milestones
+from xbm.config import SCHEDULES, TrainConfig
 from xbm.registries import OPTIMIZERS
 
 WARMUP_LR = 1e-3

@@ -68,7 +68,7 @@ def test_checkpoints_follow_the_period_and_a_finished_trial_keeps_one_and_its_be
 def failing_trial(config, fail_with):
     """run_trial whose training step raises the error named by ``fail_with`` (patched inside the trial's own
     process)."""
-    import xbm.trainer
+    import xbm.trainer.run
     from xbm.errors import BadImageError, SharedMemoryError
 
     errors = {"oom": torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
@@ -78,7 +78,7 @@ def failing_trial(config, fail_with):
     def fail(*args, **kwargs):
         raise errors[fail_with]
 
-    xbm.trainer.run_epoch = fail
+    xbm.trainer.run.run_epoch = fail
     run_trial(config, "recall_at_1", "max")
 
 

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from xbm.config import MinerConfig
+from xbm.losses.config import MinerConfig
 from xbm.losses.criteria import build_miner, memory_size
 
 # One query [1, 0]; references at known cosine similarities: positives 0.9 and 0.3, negatives 0.8 and 0.1.

@@ -10,11 +10,12 @@ from pytorch_metric_learning import distances, losses, miners
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from tests.xbm.conftest import assert_matches_pml
-from xbm.config import LossConfig, MinerConfig, TrainConfig
-from xbm.losses.xbm_loss import XBMLoss
-from xbm.normalisers import NormaliserConfig, build_normaliser
+from xbm.config import TrainConfig
+from xbm.losses.config import LossConfig, MinerConfig
 from xbm.losses.criteria import BatchLoss, build_miner, build_pair_miner
 from xbm.losses.kinds import LOSSES, build_loss, own_miner
+from xbm.losses.xbm_loss import XBMLoss
+from xbm.normalisers import NormaliserConfig, build_normaliser
 
 B, D = 8, 6
 
@@ -214,7 +215,7 @@ def test_every_loss_kind_alone_resolves_its_miner_and_validates(kind):
     """Bug caught (issue 32 item 7): ``--set loss.kind=multi_similarity`` alone exiting 2, because the default
     miner.kind=pair_margin conflicted with MS's own mining; ``auto`` must resolve to no miner for MS with its
     mining and to the pair-margin miner for every other loss, in the recorded config and in the built miner."""
-    from xbm.config import resolve_miner_kind
+    from xbm.losses.config import resolve_miner_kind
 
     cfg = TrainConfig.from_dict({"dataset": "toy", "model": "mlp", "loss.kind": kind})
     want = "none" if kind == "multi_similarity" else "pair_margin"

@@ -23,7 +23,8 @@ import difflib
 import random
 from typing import Any, Mapping
 
-from xbm.config import TrainConfig, coerce
+from xbm.checks import coerce
+from xbm.config import TrainConfig
 
 from tune.search.spaces.combinations import MAX_COMBINATIONS, admitted, free_values, grid_points, refusal
 from tune.search.spaces.distributions import Choice

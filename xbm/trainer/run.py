@@ -1,60 +1,27 @@
-"""One training run of the protocol (thesis seed 000 §5.2, AXBN paper seed 001 §5.1), no Ray:
-
-    trainer = Trainer(TrainConfig.from_dict({"dataset": "toy", "model": "mlp", "epochs": 5}))
-    for metrics in trainer.fit():          # one flat dict per main epoch, epoch = 1, 2, ...
-        state = trainer.state_dict()       # everything needed to continue exactly
-
-1. ``warmup_epochs`` of head-only training (backbone frozen, in eval mode) with SGD lr 1e-3 and the
-   objective's in-batch loss (SupCon for ``supervised``; no miner, no memory);
-2. ``epochs`` main epochs: AdamW + StepLR, AMP and clipping, the objective's pair loss (SupCon with the
-   PairMarginMiner for ``supervised``; :mod:`xbm.objectives` for the label-free ones) in the batch
-   before ``memory.start_epoch`` (0-based) and against the cross-batch memory (``XBMLoss``, with the
-   configured normaliser) from then on; ``memory.enabled=False`` never uses the memory;
-3. after each main epoch: retrieval metrics on the selection split (val when ``val_fraction > 0``, else
-   test), test metrics as ``test_*`` when ``evaluate_test``, and the diagnostics (xbm.evaluate.epoch); the
-   one-shot error of the validation episodes as ``val_oneshot_error`` and of the test split's as
-   ``oneshot_error`` (:mod:`xbm.data.episodes`), with the held-out super-classes (``val_superclasses``);
-   the pair counts of the epoch, among them ``loss_pos_pairs`` (0: the epoch collapsed, see ``collapsed``);
-   and, on every row, the two references measured once before training (untrained model, raw inputs).
-
-Resuming: ``Trainer(cfg).load_state_dict(state)`` then ``fit()`` continues after the saved epoch with the
-same model, optimisers, scheduler, scaler, memory (buffers, pointer, fill), normaliser state, objective
-state (MoCo's key encoder, the neighbours' candidate pools), sampler order and pass count (augmentation seeds), Python/NumPy/torch RNG states, drift probe and references, so
-its metrics equal an uninterrupted run's on CPU, whatever the number of loader workers.
-"""
+"""The run of :class:`xbm.trainer.Trainer`: the warm-up, the main epochs, evaluation and the checkpoint state,
+over the parts ``TrainerParts`` built (``parts.py``). The protocol: :mod:`xbm.trainer`."""
 from __future__ import annotations
 
 import functools
-import math
 import time
-import weakref
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
 from xbm.config import MUTABLE_KEYS, TrainConfig
-from xbm.data import DatasetSplits, SampleDataset, build_dataset, recall_ks
-from xbm.data.images import configure_images
+from xbm.data import DatasetSplits
 from xbm.evaluate import epoch as evaluation
-from xbm.evaluate.step_drift import StepDrift
-from xbm.losses.criteria import BatchLoss, memory_size
 from xbm.losses.xbm_loss import XBMLoss
-from xbm.models import EmbeddingModel, compile_model, create_embedding_model, model_kwargs
-from xbm.normalisers import build_normaliser
 from xbm.normalisers.axbn import AXBN
-from xbm.objectives import build_objective
-from xbm.runtime.device import Runtime
+from xbm.trainer.parts import TrainerParts
 from xbm.training.distributed import Ranks
 from xbm.training.epoch import EpochResult, Step, run_epoch
-from xbm.training.loaders import (EVAL_BATCH, EVAL_PREFETCH, TRAIN_PREFETCH, DrawnPass, Embedder, check_shared_memory,
-                                  eval_workers, resolve_workers, start_persistent_workers, stop_workers, train_loader)
-from xbm.training.optim import (load_optimizer_state, main_optimizer, main_scheduler, optimizer_kwargs,
-                                rescale_optimizer, scheduler_kwargs, warmup_optimizer)
-from xbm.training.parallel import DataParallel, check_workers, on_main, rank_runtime, share_buffers, share_rng
+from xbm.training.loaders import DrawnPass, start_persistent_workers
+from xbm.training.optim import load_optimizer_state, rescale_optimizer
+from xbm.training.parallel import on_main, share_buffers, share_rng
 from xbm.training.prefill import prefill
 from xbm.training.reuse import Reuse
-from xbm.training.rng import rng_isolated, rng_state, seed_everything, set_rng_state
-from xbm.training.sync_bn import convert_sync_batchnorm
+from xbm.training.rng import rng_isolated, rng_state, set_rng_state
 
 STATE_VERSION = 2
 # Keys that may differ between a checkpoint and the config resuming it: the state fits either way (more
@@ -66,9 +33,9 @@ RESUMABLE_CHANGES = frozenset({"epochs", "device", "num_workers", "data_root", "
 TIMING_KEYS = ("epoch_time_s", "images_per_s", "train_s", "data_wait_s", "eval_s", "gpu_memory_peak_gib")
 
 
-class Trainer:
-    """A training run: its data, model, memory, normaliser and loss, built from one config; ``fit`` trains it
-    and yields each epoch's metrics.
+class Trainer(TrainerParts):
+    """A training run: its data, model, memory, normaliser and loss, built from one config (``TrainerParts``);
+    ``fit`` trains it and yields each epoch's metrics.
 
     Args:
         cfg: the run's config.
@@ -97,109 +64,17 @@ class Trainer:
                  progress: Optional[Callable[[Iterable, str], Iterable]] = None, cpus: Optional[int] = None,
                  evaluate_at: Iterable[int] = (), reuse_dir: Optional[str] = None, ranks: Ranks = Ranks(),
                  eval_progress: Optional[Callable[[Iterable, str], Iterable]] = None) -> None:
-        check_workers(cfg.workers, ranks)
-        self.cfg = cfg
-        self.ranks = ranks
+        super().__init__(cfg, splits, cpus, ranks, eval_progress)
         self.evaluate_at = frozenset(int(e) for e in evaluate_at)
         self.reuse = Reuse(reuse_dir)
         self.reused_references = self.reused_warmup = False
         self.progress = progress
-        seed_everything(cfg.seed)
-        if splits is None:
-            self.splits = build_dataset(cfg)
-        else:
-            self.splits = splits
-            configure_images(splits, cfg)
-        images = self.splits.input_kind == "image"
-        self.runtime = rank_runtime(Runtime.from_config(cfg.device, cfg.amp, images), ranks)
-        self.workers = resolve_workers(cfg.num_workers, self.splits.input_kind, cpus)
-        self._check_gpu_workers(images, cpus)
-        self.model = self._build_model()
-        self.parallel = DataParallel(ranks, self.runtime.device)
-        self.optimizer = main_optimizer(self.model, **optimizer_kwargs(cfg))
-        self.scheduler = main_scheduler(self.optimizer, **scheduler_kwargs(cfg))
-        self.warmup_optimizer = warmup_optimizer(self.model.head)
-        self.scaler = self.runtime.grad_scaler()
-        train = self.splits.train
-        # The labels reach only the supervised objective and the neighbours' diagnostics.
-        self.objective = build_objective(cfg, self.model, train.labels).to(self.runtime.device)
-        self.objective.ranks = ranks
-        if images:   # before any loader: uint8 samples of input_shape through the workers' shared memory
-            self._check_shared_memory()
-        compile_model(self.model, cfg.compile)  # after the objective: MoCo's key encoder copies the plain model
-        pair_loss = self.objective.pair_loss()
-        self.warmup_loss = BatchLoss(pair_loss)
-        miner = self.objective.miner()  # one miner (stateless) serves the batch loss and the memory loss
-        self.batch_loss = BatchLoss(pair_loss, miner)
-        self.xbm = self._build_xbm(pair_loss, miner) if cfg.memory.enabled else None
-        sampler = self.objective.sampler(train.labels)
-        self.loader = train_loader(self.objective.dataset(train), sampler, cfg, workers=self.workers,
-                                   pin_memory=self.runtime.device.type == "cuda",
-                                   seeded=self.parallel.sampler(sampler, cfg.seed, cfg.batch_size))
         self.passes = 0  # passes over the training data so far: the augmentation seeds' epoch
-        device = self.runtime.device
-        self.prepare_train, prepare_eval = (_on(self.splits.batch_transform(role), device) for role in ("train", "eval"))
-        self.embed = Embedder(self.runtime, self.workers, prepare=prepare_eval, progress=eval_progress)
-        # A trainer dropped without close() (a notebook, a test) is collected in a reference cycle, where the
-        # collector would finalise its loaders' queues before their iterators, so that each worker waits out
-        # torch's 5-s join timeout (10 s for 2 workers measured here, 75 s for a GPU trial's 15). This
-        # finaliser holds the loaders, never the trainer, and stops their workers while the queues are whole.
-        self._stop_workers = weakref.finalize(self, _stop_workers, self.loader, self.embed)
-        self._build_probes()
-        self.recall_ks = cfg.recall_ks(recall_ks(cfg.dataset))   # recall_at_K for each (eval_ks or the data set's)
         self.previous_probe: Optional[torch.Tensor] = None
         self.references: Optional[dict[str, float]] = None
         self.epoch = 0
         self.warmup_done = cfg.warmup_epochs == 0
         self.ahead: Optional[DrawnPass] = None   # the next main epoch's pass, drawn early (prefetch_next_epoch)
-
-    def _build_probes(self) -> None:
-        """The training samples seen through the eval transform (drift and staleness probes), and drift at
-        Δt iterations on the same probe (XBM Eq. 2, Fig. 3)."""
-        train = self.splits.train
-        self.train_view = SampleDataset(train.source, train.indices, train.labels.numpy(), train.transforms, "eval")
-        self.probe = evaluation.probe_indices(len(train), self.cfg.seed)
-        self.step_drift = StepDrift(lambda: self.embed(self.model, self.train_view, self.probe)[0])
-
-    def _check_gpu_workers(self, images: bool, cpus: Optional[int]) -> None:
-        if images and self.workers == 0 and self.runtime.device.type == "cuda" and self.cfg.num_workers == "auto":
-            raise ValueError(
-                f"num_workers=auto resolved to 0 loader workers on a GPU ({cpus if cpus is not None else 'all'} "
-                "CPU(s) for this run): every image would be decoded and augmented in the training process while "
-                "the GPU waits. Give the run more CPUs (xbm-tune sweep --cpus-per-trial auto or >= 2; the "
-                "process's CPU affinity for xbm-tune train), or set num_workers=0 explicitly to accept it")
-
-    def _build_model(self) -> EmbeddingModel:
-        """The embedding model on the run's device (SyncBatchNorm where the config asks, channels-last images)."""
-        cfg, device = self.cfg, self.runtime.device
-        model = create_embedding_model(**model_kwargs(cfg), input_shape=tuple(self.splits.input_shape))
-        if cfg.syncs_batchnorm:   # before the optimiser and MoCo's key-encoder copy (same parameters)
-            model = convert_sync_batchnorm(model, device)  # type: ignore[assignment]  # the same model, its BN swapped
-        model = model.to(device)
-        if self.runtime.channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        return model
-
-    def _check_shared_memory(self) -> None:
-        cfg = self.cfg
-        shares = [(cfg.batch_size // cfg.workers, TRAIN_PREFETCH, self.ranks.on_this_node)]
-        if eval_workers(self.workers, max(len(part) for part in self._embedded_sets())):
-            shares.append((EVAL_BATCH, EVAL_PREFETCH, 1))  # rank 0 evaluates alone
-        # a pass drawn ahead holds its batches while evaluation's loader runs
-        check_shared_memory(math.prod(self.splits.input_shape), self.workers, shares, at_once=cfg.prefetch_next_epoch)
-
-    def _build_xbm(self, pair_loss, miner) -> XBMLoss:
-        cfg, superclass_of = self.cfg, self.splits.superclass_of
-        if cfg.normaliser.kind == "scxbn" and superclass_of is None:
-            raise ValueError(f"normaliser.kind=scxbn needs a data set with super-classes, but dataset "
-                             f"{cfg.dataset!r} has none; use another normaliser.kind (e.g. pcxbn) or a data "
-                             "set with super-classes (toy, sop, inshop, deepfashion2, cifar100, omniglot)")
-        # The labels' range is checked once here (scxbn: against the map), not in every step.
-        num_labels = int(self.splits.train.labels.max()) + 1 if len(self.splits.train) else None
-        normaliser = build_normaliser(cfg.normaliser, superclass_of=superclass_of, num_labels=num_labels)
-        size = memory_size(cfg.memory.ratio, len(self.splits.train))
-        return XBMLoss(pair_loss, cfg.embedding_size, size, miner=miner, normaliser=normaliser,
-                       batch_loss_weight=cfg.memory.batch_loss_weight, update=cfg.memory.update).to(self.runtime.device)
 
     def _prefill_memory(self) -> None:
         """``memory.prefill`` (xbm.training.prefill): the current model's eval embeddings of the training set,
@@ -348,36 +223,12 @@ class Trainer:
         return metrics
 
     def close(self) -> None:
-        """Stop the loader workers (training and evaluation) now; the trainer is done with after this. Without
-        it they stop when the trainer is garbage-collected (it sits in reference cycles, so that may be much
-        later). On a rank of several it lets go of the process group (``DataParallel.close``)."""
+        """Drop a pass drawn ahead, then stop the loader workers and let go of the process group
+        (``TrainerParts.close``)."""
         self.ahead = None
-        self._stop_workers()   # the finaliser's call, now and once
-        self.parallel.close()
+        super().close()
 
     # ---- evaluation ----------------------------------------------------------------------------
-    def _embed_training_set(self) -> torch.Tensor:
-        """Every training image's current embedding (eval mode and transform), in training-set order."""
-        return self.embed(self.model, self.train_view)[0]
-
-    def _embedded_sets(self) -> list:
-        """The sets this run embeds whole: the selection split's parts, the test split's under
-        ``evaluate_test``, and the training set (its eval view) for a label-free objective (its k-NN
-        accuracy, the neighbours' pools)."""
-        splits = [self._selection_split()]
-        if self.cfg.evaluate_test and self.splits.val is not None:
-            splits.append(self.splits.test)
-        sets = [part for split in splits for part in (split.query, split.gallery) if part is not None]
-        return sets + ([] if self.objective.uses_labels else [self.splits.train])
-
-    @functools.cached_property
-    def train_classes(self) -> int:
-        """The number of classes in the training set (``train_on``; label-free objectives read no label)."""
-        return int(self.splits.train_labels.unique().numel())
-
-    def _selection_split(self):
-        return self.splits.val if self.splits.val is not None else self.splits.test
-
     def _evaluate_on_main(self, epoch: int) -> dict[str, Any]:
         """``_evaluate`` on rank 0 (the plain model: no collective), its row and drift probe on every rank."""
         if not self.ranks.distributed:
@@ -511,15 +362,3 @@ def _peak_memory(device: torch.device) -> Callable[[], Optional[float]]:
         return lambda: None
     torch.cuda.reset_peak_memory_stats(device)
     return lambda: torch.cuda.max_memory_allocated(device) / 2**30
-
-
-def _stop_workers(loader, embed: Embedder) -> None:
-    """The workers of a trainer's training loader and of its evaluation loaders, stopped while their queues
-    are whole (``xbm.training.loaders.stop_workers``)."""
-    stop_workers(loader)
-    embed.close()
-
-
-def _on(transform, device: torch.device):
-    """A batch transform with its buffers (statistics) on ``device``."""
-    return transform.to(device) if isinstance(transform, torch.nn.Module) else transform
