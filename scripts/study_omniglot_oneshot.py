@@ -15,6 +15,10 @@
 4. references on the real runs, once: cosine on the chosen export's input pixels, and its model untrained;
 5. ``OUT_DIR/summary.md`` and its CSV tables and figures (:mod:`analysis.oneshot_study`).
 
+The commands that run trials (sweep, resume, refit, confirm) join one local Ray that this script starts at the
+first of them and that ends with it (Ray's processes share its fate, a kill included), without a dashboard: a
+Ray start per command was a third of a small study's time.
+
 Every step leaves a file behind and is skipped when its file exists, so the command resumes where it stopped;
 ``OUT_DIR/study.json`` lists each invocation with its commit, and ``OUT_DIR/scorings.csv`` every scoring of the
 real runs (the test set). Output of each command goes to ``OUT_DIR/logs/``.
@@ -78,9 +82,19 @@ class Study:
         for sub in ("logs", "exports", "oneshot"):
             (self.out / sub).mkdir(parents=True, exist_ok=True)
         self.sets = [f"--set={s}" for s in args.overrides]
+        self.cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         # a refit or validation run is alone on the machine: all its CPUs (the sweep's trials shared them)
-        self.alone = ["--cpus-per-trial", str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                                              else os.cpu_count() or 1)]
+        self.alone = ["--cpus-per-trial", str(self.cpus)]
+        self.address: str | None = None
+
+    def ray(self) -> list[str]:
+        """The flags that make a command join the study's Ray, started at the first call (module docstring)."""
+        if self.address is None:
+            import ray
+
+            ray.init(num_cpus=self.cpus, include_dashboard=False, log_to_driver=False)
+            self.address = ray.get_runtime_context().gcs_address
+        return ["--address", self.address, "--no-dashboard"]
 
     # ---- running commands -------------------------------------------------------------------------------
     def run(self, log: str, *argv: str, check: bool = True) -> int:
@@ -112,12 +126,12 @@ class Study:
         if done.exists():
             return
         if (self.sweep / "results" / "sweep.json").exists():
-            self.run("sweep", "resume", str(self.sweep))
+            self.run("sweep", "resume", str(self.sweep), *self.ray())
         else:
             self.run("sweep", "sweep", self.args.space, "--storage", str(self.out), "--name", "sweep",
                      "--metric", METRIC, "--mode", "min", "--time-budget", f"{self.args.budget * 60:.0f}s",
                      "--num-samples", "200", "--grace-period", "2", "--reduction-factor", "3",
-                     f"--set=data_root={self.args.data}", *self.sets, *self.args.sweep_arg)
+                     f"--set=data_root={self.args.data}", *self.sets, *self.ray(), *self.args.sweep_arg)
         done.write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ\n", time.gmtime()))
 
     # ---- 2. the choice -----------------------------------------------------------------------------------
@@ -173,7 +187,7 @@ class Study:
             before = self.trial_ids("refit")
             self.run(f"refit-{name}", "refit", str(self.sweep), "--trial", chosen["trial_id"], "--classes", "all",
                      "--seeds", "1", "--seed-start", str(seed), *variant_sets(chosen, variant), *self.alone,
-                     *self.sets)
+                     *self.ray(), *self.sets)
             marker.write_text(self.new_trial("refit", before) + "\n")
         trial = marker.read_text().strip()
         export = self.out / "exports" / name
@@ -189,7 +203,7 @@ class Study:
             return
         before = self.trial_ids("confirm")
         self.run(f"confirm-{name}", "confirm", str(self.sweep), "--top", "1", "--seeds", "1", "--seed-start",
-                 str(seed), *variant_sets(chosen, variant), *self.alone, *self.sets)
+                 str(seed), *variant_sets(chosen, variant), *self.alone, *self.ray(), *self.sets)
         marker.write_text(self.new_trial("confirm", before) + "\n")
 
     def score(self, log: str, export: Path, out: Path, what: str) -> None:

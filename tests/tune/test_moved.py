@@ -58,3 +58,27 @@ def test_a_name_in_none_of_the_new_modules_says_where_the_module_went():
     assert old_guards.__name__ == "tune.guards"
     with pytest.raises(AttributeError, match="'gone' was in tune.guards, which moved to tune.search.guards"):
         old_guards.gone
+
+
+def test_no_code_imports_an_old_module_path():
+    """Bug caught (seen: a test patched ``xbm.training.runtime.resolve_device``, an alias once ``moved.install()``
+    had run in its process, so the real module kept its function and the test failed on a machine without CUDA):
+    an old path imported by the code works only where the finder is installed and hands out a copy of the names,
+    so patching or reading state through it misses the real module."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for folder in ("xbm", "tune", "analysis", "tests", "scripts", "benchmarks"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path == Path(__file__).resolve():   # this module imports an old path on purpose, above
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                else:
+                    continue
+                found += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if n in moved.MOVED]
+    assert not found, found

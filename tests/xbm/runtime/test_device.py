@@ -148,7 +148,7 @@ def test_cuda_runs_set_cudnn_benchmark_and_tf32_and_cpu_runs_leave_them(monkeypa
         _set_cuda_flags(False, "highest", False)
         Runtime.from_config("cpu", "auto", image_inputs=True)
         assert _cuda_flags() == (False, "highest", False)
-        from xbm.training import runtime
+        from xbm.runtime import device as runtime
         monkeypatch.setattr(runtime, "resolve_device", lambda name: torch.device("cuda"))  # no GPU needed to build it
         assert Runtime.from_config("cuda", "off", image_inputs=True).device.type == "cuda"
         assert _cuda_flags() == (True, "high", True)

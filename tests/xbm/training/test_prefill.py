@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 
-import xbm.trainer as trainer_module
+import xbm.trainer.run as trainer_module
 from xbm.memory import IndexedMemory
 from xbm.memory import EmbeddingMemory
 from xbm.training.prefill import prefill, prefill_samples
