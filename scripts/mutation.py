@@ -32,9 +32,9 @@ GROUPS: dict[str, tuple[list[str], list[str]]] = {
     # the trainer tests that reach the loop are slow (full toy epochs): only the NaN-check one is selected
     "training": (["xbm/training/epoch.py", "xbm/training/optim.py"],
                  ["tests/xbm/training/test_epoch.py", "tests/xbm/training/test_epoch_loop.py",
-                  "tests/xbm/training/test_optim.py", "tests/xbm/test_trainer_mutable.py",  # rescale_optimizer
+                  "tests/xbm/training/test_optim.py", "tests/xbm/trainer/test_trainer_mutable.py",  # rescale_optimizer
                   "tests/xbm/test_config_wiring.py",
-                  "tests/xbm/test_trainer.py::test_non_finite_loss_names_epoch_and_iteration_before_any_step_uses_it"]),
+                  "tests/xbm/trainer/test_trainer.py::test_non_finite_loss_names_epoch_and_iteration_before_any_step_uses_it"]),
     "objectives": (["xbm/objectives/*.py"], ["tests/xbm/objectives"]),
     "sink": (["tune/results/sink.py"], ["tests/tune/results/test_sink.py", "tests/tune/results/test_sink_rows.py"]),
     "compare": (["analysis/compare.py"], ["tests/analysis/test_compare.py"]),

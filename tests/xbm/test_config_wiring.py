@@ -409,7 +409,7 @@ EFFECTS: dict[str, Any] = {
     "num_workers": RuntimeOnly("worker processes only load batches; vector data has no augmentation to draw",
                                _num_workers),
     "prefetch_next_epoch": RuntimeOnly("when the next epoch's batches are drawn, not which: the same batches "
-                                       "(tests/xbm/test_trainer_ahead.py)", _prefetch_next_epoch),
+                                       "(tests/xbm/trainer/test_trainer_ahead.py)", _prefetch_next_epoch),
     "device": RuntimeOnly("where the run computes, not what (CPU and CUDA agree up to rounding)", _device),
     "workers": RuntimeOnly("N data-parallel workers compute the one-worker run, split N ways (equal memory, "
                            "loss and weights: tests/xbm/training/test_distributed.py)", _workers),

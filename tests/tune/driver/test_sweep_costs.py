@@ -48,7 +48,7 @@ def test_the_time_columns_account_for_each_trials_wall_time(ray_session, tmp_pat
     first epoch: 13-30% of a trial here) or left out, over a tenth of the wall time, so that the training
     fraction a user reads is wrong; and the status line missing. Parts under that tenth are below what this
     can resolve on a shared machine (evaluation 4-6% of a trial, checkpoints 2%): evaluation inside train_s is
-    tests/xbm/test_trainer_costs.py's to catch."""
+    tests/xbm/trainer/test_trainer_costs.py's to catch."""
     plan, trials = _sweep(tmp_path, "costs", LONG_EPOCHS, scheduler="fifo", checkpoint_period=0)
     assert len(trials) == 2 and (trials.status == "completed").all()
     for _, trial in trials.iterrows():

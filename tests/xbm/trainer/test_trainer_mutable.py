@@ -5,7 +5,7 @@ import torch
 
 from xbm.config import MUTABLE_KEYS
 
-from .conftest import saved_state
+from ..conftest import saved_state
 
 
 def test_an_explored_run_takes_the_donors_state_and_its_own_values_from_the_next_step(tiny):

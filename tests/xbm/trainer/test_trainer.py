@@ -17,7 +17,7 @@ from xbm.evaluate.step_drift import drift_names
 from xbm.normalisers import NormaliserConfig
 from xbm.trainer import TIMING_KEYS as TIMINGS, Trainer
 
-from .conftest import needs_cuda, same
+from ..conftest import needs_cuda, same
 
 BASE = {"dataset": "toy", "model": "mlp", "device": "cpu", "embedding_size": 32, "epochs": 2, "warmup_epochs": 1,
         "lr": 1e-3, "batch_size": 64, "samples_per_class": 4, "seed": 3}

@@ -13,7 +13,7 @@ import torch
 from xbm.trainer import Trainer
 from xbm.training.loaders import TRAIN_PREFETCH
 
-from .conftest import saved_state, tiny_config
+from ..conftest import saved_state, tiny_config
 
 # an image run with one loader worker: the pass is drawn ahead only where workers can prepare it
 IMAGES = dict(dataset="digits", model="test_resnet", image_size=16, batch_size=20, embedding_size=16,
