@@ -31,6 +31,8 @@ from analysis.values import finished
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
 #: one point of Recall@1: a gap smaller than this is not the paper's effect (its gaps are 3 to 25 points)
 NEGLIGIBLE_POINTS = 1.0
+#: claim 4c: how much memory must raise the early drift (thesis §5.4: "roughly doubles")
+DRIFT_RISE = 1.5
 
 
 @dataclass(frozen=True)
@@ -241,8 +243,9 @@ def verdicts_valid_negatives(epochs: pd.DataFrame) -> list[Verdict]:
 def verdicts_drift(trials: pd.DataFrame, epochs: pd.DataFrame) -> list[Verdict]:
     """Claim 4 (thesis §5.4.1-5.4.2, Figs. 5.1, 5.4; XBM paper Fig. 3): without memory, drift falls from the
     first epoch to the last and at each learning-rate decay (the epoch before a decay minus the one after, averaged
-    over decays); memory raises the drift in its first epoch (log10 of XBM's over no memory's > 0); XBM beats no
-    memory in Recall@1; XBN is within a point of XBM or better."""
+    over decays); memory raises the drift in its first epoch by more than half (log10 of XBM's over no memory's >
+    log10 1.5: the thesis's "roughly doubles", with room below 2 for a claim read off a figure); XBM beats no memory
+    in Recall@1; XBN is within a point of XBM or better."""
     claim, none = "4 drift", epochs[epochs["variant"] == "none"]
 
     def fall(part: pd.DataFrame) -> float:
@@ -267,8 +270,8 @@ def verdicts_drift(trials: pd.DataFrame, epochs: pd.DataFrame) -> list[Verdict]:
                     {"none": 1}, negligible=0.0),
             verdict(claim, "drift without memory, epoch before an LR decay minus the one after > 0",
                     {"none": _per_trial(none, decay_drop)}, {"none": 1}, negligible=0.0),
-            verdict(claim, "log10(drift XBM / no memory) in the memory's first epoch > 0", first,
-                    {"xbm": 1, "none": -1}, negligible=0.0),
+            verdict(claim, "log10(drift XBM / no memory) in the memory's first epoch > log10 1.5 (roughly doubles)",
+                    first, {"xbm": 1, "none": -1}, threshold=math.log10(DRIFT_RISE), negligible=0.0),
             verdict(claim, "Recall@1 XBM minus no memory > 0", c, {"xbm": 1, "none": -1}),
             verdict(claim, "Recall@1 XBN minus XBM > -1 point", c, {"xbn": 1, "xbm": -1},
                     threshold=-NEGLIGIBLE_POINTS, negligible=0.0)]

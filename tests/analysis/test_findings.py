@@ -144,6 +144,14 @@ def test_drift_not_reproduced():
     assert [v.outcome for v in found] == [NOT_REPRODUCED] * 5
 
 
+def test_drift_a_small_rise_is_not_the_thesis_doubling():
+    """Bug caught: memory raising the early drift by 10% (every seed) read as the thesis's "roughly doubles"."""
+    none = [1.0, 0.9, 0.5, 0.45, 0.2]
+    xbm = [1.0, 0.99, 0.55, 0.5, 0.2]   # 1.1x in the memory's first epoch
+    found = verdicts_drift(*drift_case(none, xbm, {"none": 50, "xbm": 60, "xbn": 59.8}))
+    assert found[2].outcome == NOT_REPRODUCED and "roughly doubles" in found[2].condition
+
+
 def test_findings_curve_floors_and_paper():
     """Bug caught: a curve without its intervals, floors missing from a Recall@1 claim, or the paper's values not
     from analysis.references (their source and note carried)."""
