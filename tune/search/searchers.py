@@ -221,7 +221,7 @@ def _optuna(space: SearchSpace, options: Any, budget: int, warm: WarmStart | Non
 
 
 def _variants(space: SearchSpace, options: Any, budget: int, warm: WarmStart | None,
-              study: tuple[str, Any] | None = None) -> tuple[BasicVariantGenerator, dict[str, Any]]:
+              study: tuple[str, Any] | None = None) -> tuple[SearchAlg, dict[str, Any]]:
     """Random and grid search: Ray's variant generator; conditional params draw from ``options.seed`` too. A
     grid with conditional params (``SearchSpace.conditional_grid``) runs its points as fixed configs, each
     ``num_samples`` times (Ray's grid_search would run the full product). No Optuna study (``study`` is
