@@ -364,7 +364,7 @@ def test_an_interrupted_confirm_exits_1_saying_so(tmp_path, capsys, monkeypatch)
     from tune.driver import sweep
     from tune.results.record import SweepOutcome
 
-    from .commands.test_confirm import ROWS, write_sweep
+    from tests.tune.stages.sweep_rows import ROWS, write_sweep
 
     path = write_sweep(tmp_path, ROWS)
     trials = pd.DataFrame({"trial_id": ["c0", "c1"], "status": ["completed", "running"], "stage": "confirm"})
