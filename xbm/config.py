@@ -55,7 +55,7 @@ IMMUTABLE_REASONS = {
     "val_by": "a data key: the data, its splits and the memory's indices belong to one data set",
     "omniglot_rotations": "a data key: the data, its splits and the memory's indices belong to one data set",
 }
-# what a file that cannot be decoded does (xbm.data.bad_images owns it; repeated so config stays torch-free)
+# what a file that cannot be decoded does (xbm.data.bad_images applies it; the exported embedder's on_error too)
 ON_BAD_IMAGE = ("stop", "skip")
 # how supervised batches are drawn: PML's class-balanced MPerClassSampler, or a plain shuffle of the training images
 # (XBM paper Fig. 6: the memory helps without class-balanced batches); xbm.objectives.supervised builds them
