@@ -24,7 +24,6 @@ import torch
 from pytorch_metric_learning import losses, miners
 from pytorch_metric_learning.reducers import AvgNonZeroReducer, MeanReducer, MultipleReducers
 from pytorch_metric_learning.utils import common_functions as c_f
-from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor
 
 
@@ -50,11 +49,24 @@ class SupConLoss(losses.SupConLoss):
         mat = mat / self.temperature
         mat_max, _ = mat.max(dim=1, keepdim=True)
         mat = mat - mat_max.detach()  # for numerical stability
-        denominator = lmu.logsumexp(mat, keep_mask=(pos_mask + neg_mask).bool(), add_one=False, dim=1)
+        denominator = masked_logsumexp(mat, (pos_mask + neg_mask).bool())
         log_prob = mat - denominator
         mean_log_prob_pos = (pos_mask * log_prob).sum(dim=1) / (pos_mask.sum(dim=1) + c_f.small_val(mat.dtype))
         return {"loss": {"losses": torch.where(both, -mean_log_prob_pos, 0.0),
                          "indices": c_f.torch_arange_from_size(mat), "reduction_type": "element"}}
+
+
+def masked_logsumexp(x: Tensor, keep: Tensor) -> Tensor:
+    """PML's ``logsumexp(x, keep_mask=keep, add_one=False, dim=1)``, the same values and gradients bit for bit, with
+    the left-out entries at -inf instead of PML's ``finfo.min``. Both give exp = 0 exactly, but torch's CPU exp
+    leaves its vectorised path for inputs far below its range: on a [64, 17,800] matrix (a batch against the
+    Omniglot study's memory) 28.7 ms per exp at ``finfo.min`` against 6.4 ms at -inf and 1.9 ms in range, and
+    SupCon runs three to five of them a step over a memory whose entries are mostly left out by the miner
+    (an XBM loss step, forward and backward, 302 -> 231 ms on one thread). A row with nothing kept is 0, as PML's;
+    its entries become 0 first, so that its -inf log-sum never reaches the backward pass as a NaN."""
+    any_kept = keep.any(dim=1, keepdim=True)
+    x = torch.where(any_kept, torch.where(keep, x, float("-inf")), 0.0)
+    return torch.where(any_kept, torch.logsumexp(x, dim=1, keepdim=True), 0.0)
 
 
 def supports_masks(loss, miner) -> bool:

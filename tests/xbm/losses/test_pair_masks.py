@@ -7,7 +7,8 @@ import torch
 from pytorch_metric_learning import distances, losses, miners, reducers
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
-from xbm.losses.pair_masks import PairMasks, SupConLoss, loss_from_masks, masks_of_pairs, pair_masks, supports_masks
+from xbm.losses.pair_masks import (PairMasks, SupConLoss, loss_from_masks, masked_logsumexp, masks_of_pairs, pair_masks,
+                                   supports_masks)
 from xbm.registries import MINER_DISTANCES as DISTANCES
 
 # (ours on masks, PML's on index tuples): the same loss
@@ -181,3 +182,22 @@ def test_only_supcon_contrastive_and_ntxent_with_their_default_reducers_and_a_pl
     assert supports_masks(losses.ContrastiveLoss(reducer=reducers.AvgNonZeroReducer()), None)
     assert not supports_masks(losses.ContrastiveLoss(reducer=reducers.MeanReducer()), None)
     assert not supports_masks(losses.TripletMarginLoss(), None)
+
+
+def test_masked_logsumexp_equals_pmls_bit_for_bit_and_a_row_with_nothing_kept_is_zero_without_nan():
+    """Bugs caught: the -inf masking (taken for torch's CPU exp, which leaves its vectorised path at PML's
+    ``finfo.min``) changing a value or a gradient; a row with nothing kept whose -inf log-sum reaches the backward
+    pass as NaN (0 * exp(-inf - -inf)), which would poison every embedding's gradient."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 40) * 10
+    keep = torch.rand(5, 40) > 0.7
+    keep[3] = False   # a row with nothing kept: PML gives 0
+    keep[4] = True    # a row with everything kept
+    ours, theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = masked_logsumexp(ours, keep), lmu.logsumexp(theirs, keep_mask=keep, add_one=False, dim=1)
+    assert torch.equal(got, want) and float(got[3]) == 0.0
+    weights = torch.randn(5, 1)
+    (got * weights).sum().backward()
+    (want * weights).sum().backward()
+    assert torch.equal(ours.grad, theirs.grad) and not ours.grad.isnan().any()
+    assert torch.equal(ours.grad[3], torch.zeros(40)) and torch.equal(ours.grad[~keep], torch.zeros(int((~keep).sum())))
