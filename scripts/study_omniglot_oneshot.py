@@ -92,7 +92,7 @@ class Study:
         if self.address is None:
             import ray
 
-            ray.init(num_cpus=self.cpus, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=self.cpus, include_dashboard=False, log_to_driver=False)
             self.address = ray.get_runtime_context().gcs_address
         return ["--address", self.address, "--no-dashboard"]
 
