@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
 
 from analysis.location import absolute, is_uri
 from analysis.sweep_record import Objectives
@@ -19,6 +20,9 @@ DEFAULT_STORAGE = "~/xbm_sweeps"
 METRIC_MODES = ("max", "min")
 #: schedulers that change configs during a run (``mutable: true`` params, exploits, a checkpoint per interval)
 POPULATION_SCHEDULERS = ("pbt", "pb2")
+
+if TYPE_CHECKING:
+    from tune.search.spaces.space import SearchSpace
 
 _check = checker(error=SweepInputError)
 
@@ -212,3 +216,38 @@ SMOKE_OVERRIDES = {"dataset": "toy", "model": "mlp", "embedding_size": 32, "warm
 #: the section's grid gives the points (seeds among them: one sample each) and every point runs to its end
 #: (fifo), as the study's analysis needs whole runs; SMOKE_OVERRIDES do not apply
 SMOKE_DECLARED = {"num_samples": 1, "max_epochs": 2, "grace_period": 1, "scheduler": "fifo"}
+
+
+def resolve_space(space_name: str, options: SweepOptions) -> tuple["SearchSpace", SweepOptions]:
+    """The space with the values the flags set (``--set``, ``--max-epochs``, ``--seed`` unless the space fixes or
+    sweeps the seed; ``--smoke-test``'s reduction), and the options resolved against it: ``--set`` paths absolute
+    against the launch directory, the searcher and sample count the space implies (``for_space``), the
+    experiment's name, the storage folder absolute. The file is read as written first: what it declares decides
+    what the flags add. ``--workers-per-trial`` is pinned later, by ``tune.driver.workers.check_space``, which
+    names the flag when the batch does not split (the config's own check would not)."""
+    from tune.search.spaces import load_space, pin_space
+    from xbm.data.inputs import absolute_paths
+
+    written = load_space(space_name, smoke=options.smoke_test)
+    if options.smoke_test:
+        options = smoke_options(written, options)
+    overrides = absolute_paths(options.overrides, Path.cwd())
+    pins = dict(overrides)
+    if options.max_epochs is not None:
+        pins["epochs"] = options.max_epochs
+    if not {"seed"} & (set(written.base) | set(written.params) | set(pins)):
+        pins["seed"] = options.seed
+    space = pin_space(written, pins) if pins else written
+    options = options.replace(overrides=overrides, name=options.experiment_name(space.name),
+                              storage=options.storage_path()).for_space(space.is_grid)
+    return space, options
+
+
+def smoke_options(space: "SearchSpace", options: SweepOptions) -> SweepOptions:
+    """``--smoke-test``'s options: a space with a ``smoke:`` section runs that reduction (``SMOKE_DECLARED``:
+    its own data and grid at toy sizes, each point once, to its end); any other the toy data set
+    (``SMOKE``, ``SMOKE_OVERRIDES``). ``--set`` values win over both."""
+    if space.smoke:
+        return options.replace(**SMOKE_DECLARED, max_concurrent=options.max_concurrent)
+    return options.replace(**SMOKE, overrides={**SMOKE_OVERRIDES, **options.overrides},
+                           max_concurrent=options.max_concurrent)

@@ -30,7 +30,8 @@ from analysis.location import absolute
 from tune import moved
 from tune.driver.cluster import ray_session
 from tune.driver.options import SweepOptions
-from tune.driver.plan import SweepPlan, check_data, relocated
+from tune.driver.checks import check_data
+from tune.driver.plan import SweepPlan, relocated
 from tune.driver.workers import LAUNCHER_CPU, check_node_gpus, launcher_resources, max_concurrent, worker_resources
 from tune.errors import SweepInputError
 from tune.results.live import SweepBest

@@ -46,9 +46,12 @@ def worker_resources(options: SweepOptions) -> dict[str, float]:
     return resources
 
 
-def check_space(space, options: SweepOptions) -> None:
+def check_space(space, options: SweepOptions):
     """Before Ray starts: ``workers`` is the flag's, never a space's or ``--set``'s (the resources are the
-    sweep's), and every global batch the space can give splits into whole classes per rank."""
+    sweep's), and every global batch the space can give splits into whole classes per rank. Returns the space
+    with ``workers`` pinned when it is > 1, so that each trial's TrainConfig knows them (``config.workers``)."""
+    from tune.search.spaces import pin_space
+
     workers = options.workers
     if WORKERS_KEY in space.params:
         raise SweepInputError(f"the space must not sweep {WORKERS_KEY!r}: a trial's workers are the sweep's "
@@ -66,6 +69,7 @@ def check_space(space, options: SweepOptions) -> None:
         raise SweepInputError("device=cpu cannot run a data-parallel trial on GPUs: its workers talk over NCCL, "
                               "which carries CUDA tensors only (the first gather of CPU tensors fails); drop "
                               "device=cpu (device=auto trains on the trial's GPUs), or set --gpus-per-trial 0")
+    return pin_space(space, {WORKERS_KEY: workers}) if workers > 1 and given is None else space
 
 
 def check_batch_split(batch_sizes: Iterable[int], samples_per_class: Iterable[int], objectives: Iterable[str],

@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 
 from analysis.contract import (CONFIG_PREFIX, INT_COLUMNS, RESULTS, SWEEP_JSON, UnreadableFileError,  # noqa: F401
                                column_type, config_of, finite)
-from analysis.location import is_uri
+from analysis.location import Folder, is_uri
 from tune.errors import SweepInputError
 from xbm.config import TrainConfig
 
@@ -123,3 +123,12 @@ def check_storage(uri: str) -> None:
     if info.type == pafs.FileType.NotFound:
         raise SweepInputError(f"bucket {bucket!r} of {uri} does not exist{where}: create it first "
                               f"(e.g. `aws s3 mb s3://{bucket}`) or pass another --storage")
+
+
+def check_new_experiment(storage: str, experiment: str) -> None:
+    """Before anything runs (``SweepInputError``, exit 2): ``storage`` reachable (``check_storage``) and
+    ``experiment`` not yet in it."""
+    check_storage(storage)  # a missing bucket or rejected credentials: one error, now
+    if Folder(storage).exists(experiment):
+        raise SweepInputError(f"experiment {experiment!r} already exists in {storage}: choose another --name, or "
+                              f"continue it with `xbm-tune resume {storage}/{experiment}`")

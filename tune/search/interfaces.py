@@ -27,11 +27,11 @@ SearchAlg = Union[Searcher, SearchAlgorithm]
 class SearcherBuilder(Protocol):
     """``--search NAME``: the search algorithm and the Tune ``param_space`` of the swept parameters (the space's
     own sampling where the searcher samples nothing, e.g. random and grid). ``budget`` is the epoch budget,
-    ``warm`` an earlier sweep's points to start from, ``study`` (name, Optuna storage) where an Optuna searcher
-    persists its study."""
+    ``warm`` an earlier sweep's points to start from (an Optuna searcher's study lives in memory until
+    ``keep_study`` moves it into the sweep's folder)."""
 
-    def __call__(self, space: SearchSpace, options: Any, budget: int, warm: WarmStart | None,
-                 study: tuple[str, Any] | None = None) -> tuple[SearchAlg, dict[str, Any]]: ...
+    def __call__(self, space: SearchSpace, options: Any, budget: int,
+                 warm: WarmStart | None) -> tuple[SearchAlg, dict[str, Any]]: ...
 
 
 class SchedulerBuilder(Protocol):

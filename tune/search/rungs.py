@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from tune.errors import SweepInputError
@@ -166,3 +167,26 @@ def recorded_rungs(options, rungs: tuple[int, ...] | None):
     if options.rungs != SCHEDULE_RUNGS or not rungs:
         return options
     return options.replace(rungs=",".join(str(r) for r in rungs))
+
+
+@dataclass(frozen=True)
+class RungPlan:
+    """ASHA's rungs as a sweep plans them: ``epochs`` (None for another scheduler), ``options`` with placed
+    rungs listed (``recorded_rungs``: what the scheduler is built from), and the early-stopping warnings."""
+
+    epochs: tuple[int, ...] | None
+    options: Any
+    warnings: list[str]
+
+
+def plan_rungs(options, space, max_epochs: int) -> RungPlan:
+    """The rungs of ``options`` over ``space`` and what is unfair about them: ``space.fairness_warnings`` for the
+    first decision epoch (an error under ``--strict``), and, for geometric rungs, those that straddle the LR
+    drops (``straddle_warning``; placed rungs are the user's or the schedule's choice)."""
+    rungs = rung_epochs(options, space, max_epochs) if options.scheduler == "asha" else None
+    warnings = space.fairness_warnings(rungs[0] if rungs else options.grace_period, options.scheduler)
+    if warnings and options.strict:
+        raise SweepInputError("unfair early stopping (--strict):\n  " + "\n  ".join(warnings))
+    if rungs and options.rungs == GEOMETRIC_RUNGS:
+        warnings += filter(None, [straddle_warning(tuple(r for r in rungs if r < max_epochs), space)])
+    return RungPlan(rungs, recorded_rungs(options, rungs), warnings)

@@ -204,35 +204,35 @@ class FixedConfigs(Searcher):
             self.__dict__.update(pickle.load(stream))
 
 
-def _optuna(space: SearchSpace, options: Any, budget: int, warm: WarmStart | None,
-            study: tuple[str, Any] | None = None) -> tuple[PrunedOptunaSearch, dict[str, Any]]:
+def _optuna(space: SearchSpace, options: Any, budget: int,
+            warm: WarmStart | None) -> tuple[PrunedOptunaSearch, dict[str, Any]]:
     points, rewards = (warm.points, warm.rewards) if warm is not None else (None, None)
     # Offset TPE's seed by the number of warm points: with the old sweep's seed, its first random
     # draws would repeat the old sweep's own start-up points, already evaluated.
     seed = options.seed + len(points or ())
-    # an explicit in-memory storage, so that keep_study can copy the study out of it
-    name, storage = study if study is not None else (None, optuna.storages.InMemoryStorage())
+    # an explicit in-memory storage, so that keep_study can copy the study out of it (into the sweep's journal)
+    storage = optuna.storages.InMemoryStorage()
     sampler = "tpe" if options.search == "optuna" else options.search
     several = len(options.metrics) > 1
     metric, mode = (list(options.metrics), list(options.modes)) if several else (options.metric, options.mode)
     searcher = PrunedOptunaSearch(space.define_by_run, metric, mode, seed, budget, points=points, rewards=rewards,
-                                  study_name=name, storage=storage, sampler=sampler, gpus=options.trial_gpus)
+                                  storage=storage, sampler=sampler, gpus=options.trial_gpus)
     return searcher, {}
 
 
-def _variants(space: SearchSpace, options: Any, budget: int, warm: WarmStart | None,
-              study: tuple[str, Any] | None = None) -> tuple[SearchAlg, dict[str, Any]]:
+def _variants(space: SearchSpace, options: Any, budget: int,
+              warm: WarmStart | None) -> tuple[SearchAlg, dict[str, Any]]:
     """Random and grid search: Ray's variant generator; conditional params draw from ``options.seed`` too. A
     grid with conditional params (``SearchSpace.conditional_grid``) runs its points as fixed configs, each
-    ``num_samples`` times (Ray's grid_search would run the full product). No Optuna study (``study`` is
-    ignored): ``xbm-tune export-optuna`` builds one from the Parquet."""
+    ``num_samples`` times (Ray's grid_search would run the full product). No Optuna study:
+    ``xbm-tune export-optuna`` builds one from the Parquet."""
     if options.search == "grid" and space.conditional_grid:
         points = space.grid_points() * options.num_samples
         return FixedConfigs(points, options.metric, options.mode), dict(space.base)
     return BasicVariantGenerator(random_state=options.seed), space.to_param_space(seed=options.seed)
 
 
-#: name -> factory(space, options, budget, warm_start, study=(name, optuna storage) or None)
+#: name -> factory(space, options, budget, warm_start)
 #:   -> (search_alg, param_space of swept params)
 SEARCHERS: dict[str, SearcherBuilder] = {**{name: _optuna for name in OPTUNA_SEARCHES},
                                          "random": _variants, "grid": _variants}
@@ -257,9 +257,15 @@ def check_search_options(options) -> None:
                               "or give one --metric")
 
 
-def build_searcher(space: SearchSpace, options: Any, budget: int, warm: WarmStart | None = None,
-                   study: tuple[str, Any] | None = None) -> tuple[SearchAlg, dict[str, Any]]:
-    """The search algorithm and the Tune param_space for the swept parameters; ``study`` = (name, Optuna
-    storage) persists an optuna searcher's study there (tune/search/optuna_study.py)."""
+def build_searcher(space: SearchSpace, options: Any, budget: int) -> tuple[SearchAlg, dict[str, Any], WarmStart | None]:
+    """The sweep's search algorithm, the Tune param_space of the swept parameters and the warm start: the options
+    checked first (an old sweep is read only for a searcher that can use it), then ``--warm-start``'s points
+    read from the old sweep (``tune.search.warm_start``), then the registry's builder."""
     check_search_options(options)
-    return SEARCHERS[options.search](space, options, budget, warm, study)
+    warm = None
+    if options.warm_start:
+        from tune.search.warm_start import warm_start_points
+
+        warm = warm_start_points(options.warm_start, space, options.metric, options.mode)
+    searcher, swept_space = SEARCHERS[options.search](space, options, budget, warm)
+    return searcher, swept_space, warm

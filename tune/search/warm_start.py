@@ -89,7 +89,9 @@ def warm_start_points(old_sweep_path: str, space: SearchSpace, metric: str, mode
 def read_trials(old_sweep_path: str) -> list[dict[str, Any]]:
     """The old sweep's trials as plain Python rows (nulls as None), from a local folder or a URI."""
     from analysis.location import Folder
+    from tune.results.parquet import check_storage
 
+    check_storage(str(old_sweep_path))   # a missing bucket or rejected credentials: their own message
     results = f"{str(old_sweep_path).rstrip('/')}/{RESULTS}"
     try:
         table = Folder(results).read_table("trials.parquet")

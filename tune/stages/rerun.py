@@ -38,7 +38,7 @@ def rerun_overrides(pairs: Sequence[str] | None) -> dict[str, Any]:
 
 def check_configs(configs: Sequence[Mapping[str, Any]]) -> None:
     """Every config a valid TrainConfig (a bad ``--set`` fails here) and its data readable on this machine."""
-    from tune.driver.plan import check_data
+    from tune.driver.checks import check_data
 
     for config in configs:
         train_config(config)

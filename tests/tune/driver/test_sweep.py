@@ -117,7 +117,7 @@ def test_a_conditional_grid_runs_its_points_as_fixed_configs_num_samples_times(t
     text = GRID.replace("normaliser.kind: {grid: [none, xbn]}", "memory.enabled: {grid: [false, true]}\n"
                         "  normaliser.kind: {grid: [none, xbn], when: {memory.enabled: true}}")
     space = load_space(space_file(text, "conditional"))
-    searcher, param_space = build_searcher(space, options(tmp_path, search="grid", num_samples=2), 3)
+    searcher, param_space, _ = build_searcher(space, options(tmp_path, search="grid", num_samples=2), 3)
     assert isinstance(searcher, FixedConfigs) and tune_samples(searcher, 2) == 6
     assert param_space == space.base and "normaliser.kind" not in param_space
     suggested = [searcher.suggest(str(i)) for i in range(7)]
@@ -133,7 +133,7 @@ def test_every_registry_entry_builds(tmp_path, space_file):
     for search, text in (("optuna", TOY), ("tpe", TOY), ("gp", TOY), ("cmaes", TOY), ("nsga2", TOY), ("random", TOY),
                          ("grid", GRID)):
         space = load_space(space_file(text, search))
-        searcher, param_space = build_searcher(space, options(tmp_path, search=search), 3)
+        searcher, param_space, _ = build_searcher(space, options(tmp_path, search=search), 3)
         optuna_based = isinstance(searcher, PrunedOptunaSearch)
         assert optuna_based == (search not in ("random", "grid")) and (optuna_based or "normaliser.kind" in param_space)
     # Bug caught: a registry name building another scheduler (e.g. fifo stopping trials early, or asha /

@@ -112,6 +112,18 @@ def test_a_space_is_checked_for_every_neighbours_k_it_can_give():
         check_space(load_space("neighbours", overrides={"batch_size": 40}), SweepOptions(workers_per_trial=2))
 
 
+def test_the_checked_space_carries_the_flags_workers_to_every_trial():
+    """Bug caught: ``--workers-per-trial 2`` checked but not pinned, so each trial's TrainConfig says one worker
+    (``config.workers`` 1: every rank trains the whole batch alone, and gpu_hours bills one GPU); or one worker
+    pinned, which a space without the key must not gain."""
+    from tune.driver.workers import check_space
+    from tune.results.trial_config import WORKERS_KEY
+    from tune.search.spaces import load_space
+
+    assert check_space(load_space("quickstart"), SweepOptions(workers_per_trial=2)).base[WORKERS_KEY] == 2
+    assert WORKERS_KEY not in check_space(load_space("quickstart"), SweepOptions()).base
+
+
 def test_device_cpu_on_gpu_workers_is_refused_before_ray_starts():
     """Bug caught: ``--gpus-per-trial 1 --workers-per-trial 2`` with ``device=cpu`` in the space started NCCL
     workers that trained on the CPU, and the first gather of CPU tensors failed inside every trial."""

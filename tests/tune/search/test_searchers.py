@@ -28,7 +28,7 @@ SAMPLER = {"optuna": optuna.samplers.TPESampler, "tpe": optuna.samplers.TPESampl
 def _searcher(tmp_path, search: str, seed: int = 3) -> PrunedOptunaSearch:
     path = tmp_path / "space.yaml"
     path.write_text(CONTINUOUS)
-    searcher, _ = build_searcher(load_space(str(path)), SweepOptions(search=search, seed=seed), 1)
+    searcher, _, _ = build_searcher(load_space(str(path)), SweepOptions(search=search, seed=seed), 1)
     return searcher
 
 
@@ -86,7 +86,7 @@ def test_several_objectives_reach_one_study_with_a_direction_each(tmp_path, sear
     path.write_text(CONTINUOUS)
     options = SweepOptions(search=search, metric="recall_at_1", mode="max", extra_metrics=("gpu_hours",),
                            extra_modes=("min",), gpus_per_trial=0.5)
-    searcher, _ = build_searcher(load_space(str(path)), options, 2)
+    searcher, _, _ = build_searcher(load_space(str(path)), options, 2)
     study = searcher._ot_study
     assert study.directions == [StudyDirection.MAXIMIZE, StudyDirection.MINIMIZE]
     searcher.suggest("done")

@@ -1,12 +1,11 @@
-"""A space's ``smoke:`` section (tune.search.spaces.schema / loader, tune.driver.plan.smoke_options): what
+"""A space's ``smoke:`` section (tune.search.spaces.schema / loader, tune.driver.options.smoke_options): what
 ``--smoke-test`` runs instead of the toy data set, for a study whose smoke test must keep its data and its
 comparison."""
 from __future__ import annotations
 
 import pytest
 
-from tune.driver.options import SMOKE_OVERRIDES, SweepOptions
-from tune.driver.plan import smoke_options
+from tune.driver.options import SMOKE_OVERRIDES, SweepOptions, smoke_options
 from tune.search.spaces import SpaceError, load_space
 
 STUDY = """description: a study
