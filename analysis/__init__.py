@@ -12,15 +12,4 @@ matplotlib and Optuna are imported lazily by the functions that need them.
 # analyses themselves.
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "compare": ["compare_variants", "confirmation_table", "matched_pairs", "paired_differences", "t_interval"],
-    "curves": ["asha_survival", "drift_staleness", "learning_curves"],
-    "dominance": ["pareto", "pareto_front"],
-    "effects": ["delay_curve", "kalman_r_curve", "memory_ratio_curve", "parallel_coordinates", "param_effect",
-                "param_heatmap"],
-    "errors": ["NotApplicable"],
-    "importance": ["param_importance", "rebuild_study"],
-    "loader": ["Problem", "Sweep", "SweepReadWarning", "load"],
-    "references": ["REFERENCES", "reference_for"],
-    "tables": ["best_per_kind", "leaderboard", "status_counts", "stop_reasons"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)   # the names: __init__.pyi

@@ -5,12 +5,4 @@ torch-free and cheap; ``xbm.__version__`` too (:mod:`xbm.version`: the installed
 """
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "config": ["TrainConfig"],
-    "evaluate.embedder": ["load_embedder"],
-    "losses.xbm_loss": ["XBMLoss"],
-    "memory": ["EmbeddingMemory"],
-    "normalisers": ["NormaliserConfig", "build_normaliser"],
-    "trainer": ["Trainer"],
-    "version": ["__version__"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)   # the names: __init__.pyi

@@ -12,7 +12,7 @@ from tune.search.spaces.space import SearchSpace
 from xbm.data.inputs import PATH_KEYS
 
 
-def check_inputs(space: SearchSpace, options: SweepOptions) -> int:
+def check_sweep_inputs(space: SearchSpace, options: SweepOptions) -> int:
     """Check ``space`` against ``options`` (its base config, ``check_metric``, ``check_data``, the grace
     period); returns the epoch budget, the base config's ``epochs``."""
     max_epochs = train_config(space.base).epochs  # the fixed part alone must be a valid TrainConfig

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from analysis.contract import SweepRecord
-from tune.driver.checks import check_inputs
+from tune.driver.checks import check_sweep_inputs
 from tune.driver.options import SweepOptions, resolve_space
 from tune.driver.workers import check_space
 from tune.errors import SweepInputError
@@ -94,7 +94,7 @@ def prepare(space_name: str, options: SweepOptions) -> SweepPlan:
     space, options = resolve_space(space_name, options)   # --set, --smoke-test, the name, absolute paths
     space.check_search(options.search)
     space = check_space(space, options)  # a space's own workers; each rank's share of the batch, named after the flag
-    max_epochs = check_inputs(space, options)   # the base config, the metric, the data, the grace period
+    max_epochs = check_sweep_inputs(space, options)   # the base config, the metric, the data, the grace period
     rungs = plan_rungs(options, space, max_epochs)   # ASHA's rungs and the fairness of stopping there
     warnings = rungs.warnings + list(filter(None, [space.combination_warning()]))
     check_new_experiment(options.storage, options.name)   # nothing is read or written yet

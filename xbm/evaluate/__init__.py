@@ -7,17 +7,6 @@ and an exported model's ``load_embedder`` (``embedder.py``).
 The faces are imported on first use (``lazy_loader``, as :mod:`xbm`), so that ``xbm.evaluate.signals`` stays
 torch-free: importing a submodule runs this file first.
 """
-from typing import TYPE_CHECKING
-
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "knn": ["KNN_BACKENDS"],
-    "knn_classification": ["knn_accuracy"],
-    "metrics": ["RetrievalAccuracyCalculator", "nearest_neighbours", "retrieval_metrics"],
-})
-
-if TYPE_CHECKING:  # the same names, for type checkers (they do not run lazy_loader)
-    from xbm.evaluate.knn import KNN_BACKENDS
-    from xbm.evaluate.knn_classification import knn_accuracy
-    from xbm.evaluate.metrics import RetrievalAccuracyCalculator, nearest_neighbours, retrieval_metrics
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)   # the names: __init__.pyi

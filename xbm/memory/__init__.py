@@ -9,15 +9,6 @@
 (``lazy_loader``, as :mod:`xbm.normalisers`): ``xbm.config`` needs only the section, and importing it must not
 pull in torch.
 """
-from typing import TYPE_CHECKING
-
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "indexed": ["IndexedMemory"],
-    "ring": ["EmbeddingMemory", "MemoryRows"],
-})
-
-if TYPE_CHECKING:  # the same names, for type checkers (they do not run lazy_loader)
-    from xbm.memory.indexed import IndexedMemory
-    from xbm.memory.ring import EmbeddingMemory, MemoryRows
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)   # the names: __init__.pyi

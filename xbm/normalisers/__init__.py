@@ -9,9 +9,4 @@ importing it must not pull in torch (every ``xbm-tune`` command, ``--help`` incl
 """
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "base": ["Normaliser"],
-    "config": ["NormaliserConfig"],
-    "registry": ["NORMALISERS", "build_normaliser"],   # NORMALISERS: xbm.registries's, re-exported
-    "stats": ["Moments"],
-})
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)   # the names: __init__.pyi
