@@ -159,6 +159,12 @@ def test_findings_curve_floors_and_paper():
     none = found.curve[found.curve["variant"] == "none"].set_index("batch_size")
     assert none.loc[16, "mean"] == pytest.approx(40) and none.loc[16, "low"] < 40 < none.loc[16, "high"]
     assert found.floors == {"raw pixels": 5.0, "untrained": 8.0}
+    # Bug caught: a claim on another quantity (valid negatives, drift) set beside no reference at all: its runs'
+    # Recall@1 and the floors are reported with it too
+    counts = findings(batch_trials(40, 60, 70, 72), epochs_frame([0, 1000, 1000], [20, 9, 6]),
+                      "findings_valid_negatives")
+    assert counts.floors == found.floors and counts.recall == pytest.approx(found.recall)
+    assert found.recall == pytest.approx(batch_trials(40, 60, 70, 72)["recall"].mean())
     assert set(found.paper["value"]) == {46.6, 71.7, 78.2, 81.4} and found.paper["note"].str.contains("Table 2").any()
     with pytest.raises(ValueError, match="findings_batch_size"):
         findings(batch_trials(40, 60, 70, 72), pd.DataFrame(), "batch_size")
@@ -171,6 +177,8 @@ def test_figure_is_written(tmp_path):
     found = findings(pd.DataFrame(columns=["variant", "recall"]), epochs_frame([0, 1000, 1000], [20, 9, 6]),
                      "findings_valid_negatives")
     assert set(found.curve["variant"]) == {"valid_neg_memory", "valid_neg_batch"}
+    # Bug caught: epoch 1, before the memory starts (memory_start 2), drawn as the memory supplying 0 negatives
+    assert found.curve["epoch"].min() == 2 and found.curve["mean"].min() > 0
     assert draw_findings(found, tmp_path / "f.png").stat().st_size > 1000
     batch = findings(batch_trials(40, 60, 70, 72), pd.DataFrame(), "findings_batch_size")
     assert draw_findings(batch, tmp_path / "b.png").stat().st_size > 1000

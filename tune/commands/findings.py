@@ -59,8 +59,9 @@ def run(args: argparse.Namespace) -> int:
     pd.DataFrame(verdicts).to_csv(out / "verdicts.csv", index=False)
     figure = draw_findings(found, out / "findings.png")
     print(f"claim: {claim} ({len(found.curve)} measured points)")
-    for name, value in found.floors.items():
-        print(f"floor: {name}: Recall@1 {value:.2f}%")
+    if found.floors:
+        print(f"the runs' final Recall@1: {found.recall:.2f}% (floors: " + ", ".join(
+            f"{name} {value:.2f}%" for name, value in found.floors.items()) + ")")
     for verdict in found.verdicts:
         print(verdict.line())
     print(f"figure: {figure}")

@@ -28,7 +28,8 @@ def test_smoke_sweep_of_findings_batch_size_then_its_verdicts(ray_session, tmp_p
     assert sorted(set(trials["config.batch_size"])) == [16, 32] and sorted(set(trials["config.seed"])) == [0, 1]
     assert main(["findings", str(sweep), "--out", str(tmp_path / "f")]) == 0
     out = capsys.readouterr().out
-    assert "claim: findings_batch_size" in out and "floor: raw pixels" in out and "floor: untrained" in out
+    assert "claim: findings_batch_size" in out and "the runs' final Recall@1: " in out
+    assert "(floors: raw pixels " in out and ", untrained " in out
     lines = [line for line in out.splitlines() if line.startswith("1 batch size: ")]
     assert len(lines) == 3 and all(any(o in line for o in ("REPRODUCED", "INCONCLUSIVE")) for line in lines)  # NOT REPRODUCED too
     assert "no runs" in lines[2]  # the smoke grid runs no random sampler
