@@ -451,6 +451,10 @@ EFFECTS: dict[str, Any] = {
                                  extra={"loss.kind": "contrastive"}),
     "loss.neg_margin": Attribute(0.2, lambda t: {t.xbm.loss.neg_margin, t.batch_loss.loss.neg_margin}, {0.2},
                                  extra={"loss.kind": "contrastive"}),
+    # the XBM paper's sum per anchor on both losses (the memory's and the batch's), not PML's mean over pairs
+    "loss.reduction": Attribute("per_anchor", lambda t: {type(r).__name__ for c in (t.xbm, t.batch_loss)
+                                                         for r in c.loss.reducer.reducers.values()},
+                                {"PerAnchorSumReducer"}, extra={"loss.kind": "contrastive"}),
     "loss.margin": Attribute(0.3, lambda t: {t.xbm.loss.margin, t.batch_loss.loss.margin}, {0.3},
                              extra={"loss.kind": "triplet"}),
     **{f"loss.{name}": Attribute(value, lambda t, name=name: {getattr(t.xbm.loss, name),

@@ -57,6 +57,8 @@ def test_writes_config_metrics_and_checkpoint(tmp_path, capsys):
     (["--set", "loss.kind=contrastive", "--set", "loss.distance=lp", "--set", "loss.neg_margin=0.1",
       "--set", "loss.pos_margin=0.2"], "loss.neg_margin must satisfy neg_margin > pos_margin=0.2 in distance form"),
     (["--set", "loss.kind=ntxent", "--set", "loss.temperature=0"], "loss.temperature must satisfy > 0"),
+    (["--set", "loss.reduction=per_anchor"], "loss.reduction must satisfy nonzero_pairs (the default) with "
+                                             "loss.kind=supcon: per_anchor is the XBM paper's contrastive loss"),
     (["--set", "eval_ks="], "eval_ks must satisfy 'auto' (the data set's K set) or a non-empty comma-separated list"),
     (["--set", "eval_ks=0,1"], "eval_ks must satisfy 'auto' (the data set's K set) or a non-empty comma-separated list"
                                " of distinct integers >= 1, e.g. 1,2,4,8, but got '0,1'"),

@@ -8,6 +8,9 @@ from xbm.checks import checker
 from xbm.registries import LOSS_DISTANCES, LOSSES, MINER_DISTANCES
 
 MINER_KINDS = ("auto", "pair_margin", "none")   # auto: follows the loss (resolve_miner_kind)
+#: how the contrastive loss reduces its pairs: PML's mean over the pairs with a non-zero loss (default), or the
+#: XBM paper's sum per anchor averaged over the anchors (Eq. 1; xbm.losses.reducers)
+LOSS_REDUCTIONS = ("nonzero_pairs", "per_anchor")
 
 _check = checker()
 
@@ -41,6 +44,11 @@ class LossConfig:
     - ``multi_similarity``: ``alpha``, ``beta``, ``base``; ``ms_mining`` on: MS's own pair mining
       (``MultiSimilarityMiner(ms_epsilon)``, which then replaces ``miner.*``: miner.kind must be none or auto);
     - ``ntxent``: NT-Xent, ``temperature``.
+
+    ``reduction`` (contrastive only): ``nonzero_pairs`` (default, PML's: the mean of the positive pairs' losses
+    that are > 0 plus the same for the negatives) or ``per_anchor`` (the XBM paper's Eq. 1: every pair's loss
+    summed, over the number of anchors, so that the memory's many valid negatives weigh as in the paper;
+    :mod:`xbm.losses.reducers`).
     """
 
     kind: str = "supcon"
@@ -54,6 +62,7 @@ class LossConfig:
     base: float = 0.5
     ms_mining: bool = True
     ms_epsilon: float = 0.1
+    reduction: str = "nonzero_pairs"
 
     def __post_init__(self) -> None:
         _check(self.kind in LOSSES, "loss.kind", f"one of {list(LOSSES)}", self.kind)
@@ -73,6 +82,10 @@ class LossConfig:
         _check(self.beta > 0.0, "loss.beta", "> 0", self.beta)
         _check(-1.0 <= self.base <= 1.0, "loss.base", "-1 <= base <= 1 (a cosine similarity)", self.base)
         _check(self.ms_epsilon >= 0.0, "loss.ms_epsilon", ">= 0", self.ms_epsilon)
+        _check(self.reduction in LOSS_REDUCTIONS, "loss.reduction", f"one of {list(LOSS_REDUCTIONS)}", self.reduction)
+        _check(self.reduction == "nonzero_pairs" or self.kind == "contrastive", "loss.reduction",
+               f"nonzero_pairs (the default) with loss.kind={self.kind}: per_anchor is the XBM paper's contrastive "
+               "loss (Eq. 1); set loss.kind=contrastive or drop loss.reduction", self.reduction)
 
     @property
     def mines_itself(self) -> bool:

@@ -6,7 +6,8 @@
   and Table 1), PML ``ContrastiveLoss(pos_margin, neg_margin)``. On ``loss.distance=cosine`` (the XBM code's
   similarity form) it is ``[pos_margin - S_ij]_+`` per positive and ``[S_ij - neg_margin]_+`` per negative pair
   (the paper's lambda is neg_margin, 0.5 in its code); on ``lp`` ``[d_ij - pos_margin]_+`` / ``[neg_margin - d_ij]_+``.
-  PML averages each over its pairs with a non-zero loss and sums the two.
+  PML averages each over its pairs with a non-zero loss and sums the two; ``loss.reduction=per_anchor`` sums every
+  pair's loss over the number of anchors, as the XBM paper's Eq. 1 and code (:mod:`xbm.losses.reducers`).
 - ``triplet``: the triplet loss (Schroff et al. 2015; seed 002 §3.1, Table 1), PML ``TripletMarginLoss(margin)``,
   ``[d_ap - d_an + margin]_+`` over every triplet built from the mined (or all) pairs sharing an anchor.
 - ``multi_similarity``: MS (Wang et al. 2019, Eq. 8; seed 002 §3.1, Table 1), PML
@@ -27,6 +28,7 @@ from torch import nn
 
 from xbm.losses.config import LossConfig
 from xbm.losses.pair_masks import SupConLoss
+from xbm.losses.reducers import PerAnchorSumReducer
 from xbm.registries import LOSSES, LOSS_DISTANCES
 
 # the builders of xbm.registries.LOSSES: LossConfig -> the loss (its distance from LOSS_DISTANCES)
@@ -35,8 +37,9 @@ def supcon(cfg: LossConfig) -> nn.Module:
 
 
 def contrastive(cfg: LossConfig) -> nn.Module:
+    reducer = PerAnchorSumReducer() if cfg.reduction == "per_anchor" else None   # None: PML's AvgNonZeroReducer
     return losses.ContrastiveLoss(pos_margin=cfg.pos_margin, neg_margin=cfg.neg_margin,
-                                  distance=LOSS_DISTANCES[cfg.distance]())
+                                  distance=LOSS_DISTANCES[cfg.distance](), reducer=reducer)
 
 
 def triplet(cfg: LossConfig) -> nn.Module:

@@ -26,6 +26,8 @@ from pytorch_metric_learning.reducers import AvgNonZeroReducer, MeanReducer, Mul
 from pytorch_metric_learning.utils import common_functions as c_f
 from torch import Tensor
 
+from xbm.losses.reducers import PerAnchorSumReducer
+
 
 class SupConLoss(losses.SupConLoss):
     """PML's ``SupConLoss`` without its host reads: PML checks ``pos_mask.any() and neg_mask.any()`` in
@@ -71,9 +73,10 @@ def masked_logsumexp(x: Tensor, keep: Tensor) -> Tensor:
 
 def supports_masks(loss, miner) -> bool:
     """Whether ``loss`` with ``miner`` can run on masks: our SupCon, PML's contrastive loss or NT-Xent, each with
-    PML's default reducer and no embedding regulariser, mined by a plain ``PairMarginMiner`` or not at all."""
+    PML's default reducer (the contrastive loss also with the XBM paper's per-anchor sum) and no embedding
+    regulariser, mined by a plain ``PairMarginMiner`` or not at all."""
     masked = ((isinstance(loss, SupConLoss) and type(loss.reducer) is AvgNonZeroReducer)
-              or (type(loss) is losses.ContrastiveLoss and _avg_non_zero_per_sub_loss(loss))
+              or (type(loss) is losses.ContrastiveLoss and _sub_loss_reducer(loss) is not None)
               or (type(loss) is losses.NTXentLoss and type(loss.reducer) is MeanReducer))
     return (masked and getattr(loss, "embedding_regularizer", None) is None
             and (miner is None or type(miner) is miners.PairMarginMiner))
@@ -165,33 +168,42 @@ def ntxent_from_masks(loss: losses.NTXentLoss, queries: Tensor, refs: Optional[T
 
 def contrastive_from_masks(loss: losses.ContrastiveLoss, queries: Tensor, refs: Optional[Tensor],
                            masks: PairMasks) -> Tensor:
-    """PML's ``ContrastiveLoss`` with its ``AvgNonZeroReducer`` for the pairs in ``masks``, without a host read.
+    """PML's ``ContrastiveLoss`` for the pairs in ``masks``, without a host read, with its ``AvgNonZeroReducer``
+    or the XBM paper's :class:`~xbm.losses.reducers.PerAnchorSumReducer`.
 
     Per pair, with D = the loss's distance matrix and PML's ``distance.margin`` (x - y; y - x for an inverted,
     similarity-valued distance such as cosine):
         pos: [margin(D_ij, pos_margin)]_+          (lp: [d_ij - m_pos]_+,  cosine: [m_pos - s_ij]_+)
         neg: [margin(neg_margin, D_ij)]_+          (lp: [m_neg - d_ij]_+,  cosine: [s_ij - m_neg]_+)
     loss = mean of the positive pairs' losses that are > 0 + the same for the negative pairs (each 0 when
-    none is). PML's zero loss (``sum(queries * 0)``) when neither kind has more than one pair."""
+    none is); per anchor: (sum of the positive pairs' losses + sum of the negative pairs') / B, B the queries.
+    PML's zero loss (``sum(queries * 0)``) when neither kind has more than one pair."""
     mat = loss.distance(queries, queries if refs is None else refs)
     margin = loss.distance.margin
     some = (masks.pos.sum() > 1) | (masks.neg.sum() > 1)   # GenericPairLoss's check
+    per_anchor = _sub_loss_reducer(loss) is PerAnchorSumReducer
     zero = (queries * 0).sum()
     total = zero
     for mask, per_pair in ((masks.pos, torch.relu(margin(mat, loss.pos_margin))),
                            (masks.neg, torch.relu(margin(loss.neg_margin, mat)))):
         kept = mask & (per_pair > 0)
-        mean = torch.where(kept, per_pair, 0.0).sum() / kept.sum().clamp_min(1)
-        total = total + torch.where(kept.any(), mean, zero)
+        summed = torch.where(kept, per_pair, 0.0).sum()
+        if per_anchor:
+            total = total + summed / max(queries.shape[0], 1)
+        else:
+            total = total + torch.where(kept.any(), summed / kept.sum().clamp_min(1), zero)
     return torch.where(some, total, zero)
 
 
-def _avg_non_zero_per_sub_loss(loss) -> bool:
-    """Whether a loss with several sub-losses reduces each with PML's ``AvgNonZeroReducer`` and sums them (PML
-    wraps the reducer it is given in ``MultipleReducers``, one copy per sub-loss)."""
+def _sub_loss_reducer(loss) -> Optional[type]:
+    """The one reducer class a loss with several sub-losses applies to each before summing them (PML wraps the
+    reducer it is given in ``MultipleReducers``, one copy per sub-loss), when it is PML's ``AvgNonZeroReducer``
+    or :class:`~xbm.losses.reducers.PerAnchorSumReducer`; None for any other."""
     reducer = loss.reducer
-    return (type(reducer) is MultipleReducers and set(reducer.reducers) == set(loss.sub_loss_names())
-            and all(type(r) is AvgNonZeroReducer for r in reducer.reducers.values()))
+    if type(reducer) is not MultipleReducers or set(reducer.reducers) != set(loss.sub_loss_names()):
+        return None
+    kinds = {type(r) for r in reducer.reducers.values()}
+    return kinds.pop() if len(kinds) == 1 and kinds <= {AvgNonZeroReducer, PerAnchorSumReducer} else None
 
 
 def loss_from_masks(loss, queries: Tensor, refs: Optional[Tensor], masks: PairMasks) -> Tensor:

@@ -5,8 +5,8 @@ is given, scattered into masks (:func:`xbm.losses.pair_masks.masks_of_pairs`), f
 
 What "non-zero gradient" means per loss (PML's reducers included):
 
-- contrastive (``ContrastiveLoss`` + ``AvgNonZeroReducer``): a negative pair whose hinge
-  ``[margin(neg_margin, D_ij)]_+`` is > 0; a pair at or past the margin has gradient 0 and is not counted.
+- contrastive (``ContrastiveLoss`` + ``AvgNonZeroReducer``, or the per-anchor sum of ``loss.reduction=per_anchor``):
+  a negative pair whose hinge ``[margin(neg_margin, D_ij)]_+`` is > 0; a pair at or past the margin has gradient 0 and is not counted.
 - SupCon: every negative a of row i sits in row i's softmax denominator, with gradient
   ``p_ia / temperature`` (``p_ia`` its softmax weight, the positives' weights summing to 1), so every negative
   of a row that enters the loss counts: a row with a positive whose loss is > 0 (PML's ``AvgNonZeroReducer``

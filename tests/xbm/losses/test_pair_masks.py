@@ -9,6 +9,7 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from xbm.losses.pair_masks import (PairMasks, SupConLoss, loss_from_masks, masked_logsumexp, masks_of_pairs, pair_masks,
                                    supports_masks)
+from xbm.losses.reducers import PerAnchorSumReducer
 from xbm.registries import MINER_DISTANCES as DISTANCES
 
 # (ours on masks, PML's on index tuples): the same loss
@@ -18,7 +19,10 @@ LOSSES = {"supcon": lambda: (SupConLoss(0.1), losses.SupConLoss(0.1)),
                                 losses.NTXentLoss(0.2, distance=distances.LpDistance())),
           # the neighbours objective's (cosine, pos_margin 1) and the XBM paper's margins; PML's default (lp)
           "contrastive_cosine": lambda: 2 * (losses.ContrastiveLoss(1.0, 0.5, distance=distances.CosineSimilarity()),),
-          "contrastive_lp": lambda: (losses.ContrastiveLoss(0.3, 1.2), losses.ContrastiveLoss(0.3, 1.2))}
+          "contrastive_lp": lambda: (losses.ContrastiveLoss(0.3, 1.2), losses.ContrastiveLoss(0.3, 1.2)),
+          # the XBM paper's reduction (loss.reduction=per_anchor): PML's index path through the same reducer
+          "contrastive_per_anchor": lambda: 2 * (losses.ContrastiveLoss(1.0, 0.5, distance=distances.CosineSimilarity(),
+                                                                        reducer=PerAnchorSumReducer()),)}
 # PML's zero loss for these pair sets (None: a loss PML does compute, e.g. the contrastive loss of positives alone)
 ZERO_CASES = {"no pair": ((), ()), "one of each": (((0, 1),), ((0, 2),)),
               "positives only": (((0, 1), (1, 0)), ()), "negatives only": ((), ((0, 2), (2, 0)))}
@@ -181,6 +185,7 @@ def test_only_supcon_contrastive_and_ntxent_with_their_default_reducers_and_a_pl
     assert supports_masks(losses.ContrastiveLoss(), None) and supports_masks(losses.ContrastiveLoss(), pair_margin)
     assert supports_masks(losses.ContrastiveLoss(reducer=reducers.AvgNonZeroReducer()), None)
     assert not supports_masks(losses.ContrastiveLoss(reducer=reducers.MeanReducer()), None)
+    assert supports_masks(losses.ContrastiveLoss(reducer=PerAnchorSumReducer()), pair_margin)
     assert not supports_masks(losses.TripletMarginLoss(), None)
 
 
@@ -201,3 +206,27 @@ def test_masked_logsumexp_equals_pmls_bit_for_bit_and_a_row_with_nothing_kept_is
     (want * weights).sum().backward()
     assert torch.equal(ours.grad, theirs.grad) and not ours.grad.isnan().any()
     assert torch.equal(ours.grad[3], torch.zeros(40)) and torch.equal(ours.grad[~keep], torch.zeros(int((~keep).sum())))
+
+
+def test_per_anchor_contrastive_is_the_xbm_papers_eq1_by_hand():
+    """Bugs caught: ``loss.reduction=per_anchor`` dividing by the pairs (PML's mean: a memory's hundred times more
+    valid negatives would weigh no more than the batch's), by the references instead of the anchors, or
+    counting pairs past the margin. Two anchors against three references, cosine similarities chosen by hand:
+    (sum of [1 - s]_+ over positives + sum of [s - 0.5]_+ over negatives) / 2, on masks and on PML's index path;
+    doubling the references doubles the per-anchor loss and leaves PML's mean unchanged."""
+    queries = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    refs = torch.tensor([[0.8, 0.6], [0.6, 0.8], [-1.0, 0.0]])   # s = 0.8, 0.6, -1 with row 0; 0.6, 0.8, 0 with row 1
+    labels, ref_labels = torch.tensor([0, 1]), torch.tensor([0, 2, 1])
+    # row 0: positive ref 0 (1 - 0.8 = 0.2), negatives ref 1 (0.6 - 0.5 = 0.1) and ref 2 (-1: none)
+    # row 1: negatives ref 0 (0.6 - 0.5 = 0.1) and ref 1 (0.8 - 0.5 = 0.3), positive ref 2 (1 - 0 = 1.0)
+    by_hand = (0.2 + 1.0 + 0.1 + 0.1 + 0.3) / 2
+    paper = losses.ContrastiveLoss(1.0, 0.5, distance=distances.CosineSimilarity(), reducer=PerAnchorSumReducer())
+    pml_mean = losses.ContrastiveLoss(1.0, 0.5, distance=distances.CosineSimilarity())
+    masks = pair_masks(None, queries, labels, refs, ref_labels)
+    assert float(loss_from_masks(paper, queries, refs, masks)) == pytest.approx(by_hand)
+    assert float(paper(queries, labels, ref_emb=refs, ref_labels=ref_labels)) == pytest.approx(by_hand)
+    assert float(loss_from_masks(pml_mean, queries, refs, masks)) == pytest.approx((0.2 + 1.0) / 2 + 0.5 / 3)
+    twice = pair_masks(None, queries, labels, torch.cat([refs, refs]), torch.cat([ref_labels, ref_labels]))
+    assert float(loss_from_masks(paper, queries, torch.cat([refs, refs]), twice)) == pytest.approx(2 * by_hand)
+    assert float(loss_from_masks(pml_mean, queries, torch.cat([refs, refs]), twice)) == pytest.approx(
+        (0.2 + 1.0) / 2 + 0.5 / 3)
