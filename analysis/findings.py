@@ -161,9 +161,10 @@ def epoch_frame(sweep: Sweep, stage: str = "sweep") -> pd.DataFrame:
 
 
 def curve(frame: pd.DataFrame, x: str, value: str, by: str = "variant") -> pd.DataFrame:
-    """Mean and 95% t-interval of ``value`` over the rows (seeds) of each (``by``, ``x``) point."""
+    """Mean and 95% t-interval of ``value`` over the rows (seeds) of each (``by``, ``x``) point that has one (drift
+    has none in the first epoch: no point there, rather than a point of n = 0)."""
     rows = []
-    for (group, point), part in frame.dropna(subset=[x]).groupby([by, x], sort=True):
+    for (group, point), part in frame.dropna(subset=[x, value]).groupby([by, x], sort=True):
         interval = t_interval(part[value], CONFIDENCE)
         rows.append({by: group, x: point, "n": interval.n, "mean": interval.mean, "low": interval.low,
                      "high": interval.high})

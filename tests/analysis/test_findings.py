@@ -133,6 +133,11 @@ def test_drift_reproduced():
     xbm = [1.0, 1.8, 1.0, 0.9, 0.4]     # twice the drift in the memory's first epoch (2)
     found = verdicts_drift(*drift_case(none, xbm, {"none": 50, "xbm": 60, "xbn": 59.8}))
     assert [v.outcome for v in found] == [REPRODUCED] * 5
+    # Bug caught: the first epoch, which has no drift (no previous epoch), drawn as a point of n = 0 (the legend
+    # then read "n=0" for every variant)
+    unmeasured = drift_case([np.nan, *none[1:]], [np.nan, *xbm[1:]], {"none": 50, "xbm": 60, "xbn": 59.8})
+    curve_ = findings(*unmeasured, "findings_drift").curve
+    assert curve_["epoch"].min() == 2 and (curve_["n"] > 1).all()
 
 
 def test_drift_not_reproduced():
